@@ -1,0 +1,72 @@
+"""What every algorithm shares: hyperparameter validation, state, and the step signature."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from slate.engines.base import Communicator
+from slate.engines.compute import Batch, Objective, PartyCompute
+from slate.errors import ConfigError
+
+__all__ = ["Algorithm", "AlgorithmConfig", "validate_positive"]
+
+
+def validate_positive(name: str, value: float) -> None:
+    """Raise a :class:`ConfigError` unless ``value`` is a finite number > 0."""
+    if not (value > 0 and value < float("inf")):
+        raise ConfigError(f"{name} must be a positive number, got {value!r}.")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """Hyperparameters shared by the algorithms; each uses the ones it needs.
+
+    Attributes:
+        lr: step size eta.
+        margin: squared-hinge margin s of the AP surrogate (eq. 2).
+        gradient_tracking: run Alg. 1 line 8 / Alg. 2 line 11 (off in the paper's experiments).
+    """
+
+    lr: float = 0.01
+    margin: float = 0.1
+    gradient_tracking: bool = False
+
+
+class Algorithm(ABC):
+    """A decentralised update rule on stacked parameters ``x (P, d)``.
+
+    Subclasses define the objective and one iteration. State that must survive a checkpoint
+    (gradient estimators, trackers, previous iterates) lives in ``self.state``, a dict of tensors.
+    """
+
+    name: str = ""
+    n_extra: int = 0
+
+    def __init__(self, config: AlgorithmConfig) -> None:
+        validate_positive("--lr", config.lr)
+        self.config = config
+        self.state: dict[str, Tensor] = {}
+
+    @abstractmethod
+    def objective(self) -> Objective:
+        """The loss each party differentiates: ``(logits, labels, extra) -> scalar``."""
+
+    def initial_extra(self, n_parties: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """Initial values of the algorithm's own variables, appended after the model's."""
+        return torch.zeros(n_parties, self.n_extra, device=device, dtype=dtype)
+
+    def init_state(self, x: Tensor) -> None:
+        """Create the state for parameters ``x``: with gradient tracking, ``u_{-1} = v_{-1} = 0``.
+
+        Alg. 1 line 1 sets the estimator and the tracker to zero; line 8 needs the previous ones.
+        """
+        zeros = x.new_zeros(x.shape)
+        self.state = {"u": zeros, "v": zeros.clone()} if self.config.gradient_tracking else {}
+
+    @abstractmethod
+    def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute) -> tuple[Tensor, Tensor]:
+        """One iteration on every party. Returns the new ``x`` and the parties' losses ``(P,)``."""

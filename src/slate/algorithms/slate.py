@@ -1,0 +1,55 @@
+r"""SLATE, Algorithm 1 of the paper.
+
+Every party draws ``b`` positives and ``m`` samples, forms the biased stochastic gradient of the
+AP surrogate (eq. 6, line 7), optionally tracks the network-average gradient (line 8) and takes
+a consensus step (line 9):
+
+.. math::
+
+    u_{n,t} &= \nabla \hat F_n(x_{n,t}; \mathcal{B}^+_{n,t}, \mathcal{B}_{n,t}) \\
+    v_{n,t} &= \textstyle\sum_r w_{nr}\,(v_{r,t-1} + u_{r,t} - u_{r,t-1})
+        \quad\text{(or } v_{n,t} = u_{n,t} \text{ without gradient tracking)} \\
+    x_{n,t+1} &= \textstyle\sum_r w_{nr}\,(x_{r,t} - \eta\, v_{r,t})
+
+with :math:`u_{n,-1} = v_{n,-1} = 0` (line 1).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from slate.algorithms.base import Algorithm, validate_positive
+from slate.engines.base import Communicator
+from slate.engines.compute import Batch, Objective, PartyCompute
+from slate.objectives.ap import sigmoid_ap_objective
+
+__all__ = ["SLATE", "tracked_direction"]
+
+
+def tracked_direction(
+    state: dict[str, Tensor], u: Tensor, comm: Communicator, gradient_tracking: bool
+) -> Tensor:
+    """Alg. 1 line 8 (Alg. 2 line 11): ``v_t = mix(v_{t-1} + u_t - u_{t-1})``, or ``u_t`` if off."""
+    if not gradient_tracking:
+        return u
+    v = comm.mix(state["v"] + u - state["u"])
+    state["u"], state["v"] = u, v
+    return v
+
+
+class SLATE(Algorithm):
+    """Serverless biased stochastic gradient on the AP surrogate (Alg. 1)."""
+
+    name = "slate"
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        validate_positive("--margin", config.margin)
+
+    def objective(self) -> Objective:
+        return sigmoid_ap_objective(self.config.margin)
+
+    def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
+        losses, u = compute(x, batch)  # line 7, eq. (6) by autograd
+        v = tracked_direction(self.state, u, comm, self.config.gradient_tracking)  # line 8
+        return comm.mix(x - self.config.lr * v), losses  # line 9

@@ -1,0 +1,165 @@
+"""Named datasets: where their files live, how they are split, and what the test set is.
+
+``load_dataset(config)`` returns a :class:`Dataset` with dense float32 features and 0/1 labels.
+
+* ``digits`` (the default) ships with scikit-learn: 8x8 digits scaled to [0, 1], classes 0-4
+  negative and 5-9 positive, a seeded stratified test split, then 80% of the training positives
+  dropped, as the paper does for its image sets.
+* ``w7a`` and ``w8a`` come from ``DATA_DIR/<name>/`` (plain or .gz); w8a uses ``w8a.t`` when
+  present and otherwise a seeded stratified 25% split, recorded in ``Dataset.test_split``.
+* ``libsvm`` and ``csv`` read the user's ``--train`` (and optional ``--test``) files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from slate.config import TrainConfig
+from slate.data.imbalance import binarize_classes, drop_positives
+from slate.errors import ConfigError, DataError
+
+__all__ = ["DATASET_NAMES", "Dataset", "find_file", "load_dataset"]
+
+
+@dataclass
+class Dataset:
+    """A binary task: features ``(n, ...)`` float32 and labels ``(n,)`` int64 in {0, 1}."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    test_split: str
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    def describe(self) -> str:
+        return (
+            f"{self.name}: {len(self.y_train)} train ({self.y_train.mean():.2%} positive), "
+            f"{len(self.y_test)} test ({self.y_test.mean():.2%} positive); test set: "
+            f"{self.test_split}"
+        )
+
+
+def find_file(folder: Path, name: str) -> Path | None:
+    """``folder/name`` or ``folder/name.gz``, whichever exists."""
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
+    if not 0 < fraction < 1:
+        raise ConfigError(f"--test-fraction must lie strictly between 0 and 1, got {fraction}.")
+    return train_test_split(x, y, test_size=fraction, stratify=y, random_state=seed)
+
+
+def _load_digits(config: TrainConfig) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    x_tr, x_te, c_tr, c_te = _split(x, digits.target, config.test_fraction, config.split_seed)
+    keep = drop_positives(c_tr, 10, keep=0.2, seed=config.split_seed)
+    return Dataset(
+        "digits", x_tr[keep], binarize_classes(c_tr[keep], 10), x_te, binarize_classes(c_te, 10),
+        f"seeded stratified {config.test_fraction:.0%} split of sklearn digits "
+        f"(split seed {config.split_seed}), training positives reduced to 20%",
+    )
+
+
+def _data_folder(config: TrainConfig, name: str) -> Path:
+    from slate.data.download import ensure_files
+
+    root = Path(config.data_dir) if config.data_dir else Path("data")
+    return ensure_files(name, root, download=config.download)
+
+
+def _load_w(config: TrainConfig, name: str) -> Dataset:
+    from slate.data.libsvm import read_libsvm
+
+    folder = _data_folder(config, name)
+    x_train, y_train = read_libsvm(find_file(folder, name), n_features=300)
+    test_path = find_file(folder, f"{name}.t")
+    if test_path is not None:
+        x_test, y_test = read_libsvm(test_path, n_features=300)
+        return Dataset(name, x_train, y_train, x_test, y_test, f"official test file {test_path.name}")
+    x_tr, x_te, y_tr, y_te = _split(x_train, y_train, config.test_fraction, config.split_seed)
+    return Dataset(
+        name, x_tr, y_tr, x_te, y_te,
+        f"{name}.t not found: seeded stratified {config.test_fraction:.0%} split of {name} "
+        f"(split seed {config.split_seed})",
+    )
+
+
+def _user_files(config: TrainConfig, reader) -> Dataset:
+    if not config.train:
+        raise ConfigError(f"--dataset {config.dataset} needs --train FILE (and optionally --test FILE).")
+    x_train, y_train = reader(config.train)
+    if config.test:
+        x_test, y_test = reader(config.test)
+        if x_test.shape[1:] != x_train.shape[1:]:
+            raise DataError(
+                f"--test {config.test} has {x_test.shape[1]} features but --train {config.train} "
+                f"has {x_train.shape[1]}; give --n-features or matching files."
+            )
+        split = f"test file {config.test}"
+    else:
+        x_train, x_test, y_train, y_test = _split(x_train, y_train, config.test_fraction, config.split_seed)
+        split = f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
+    return Dataset(config.dataset, x_train, y_train, x_test, y_test, split)
+
+
+def _load_libsvm(config: TrainConfig) -> Dataset:
+    from slate.data.libsvm import read_libsvm
+
+    n_features = config.n_features
+    if n_features is None and config.test:
+        # Both files must share one width: take the larger max index of the two.
+        n_features = max(read_libsvm(config.train)[0].shape[1], read_libsvm(config.test)[0].shape[1])
+    return _user_files(config, lambda path: read_libsvm(path, n_features=n_features))
+
+
+def _load_csv(config: TrainConfig) -> Dataset:
+    from slate.data.tabular import read_csv
+
+    if config.label_column is None or config.positive_label is None:
+        raise ConfigError("--dataset csv needs --label-column C and --positive-label V.")
+    return _user_files(
+        config, lambda path: read_csv(path, config.label_column, config.positive_label)
+    )
+
+
+_LOADERS = {
+    "digits": _load_digits,
+    "w7a": lambda config: _load_w(config, "w7a"),
+    "w8a": lambda config: _load_w(config, "w8a"),
+    "libsvm": _load_libsvm,
+    "csv": _load_csv,
+}
+DATASET_NAMES = tuple(_LOADERS)
+
+
+def load_dataset(config: TrainConfig) -> Dataset:
+    """Load ``config.dataset`` and check that both splits hold both classes."""
+    if config.dataset not in _LOADERS:
+        raise ConfigError(
+            f"Unknown --dataset {config.dataset!r}; expected one of {', '.join(DATASET_NAMES)}."
+        )
+    data = _LOADERS[config.dataset](config)
+    for split, labels in (("training", data.y_train), ("test", data.y_test)):
+        if labels.min() == labels.max():
+            only = "positive" if labels[0] == 1 else "negative"
+            raise DataError(
+                f"The {split} set of {config.dataset} holds only {only} examples; AP needs both "
+                "classes. Check the label column and --positive-label."
+            )
+    return data

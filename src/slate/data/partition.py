@@ -1,0 +1,88 @@
+"""Split a training set across N parties: stratified IID (the authors' scheme) or Dirichlet.
+
+A partition is a list of N index arrays into the training set, one per party. Both schemes are
+deterministic functions of the seed, so every process of the distributed engine derives the
+same partition and keeps only its own part.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from slate.errors import ConfigError, DataError
+
+__all__ = ["PARTITIONS", "check_party_counts", "dirichlet_partition", "make_partition", "stratified_partition"]
+
+PARTITIONS = ("stratified", "dirichlet")
+
+
+def stratified_partition(labels: np.ndarray, n_parties: int, seed: int) -> list[np.ndarray]:
+    """Per class: shuffle, then party ``n`` takes positions ``n, n + N, n + 2N, ...``.
+
+    Every party gets the same class mix and sizes that differ by at most one per class
+    (REFERENCE.md, Data).
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9A57]))
+    parts: list[list[np.ndarray]] = [[] for _ in range(n_parties)]
+    for cls in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        for n in range(n_parties):
+            parts[n].append(members[n::n_parties])
+    return [np.sort(np.concatenate(p)) for p in parts]
+
+
+def dirichlet_partition(
+    labels: np.ndarray, n_parties: int, alpha: float, seed: int
+) -> list[np.ndarray]:
+    r"""Non-IID split: class ``c``'s shuffled samples are cut by proportions :math:`p_c \sim
+    \mathrm{Dir}(\alpha \mathbf{1}_N)`. Small ``alpha`` gives very skewed parties."""
+    if not alpha > 0:
+        raise ConfigError(f"--dirichlet-alpha must be > 0, got {alpha}.")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xD1C1]))
+    parts: list[list[np.ndarray]] = [[] for _ in range(n_parties)]
+    for cls in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        shares = rng.dirichlet(np.full(n_parties, alpha))
+        cuts = np.round(np.cumsum(shares)[:-1] * len(members)).astype(int)
+        for n, chunk in enumerate(np.split(members, cuts)):
+            parts[n].append(chunk)
+    return [np.sort(np.concatenate(p)) for p in parts]
+
+
+def make_partition(
+    labels: np.ndarray, n_parties: int, scheme: str, seed: int, dirichlet_alpha: float = 0.5
+) -> list[np.ndarray]:
+    """Dispatch on ``scheme`` (``--partition``)."""
+    if n_parties < 1:
+        raise ConfigError(f"--nodes must be at least 1, got {n_parties}.")
+    if scheme == "stratified":
+        return stratified_partition(labels, n_parties, seed)
+    if scheme == "dirichlet":
+        return dirichlet_partition(labels, n_parties, dirichlet_alpha, seed)
+    raise ConfigError(f"Unknown --partition {scheme!r}; expected one of {', '.join(PARTITIONS)}.")
+
+
+def check_party_counts(
+    labels: np.ndarray, parts: list[np.ndarray], positives: int, batch_size: int
+) -> None:
+    """Every party needs at least ``b`` positives and, when ``m > b``, at least one negative."""
+    pos = [int(labels[p].sum()) for p in parts]
+    neg = [len(p) - k for p, k in zip(parts, pos, strict=True)]
+    short = [n for n, k in enumerate(pos) if k < positives]
+    if short:
+        raise DataError(
+            f"Every party must hold at least b = {positives} positives (--positives), but "
+            f"{len(short)} of {len(parts)} parties hold fewer. Positives per party: "
+            f"{_listing(pos)}. Use fewer --nodes, a smaller --positives, or the stratified "
+            "--partition (a small --dirichlet-alpha starves some parties)."
+        )
+    if batch_size > positives and min(neg) < 1:
+        empty = [n for n, k in enumerate(neg) if k < 1]
+        raise DataError(
+            f"Parties {empty} hold no negative example, but each batch needs m - b = "
+            f"{batch_size - positives} negatives. Negatives per party: {_listing(neg)}."
+        )
+
+
+def _listing(counts: list[int]) -> str:
+    return ", ".join(f"party {n}: {k}" for n, k in enumerate(counts))

@@ -1,0 +1,119 @@
+"""Per-party forward and backward passes for any ``nn.Module``, batched over parties.
+
+The parameters of every party live in one flat buffer of shape ``(P, d)`` (plus an algorithm's
+extra scalars at the end). :class:`PartyCompute` evaluates every party's loss and gradient with one
+``torch.func.vmap(torch.func.grad(...))`` call: no Python loop over parties. Both engines use it:
+the simulator with ``P = N``, a distributed process with ``P = 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+
+__all__ = ["Batch", "FlatParameters", "Objective", "PartyCompute"]
+
+Objective = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One mini-batch per party: ``features`` of shape ``(P, m, ...)`` and ``labels`` ``(P, m)``."""
+
+    features: Tensor
+    labels: Tensor
+
+    def repeat(self, times: int) -> Batch:
+        """The same samples stacked ``times`` times along the party axis (SLATE-M's two iterates)."""
+        return Batch(
+            self.features.repeat(times, *([1] * (self.features.ndim - 1))),
+            self.labels.repeat(times, 1),
+        )
+
+
+class FlatParameters:
+    """Maps a module's parameters to one flat vector and back (views, no copies)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.names: list[str] = []
+        self.shapes: list[torch.Size] = []
+        self.offsets: list[int] = []
+        offset = 0
+        for name, param in module.named_parameters():
+            self.names.append(name)
+            self.shapes.append(param.shape)
+            self.offsets.append(offset)
+            offset += param.numel()
+        self.size = offset
+
+    def flatten(self, module: nn.Module) -> Tensor:
+        """The module's parameters concatenated in registration order, shape ``(d,)``."""
+        return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+    def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
+        """Views of ``flat[..., :d]`` shaped like each parameter, keyed by name."""
+        return {
+            name: flat[..., off : off + shape.numel()].reshape(*flat.shape[:-1], *shape)
+            for name, shape, off in zip(self.names, self.shapes, self.offsets, strict=True)
+        }
+
+    def load_into(self, module: nn.Module, flat: Tensor) -> None:
+        """Copy a flat vector of shape ``(d,)`` (or longer) into the module's parameters."""
+        views = self.unflatten(flat[: self.size])
+        with torch.no_grad():
+            for name, param in module.named_parameters():
+                param.copy_(views[name])
+
+
+class PartyCompute:
+    """Losses and gradients of ``objective(model(x_p; features_p), labels_p)`` for every party p.
+
+    Args:
+        module: the model; its parameters define the layout of the flat buffer.
+        objective: maps ``(logits, labels, extra)`` to a scalar loss.
+        n_extra: number of algorithm variables appended after the model's parameters.
+    """
+
+    def __init__(self, module: nn.Module, objective: Objective, n_extra: int = 0) -> None:
+        self.module = module
+        self.layout = FlatParameters(module)
+        self.objective = objective
+        self.n_extra = n_extra
+        self.dim = self.layout.size + n_extra
+
+        def party_loss(flat: Tensor, features: Tensor, labels: Tensor) -> Tensor:
+            params = self.layout.unflatten(flat[: self.layout.size])
+            logits = functional_call(self.module, params, (features,))
+            return self.objective(logits, labels, flat[self.layout.size :])
+
+        self._batched = vmap(grad_and_value(party_loss))
+
+    def __call__(self, x: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Return ``(losses (P,), gradients (P, d))`` at the parties' parameters ``x (P, d)``."""
+        grads, losses = self._batched(x, batch.features, batch.labels)
+        return losses, grads
+
+    def logits(self, x: Tensor, features: Tensor, chunk: int = 4096) -> Tensor:
+        """Logits of one parameter vector ``x (d,)`` on ``features``, evaluated in chunks."""
+        params = self.layout.unflatten(x[: self.layout.size])
+        with torch.no_grad():
+            outs = [
+                functional_call(self.module, params, (features[i : i + chunk],))
+                for i in range(0, features.shape[0], chunk)
+            ]
+        return torch.cat(outs)
+
+    def party_logits(self, x: Tensor, features: Tensor, chunk: int = 2048) -> Tensor:
+        """Logits of every party's model ``x (P, d)`` on the same ``features``: shape ``(P, n)``."""
+
+        def one(flat: Tensor, feats: Tensor) -> Tensor:
+            return functional_call(self.module, self.layout.unflatten(flat[: self.layout.size]), (feats,))
+
+        batched = vmap(one, in_dims=(0, None))
+        with torch.no_grad():
+            outs = [batched(x, features[i : i + chunk]) for i in range(0, features.shape[0], chunk)]
+        return torch.cat(outs, dim=1)

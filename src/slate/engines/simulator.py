@@ -1,0 +1,61 @@
+"""The single-process simulator of N parties: mixing is one matrix product.
+
+All parties' parameters are stacked into ``x`` of shape ``(N, d)``; ``mix(x)`` is
+``W_t @ x`` on the whole flat buffer (every parameter tensor of every party at once) and
+``average(x)`` broadcasts the column means. The traffic counters report what the distributed
+engine would send for the same rounds: one flat buffer per neighbour per gossip exchange.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from slate.engines.base import Communicator
+from slate.topology import Topology
+
+__all__ = ["SimulatorCommunicator"]
+
+
+class SimulatorCommunicator(Communicator):
+    """:class:`Communicator` for stacked parties on one device.
+
+    Args:
+        topology: the network; ``topology.matrix_at(t)`` gives round ``t``'s matrix.
+        device: where the parties' parameters live.
+        dtype: the parameters' dtype (the matrix is cast to it once).
+    """
+
+    def __init__(self, topology: Topology, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.topology = topology
+        self.n = topology.W.shape[0]
+        self._gossip = torch.as_tensor(topology.W, dtype=dtype, device=device)
+        self._gossip_is_identity = bool((topology.W == torch.eye(self.n).numpy()).all())
+        self._mean_degree = (
+            sum(len(topology.neighbours(i)) for i in range(self.n)) / self.n if self.n > 1 else 0.0
+        )
+
+    def mix(self, x: Tensor) -> Tensor:
+        if self.topology.is_full_average_at(self.iteration):
+            return self.average(x)
+        if self._gossip_is_identity:
+            return x
+        self._count_gossip(x)
+        return self._gossip @ x
+
+    def average(self, x: Tensor) -> Tensor:
+        self._count_all_reduce(x)
+        return x.mean(dim=0, keepdim=True).expand_as(x).clone()
+
+    def _count_gossip(self, x: Tensor) -> None:
+        payload = x.shape[-1] * x.element_size()
+        self.bytes_sent += self._mean_degree * payload
+        self.messages_sent += self._mean_degree
+
+    def _count_all_reduce(self, x: Tensor) -> None:
+        # A ring all-reduce sends 2 (N - 1) / N of the buffer per party in 2 (N - 1) messages.
+        if self.n > 1:
+            payload = x.shape[-1] * x.element_size()
+            self.bytes_sent += 2 * (self.n - 1) / self.n * payload
+            self.messages_sent += 2 * (self.n - 1)
