@@ -24,36 +24,59 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     from slate.data.partition import PARTITIONS
 
     data = p.add_argument_group("data")
-    data.add_argument("--dataset", default="digits",
-                      help="digits (default, ships with scikit-learn), w7a, w8a, libsvm or csv")
+    data.add_argument(
+        "--dataset",
+        default="digits",
+        help="digits (default, ships with scikit-learn), w7a, w8a, libsvm or csv",
+    )
     data.add_argument("--data-dir", help="folder laid out as DIR/w7a/w7a.gz, DIR/w8a/w8a.gz, ...")
-    data.add_argument("--download", action="store_true",
-                      help="fetch missing w7a/w8a files from the official site (sha256-checked)")
+    data.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch missing w7a/w8a files from the official site (sha256-checked)",
+    )
     data.add_argument("--train", help="training file for --dataset libsvm or csv")
     data.add_argument("--test", help="test file for --dataset libsvm or csv")
     data.add_argument("--label-column", help="csv: the label column (name or 0-based index)")
     data.add_argument("--positive-label", help="csv: the label value of the positive class")
-    data.add_argument("--n-features", type=int, help="libsvm: number of features (default: max index)")
-    data.add_argument("--test-fraction", type=float, default=0.25,
-                      help="test share of the seeded stratified split when there is no test file")
+    data.add_argument(
+        "--n-features", type=int, help="libsvm: number of features (default: max index)"
+    )
+    data.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.25,
+        help="test share of the seeded stratified split when there is no test file",
+    )
     data.add_argument("--partition", default="stratified", choices=PARTITIONS)
-    data.add_argument("--dirichlet-alpha", type=float, default=0.5,
-                      help="concentration of --partition dirichlet (smaller = more skewed)")
+    data.add_argument(
+        "--dirichlet-alpha",
+        type=float,
+        default=0.5,
+        help="concentration of --partition dirichlet (smaller = more skewed)",
+    )
 
     algo = p.add_argument_group("algorithm (unset values take the paper's per-dataset defaults)")
     algo.add_argument("--algorithm", default="slate", choices=sorted(ALGORITHMS))
     algo.add_argument("--nodes", type=int, help="number of parties N")
-    algo.add_argument("--topology", default="ring",
-                      help="ring, full, federated, star, torus, exponential, erdos-renyi, file:PATH")
-    algo.add_argument("--fed-period", type=int, default=10,
-                      help="federated topology: average every q iterations")
+    algo.add_argument(
+        "--topology",
+        default="ring",
+        help="ring, full, federated, star, torus, exponential, erdos-renyi, file:PATH",
+    )
+    algo.add_argument(
+        "--fed-period", type=int, default=10, help="federated topology: average every q iterations"
+    )
     algo.add_argument("--iterations", type=int)
     algo.add_argument("--batch-size", type=int, help="samples per party per step (m)")
     algo.add_argument("--positives", type=int, help="positives among them (b)")
     algo.add_argument("--lr", type=float, help="step size eta")
     algo.add_argument("--margin", type=float, help="squared-hinge margin s")
-    algo.add_argument("--gradient-tracking", action="store_true",
-                      help="run Alg. 1 line 8 (off in the paper's experiments)")
+    algo.add_argument(
+        "--gradient-tracking",
+        action="store_true",
+        help="run Alg. 1 line 8 (off in the paper's experiments)",
+    )
     algo.add_argument("--model", help="model name (default: the dataset's)")
     algo.add_argument("--hidden", type=int, help="hidden width of the MLP (default 28)")
 
@@ -74,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train on N simulated parties and report test AP")
     _add_train_arguments(train)
     topo = sub.add_parser("topology", help="print lambda and the spectral gap of a topology")
-    topo.add_argument("name", help="ring, full, federated, star, torus, exponential, erdos-renyi, file:PATH")
+    topo.add_argument(
+        "name", help="ring, full, federated, star, torus, exponential, erdos-renyi, file:PATH"
+    )
     topo.add_argument("--nodes", type=int, default=20)
     topo.add_argument("--seed", type=int, default=0)
     topo.add_argument("--fed-period", type=int, default=10)

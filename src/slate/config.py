@@ -16,24 +16,85 @@ __all__ = ["DATASET_DEFAULTS", "TrainConfig", "resolve_config"]
 # The paper's runs: N = 20 parties on a ring (REFERENCE.md, Hyperparameters).
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {
-        "iterations": 1000, "batch_size": 20, "positives": 4, "lr": 0.05,
-        "margin": 0.5, "nodes": 8, "model": "mlp", "hidden": 28,
+        "iterations": 1000,
+        "batch_size": 20,
+        "positives": 4,
+        "lr": 0.05,
+        "margin": 0.5,
+        "nodes": 8,
+        "model": "mlp",
+        "hidden": 28,
     },
     "w7a": {
-        "iterations": 10000, "batch_size": 20, "positives": 2, "lr": 0.01,
-        "margin": 0.1, "nodes": 20, "model": "mlp", "hidden": 28,
+        "iterations": 10000,
+        "batch_size": 20,
+        "positives": 2,
+        "lr": 0.01,
+        "margin": 0.1,
+        "nodes": 20,
+        "model": "mlp",
+        "hidden": 28,
     },
     "w8a": {
-        "iterations": 10000, "batch_size": 20, "positives": 2, "lr": 0.01,
-        "margin": 0.1, "nodes": 20, "model": "mlp", "hidden": 28,
+        "iterations": 10000,
+        "batch_size": 20,
+        "positives": 2,
+        "lr": 0.01,
+        "margin": 0.1,
+        "nodes": 20,
+        "model": "mlp",
+        "hidden": 28,
+    },
+    "mnist": {
+        "iterations": 300,
+        "batch_size": 20,
+        "positives": 3,
+        "lr": 0.01,
+        "margin": 0.1,
+        "nodes": 20,
+        "model": "mnist-cnn",
+    },
+    "fashion-mnist": {
+        "iterations": 300,
+        "batch_size": 20,
+        "positives": 5,
+        "lr": 0.005,
+        "margin": 0.1,
+        "nodes": 20,
+        "model": "fashion-mnist-cnn",
+    },
+    "cifar10": {
+        "iterations": 2000,
+        "batch_size": 60,
+        "positives": 20,
+        "lr": 0.01,
+        "margin": 0.1,
+        "nodes": 20,
+        "model": "cifar10-cnn",
+    },
+    # The paper gives no iteration count for Tiny-ImageNet and tunes lr and margin on a grid.
+    "tiny-imagenet": {
+        "iterations": 2000,
+        "batch_size": 200,
+        "positives": 35,
+        "lr": 0.01,
+        "margin": 0.1,
+        "nodes": 20,
+        "model": "resnet18",
     },
     "libsvm": {"model": "mlp"},
     "csv": {"model": "mlp"},
 }
 
 _GENERIC_DEFAULTS: dict[str, Any] = {
-    "iterations": 2000, "batch_size": 20, "positives": 2, "lr": 0.01, "margin": 0.1,
-    "nodes": 20, "model": "mlp", "hidden": 28,
+    "iterations": 2000,
+    "batch_size": 20,
+    "positives": 2,
+    "lr": 0.01,
+    "margin": 0.1,
+    "nodes": 20,
+    "model": "mlp",
+    "hidden": 28,
 }
 
 
@@ -79,11 +140,7 @@ class TrainConfig:
 def resolve_config(config: TrainConfig) -> TrainConfig:
     """Fill every ``None`` field from the dataset's defaults, then the generic ones."""
     defaults = {**_GENERIC_DEFAULTS, **DATASET_DEFAULTS.get(config.dataset, {})}
-    updates = {
-        key: value
-        for key, value in defaults.items()
-        if getattr(config, key) is None
-    }
+    updates = {key: value for key, value in defaults.items() if getattr(config, key) is None}
     resolved = dataclasses.replace(config, **updates)
     if resolved.eval_every is None:
         resolved.eval_every = max(1, resolved.iterations // 20)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -40,10 +39,15 @@ from slate.errors import ConfigError, TrainingDiverged
 from slate.models import build_model
 from slate.topology import build_topology
 
-__all__ = ["HISTORY_COLUMNS", "RunResult", "Run", "resolve_device", "train"]
+__all__ = ["HISTORY_COLUMNS", "Run", "RunResult", "resolve_device", "train"]
 
 HISTORY_COLUMNS = (
-    "iteration", "test_ap", "test_auroc", "train_loss", "consensus_distance", "elapsed_seconds",
+    "iteration",
+    "test_ap",
+    "test_auroc",
+    "train_loss",
+    "consensus_distance",
+    "elapsed_seconds",
 )
 MAX_CHUNK = 1000  # steps of indices drawn at once
 
@@ -108,12 +112,17 @@ class Run:
         )
         self.algorithm: Algorithm = build_algorithm(
             config.algorithm,
-            AlgorithmConfig(lr=config.lr, margin=config.margin,
-                            gradient_tracking=config.gradient_tracking),
+            AlgorithmConfig(
+                lr=config.lr, margin=config.margin, gradient_tracking=config.gradient_tracking
+            ),
         )
-        model = build_model(config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed)
+        model = build_model(
+            config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
+        )
         self.model = model.to(self.device)
-        self.compute = PartyCompute(self.model, self.algorithm.objective(), self.algorithm.n_extra)
+        self.compute = PartyCompute(
+            self.model, self.algorithm.objective(), self.algorithm.n_extra, n_parties=config.nodes
+        )
         self.comm: Communicator = SimulatorCommunicator(self.topology, self.device, torch.float32)
         self.features = torch.from_numpy(self.data.x_train).to(self.device)
         self.labels = torch.from_numpy(self.data.y_train).to(self.device)
@@ -197,7 +206,9 @@ def _default_out_dir(config: TrainConfig) -> Path:
     return path
 
 
-def _write_outputs(run: Run, summary: dict[str, Any], history: list[dict[str, float]], out: Path) -> None:
+def _write_outputs(
+    run: Run, summary: dict[str, Any], history: list[dict[str, float]], out: Path
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "history.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=HISTORY_COLUMNS)
@@ -207,14 +218,18 @@ def _write_outputs(run: Run, summary: dict[str, Any], history: list[dict[str, fl
     precision, recall, _ = metrics.precision_recall_curve(logits, run.test_labels)
     label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
     plots.plot_pr_curves(
-        {label: (precision, recall, summary["test_ap"])}, out / "pr_curve.png",
+        {label: (precision, recall, summary["test_ap"])},
+        out / "pr_curve.png",
         title=f"Precision-recall on {run.config.dataset} test set",
     )
     plots.plot_ap_curves(
         {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
-        out / "ap_curve.png", title=f"Test AP of the averaged model on {run.config.dataset}",
+        out / "ap_curve.png",
+        title=f"Test AP of the averaged model on {run.config.dataset}",
     )
-    run.compute.layout.load_into(run.model, run.averaged_parameters())
+    run.compute.layout.load_into(
+        run.model, run.averaged_parameters(), run.compute.averaged_buffers()
+    )
     torch.save({k: v.detach().cpu() for k, v in run.model.state_dict().items()}, out / "model.pt")
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)
@@ -235,12 +250,20 @@ def train(
     run = Run(config, data=data)
     out = (Path(config.out) if config.out else _default_out_dir(config)) if write else None
     log(run.data.describe())
-    log(f"{config.algorithm} on {config.nodes} parties, topology {config.topology} "
-        f"(lambda = {run.topology.lam:.4f}), {config.iterations} iterations")
+    log(
+        f"{config.algorithm} on {config.nodes} parties, topology {config.topology} "
+        f"(lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
+    )
 
     start = time.perf_counter()
-    history = [{"iteration": 0, **run.evaluate(), "train_loss": math.nan,
-                "elapsed_seconds": time.perf_counter() - start}]
+    history = [
+        {
+            "iteration": 0,
+            **run.evaluate(),
+            "train_loss": math.nan,
+            "elapsed_seconds": time.perf_counter() - start,
+        }
+    ]
     bar = tqdm(total=config.iterations, disable=not progress, unit="it", dynamic_ncols=True)
     try:
         while run.iteration < config.iterations:
@@ -248,9 +271,12 @@ def train(
             losses = run.advance(steps)
             bar.update(steps)
             if run.iteration % config.eval_every == 0 or run.iteration == config.iterations:
-                row = {"iteration": run.iteration, **run.evaluate(),
-                       "train_loss": float(losses.mean()),
-                       "elapsed_seconds": time.perf_counter() - start}
+                row = {
+                    "iteration": run.iteration,
+                    **run.evaluate(),
+                    "train_loss": float(losses.mean()),
+                    "elapsed_seconds": time.perf_counter() - start,
+                }
                 history.append(row)
                 bar.set_postfix(ap=f"{row['test_ap']:.4f}")
     finally:
@@ -259,22 +285,35 @@ def train(
     party_aps = run.party_aps()
     final = history[-1]
     summary = {
-        "dataset": config.dataset, "algorithm": config.algorithm, "topology": config.topology,
-        "nodes": config.nodes, "lambda": run.topology.lam, "spectral_gap": run.topology.spectral_gap,
-        "iterations": run.iteration, "test_ap": final["test_ap"], "test_auroc": final["test_auroc"],
-        "party_ap_min": min(party_aps), "party_ap_max": max(party_aps),
-        "consensus_distance": final["consensus_distance"], "wall_seconds": wall,
-        "test_split": run.data.test_split, "seed": config.seed,
-        "n_train": len(run.data.y_train), "n_test": len(run.data.y_test),
-        "n_parameters": run.compute.layout.size, "device": str(run.device),
+        "dataset": config.dataset,
+        "algorithm": config.algorithm,
+        "topology": config.topology,
+        "nodes": config.nodes,
+        "lambda": run.topology.lam,
+        "spectral_gap": run.topology.spectral_gap,
+        "iterations": run.iteration,
+        "test_ap": final["test_ap"],
+        "test_auroc": final["test_auroc"],
+        "party_ap_min": min(party_aps),
+        "party_ap_max": max(party_aps),
+        "consensus_distance": final["consensus_distance"],
+        "wall_seconds": wall,
+        "test_split": run.data.test_split,
+        "seed": config.seed,
+        "n_train": len(run.data.y_train),
+        "n_test": len(run.data.y_test),
+        "n_parameters": run.compute.layout.size,
+        "device": str(run.device),
         **run.comm.traffic(),
         "config": config.to_dict(),
     }
     if out is not None:
         _write_outputs(run, summary, history, out)
         summary["out_dir"] = str(out)
-    log(f"test AP {summary['test_ap']:.4f}  AUROC {summary['test_auroc']:.4f}  "
-        f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) in {wall:.1f} s")
+    log(
+        f"test AP {summary['test_ap']:.4f}  AUROC {summary['test_auroc']:.4f}  "
+        f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) in {wall:.1f} s"
+    )
     if out is not None:
         log(f"results written to {out}")
     return RunResult(summary, history, out, run.x)

@@ -68,5 +68,7 @@ class Algorithm(ABC):
         self.state = {"u": zeros, "v": zeros.clone()} if self.config.gradient_tracking else {}
 
     @abstractmethod
-    def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute) -> tuple[Tensor, Tensor]:
+    def step(
+        self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute
+    ) -> tuple[Tensor, Tensor]:
         """One iteration on every party. Returns the new ``x`` and the parties' losses ``(P,)``."""

@@ -70,7 +70,11 @@ def _load_digits(config: TrainConfig) -> Dataset:
     x_tr, x_te, c_tr, c_te = _split(x, digits.target, config.test_fraction, config.split_seed)
     keep = drop_positives(c_tr, 10, keep=0.2, seed=config.split_seed)
     return Dataset(
-        "digits", x_tr[keep], binarize_classes(c_tr[keep], 10), x_te, binarize_classes(c_te, 10),
+        "digits",
+        x_tr[keep],
+        binarize_classes(c_tr[keep], 10),
+        x_te,
+        binarize_classes(c_te, 10),
         f"seeded stratified {config.test_fraction:.0%} split of sklearn digits "
         f"(split seed {config.split_seed}), training positives reduced to 20%",
     )
@@ -91,10 +95,16 @@ def _load_w(config: TrainConfig, name: str) -> Dataset:
     test_path = find_file(folder, f"{name}.t")
     if test_path is not None:
         x_test, y_test = read_libsvm(test_path, n_features=300)
-        return Dataset(name, x_train, y_train, x_test, y_test, f"official test file {test_path.name}")
+        return Dataset(
+            name, x_train, y_train, x_test, y_test, f"official test file {test_path.name}"
+        )
     x_tr, x_te, y_tr, y_te = _split(x_train, y_train, config.test_fraction, config.split_seed)
     return Dataset(
-        name, x_tr, y_tr, x_te, y_te,
+        name,
+        x_tr,
+        y_tr,
+        x_te,
+        y_te,
         f"{name}.t not found: seeded stratified {config.test_fraction:.0%} split of {name} "
         f"(split seed {config.split_seed})",
     )
@@ -102,7 +112,9 @@ def _load_w(config: TrainConfig, name: str) -> Dataset:
 
 def _user_files(config: TrainConfig, reader) -> Dataset:
     if not config.train:
-        raise ConfigError(f"--dataset {config.dataset} needs --train FILE (and optionally --test FILE).")
+        raise ConfigError(
+            f"--dataset {config.dataset} needs --train FILE (and optionally --test FILE)."
+        )
     x_train, y_train = reader(config.train)
     if config.test:
         x_test, y_test = reader(config.test)
@@ -113,7 +125,9 @@ def _user_files(config: TrainConfig, reader) -> Dataset:
             )
         split = f"test file {config.test}"
     else:
-        x_train, x_test, y_train, y_test = _split(x_train, y_train, config.test_fraction, config.split_seed)
+        x_train, x_test, y_train, y_test = _split(
+            x_train, y_train, config.test_fraction, config.split_seed
+        )
         split = f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
     return Dataset(config.dataset, x_train, y_train, x_test, y_test, split)
 
@@ -124,7 +138,9 @@ def _load_libsvm(config: TrainConfig) -> Dataset:
     n_features = config.n_features
     if n_features is None and config.test:
         # Both files must share one width: take the larger max index of the two.
-        n_features = max(read_libsvm(config.train)[0].shape[1], read_libsvm(config.test)[0].shape[1])
+        n_features = max(
+            read_libsvm(config.train)[0].shape[1], read_libsvm(config.test)[0].shape[1]
+        )
     return _user_files(config, lambda path: read_libsvm(path, n_features=n_features))
 
 
@@ -138,10 +154,74 @@ def _load_csv(config: TrainConfig) -> Dataset:
     )
 
 
+@dataclass(frozen=True)
+class ImageSet:
+    """How one image benchmark is read, binarised and normalised (REFERENCE.md, Data)."""
+
+    n_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    downloadable: bool = True
+
+
+IMAGE_SETS = {
+    "mnist": ImageSet(10, (0.1307,), (0.3081,)),
+    "fashion-mnist": ImageSet(10, (0.2860,), (0.3529,)),
+    "cifar10": ImageSet(10, (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+    "tiny-imagenet": ImageSet(
+        200, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), downloadable=False
+    ),
+}
+
+
+def normalise_images(
+    images: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]
+) -> np.ndarray:
+    """uint8 ``(n, C, H, W)`` to float32 ``(x / 255 - mean_c) / std_c``, once, on load."""
+    out = images.astype(np.float32) / np.float32(255.0)
+    out -= np.asarray(mean, dtype=np.float32)[None, :, None, None]
+    out /= np.asarray(std, dtype=np.float32)[None, :, None, None]
+    return out
+
+
+def _read_images(name: str, folder: Path):
+    if name in ("mnist", "fashion-mnist"):
+        from slate.data.idx import read_mnist_split
+
+        x_tr, y_tr = read_mnist_split(folder, "train")
+        x_te, y_te = read_mnist_split(folder, "test")
+        return x_tr[:, None], y_tr, x_te[:, None], y_te
+    if name == "cifar10":
+        from slate.data.cifar import read_cifar10_binary
+
+        return read_cifar10_binary(folder)
+    from slate.data.tinyimagenet import read_tiny_imagenet
+
+    return read_tiny_imagenet(folder)[:4]
+
+
+def _load_images(config: TrainConfig, name: str) -> Dataset:
+    spec = IMAGE_SETS[name]
+    root = Path(config.data_dir) if config.data_dir else Path("data")
+    folder = _data_folder(config, name) if spec.downloadable else root / name
+    x_tr, c_tr, x_te, c_te = _read_images(name, folder)
+    keep = drop_positives(c_tr, spec.n_classes, keep=0.2, seed=config.split_seed)
+    return Dataset(
+        name,
+        normalise_images(x_tr[keep], spec.mean, spec.std),
+        binarize_classes(c_tr[keep], spec.n_classes),
+        normalise_images(x_te, spec.mean, spec.std),
+        binarize_classes(c_te, spec.n_classes),
+        f"official test set of {name}, unchanged (training positives reduced to 20%, "
+        f"seed {config.split_seed})",
+    )
+
+
 _LOADERS = {
     "digits": _load_digits,
     "w7a": lambda config: _load_w(config, "w7a"),
     "w8a": lambda config: _load_w(config, "w8a"),
+    **{name: (lambda config, name=name: _load_images(config, name)) for name in IMAGE_SETS},
     "libsvm": _load_libsvm,
     "csv": _load_csv,
 }

@@ -11,7 +11,13 @@ import numpy as np
 
 from slate.errors import ConfigError, DataError
 
-__all__ = ["PARTITIONS", "check_party_counts", "dirichlet_partition", "make_partition", "stratified_partition"]
+__all__ = [
+    "PARTITIONS",
+    "check_party_counts",
+    "dirichlet_partition",
+    "make_partition",
+    "stratified_partition",
+]
 
 PARTITIONS = ("stratified", "dirichlet")
 

@@ -76,7 +76,9 @@ class PartySampler:
             out[:, k, : self.b] = pos[pos_rng.integers(0, len(pos), size=(steps, self.b))]
             if self.m > self.b:
                 neg = self.negative_ids[k]
-                out[:, k, self.b :] = neg[neg_rng.integers(0, len(neg), size=(steps, self.m - self.b))]
+                out[:, k, self.b :] = neg[
+                    neg_rng.integers(0, len(neg), size=(steps, self.m - self.b))
+                ]
         return torch.from_numpy(out).to(device)
 
     def state_dict(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ class Batch:
     labels: Tensor
 
     def repeat(self, times: int) -> Batch:
-        """The same samples stacked ``times`` times along the party axis (SLATE-M's two iterates)."""
+        """The same samples stacked ``times`` times along the party axis."""
         return Batch(
             self.features.repeat(times, *([1] * (self.features.ndim - 1))),
             self.labels.repeat(times, 1),
@@ -61,59 +61,96 @@ class FlatParameters:
             for name, shape, off in zip(self.names, self.shapes, self.offsets, strict=True)
         }
 
-    def load_into(self, module: nn.Module, flat: Tensor) -> None:
-        """Copy a flat vector of shape ``(d,)`` (or longer) into the module's parameters."""
+    def load_into(
+        self, module: nn.Module, flat: Tensor, buffers: dict[str, Tensor] | None = None
+    ) -> None:
+        """Copy a flat vector ``(d,)`` (or longer) into the module's parameters, and buffers."""
         views = self.unflatten(flat[: self.size])
         with torch.no_grad():
             for name, param in module.named_parameters():
                 param.copy_(views[name])
+            for name, buf in module.named_buffers():
+                if buffers is not None and name in buffers:
+                    buf.copy_(buffers[name])
 
 
 class PartyCompute:
     """Losses and gradients of ``objective(model(x_p; features_p), labels_p)`` for every party p.
 
+    Buffers (BatchNorm running statistics) are kept per party, stacked like the parameters
+    (``self.buffers[name]`` has shape ``(P, ...)``), and updated in place by each party's own
+    forward pass inside the vmapped call. They are not mixed: only parameters are exchanged.
+    Evaluation of an averaged model uses buffers averaged over the parties.
+
     Args:
         module: the model; its parameters define the layout of the flat buffer.
         objective: maps ``(logits, labels, extra)`` to a scalar loss.
         n_extra: number of algorithm variables appended after the model's parameters.
+        n_parties: how many parties ``P`` this process computes for.
     """
 
-    def __init__(self, module: nn.Module, objective: Objective, n_extra: int = 0) -> None:
+    def __init__(
+        self, module: nn.Module, objective: Objective, n_extra: int = 0, n_parties: int = 1
+    ) -> None:
         self.module = module
         self.layout = FlatParameters(module)
         self.objective = objective
         self.n_extra = n_extra
         self.dim = self.layout.size + n_extra
+        self.buffers = {
+            name: buf.detach().unsqueeze(0).repeat(n_parties, *([1] * buf.ndim))
+            for name, buf in module.named_buffers()
+        }
 
-        def party_loss(flat: Tensor, features: Tensor, labels: Tensor) -> Tensor:
+        def party_loss(
+            flat: Tensor, buffers: dict[str, Tensor], features: Tensor, labels: Tensor
+        ) -> Tensor:
             params = self.layout.unflatten(flat[: self.layout.size])
-            logits = functional_call(self.module, params, (features,))
+            logits = functional_call(self.module, (params, buffers), (features,))
             return self.objective(logits, labels, flat[self.layout.size :])
 
         self._batched = vmap(grad_and_value(party_loss))
 
     def __call__(self, x: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
-        """Return ``(losses (P,), gradients (P, d))`` at the parties' parameters ``x (P, d)``."""
-        grads, losses = self._batched(x, batch.features, batch.labels)
+        """Return ``(losses (P,), gradients (P, d))`` at the parties' parameters ``x (P, d)``.
+
+        Updates the parties' BatchNorm statistics, if the model has any, from this batch.
+        """
+        self.module.train()
+        grads, losses = self._batched(x, self.buffers, batch.features, batch.labels)
         return losses, grads
 
+    def averaged_buffers(self) -> dict[str, Tensor]:
+        """Float buffers averaged over parties, counters of party 0."""
+        return {
+            name: buf.mean(dim=0) if buf.is_floating_point() else buf[0]
+            for name, buf in self.buffers.items()
+        }
+
     def logits(self, x: Tensor, features: Tensor, chunk: int = 4096) -> Tensor:
-        """Logits of one parameter vector ``x (d,)`` on ``features``, evaluated in chunks."""
+        """Logits of one parameter vector ``x (d,)`` (with averaged buffers) on ``features``."""
         params = self.layout.unflatten(x[: self.layout.size])
+        state = (params, self.averaged_buffers())
+        self.module.eval()
         with torch.no_grad():
             outs = [
-                functional_call(self.module, params, (features[i : i + chunk],))
+                functional_call(self.module, state, (features[i : i + chunk],))
                 for i in range(0, features.shape[0], chunk)
             ]
         return torch.cat(outs)
 
-    def party_logits(self, x: Tensor, features: Tensor, chunk: int = 2048) -> Tensor:
-        """Logits of every party's model ``x (P, d)`` on the same ``features``: shape ``(P, n)``."""
+    def party_logits(self, x: Tensor, features: Tensor, chunk: int = 1024) -> Tensor:
+        """Logits of every party's own model ``x (P, d)`` on the same ``features``: ``(P, n)``."""
 
-        def one(flat: Tensor, feats: Tensor) -> Tensor:
-            return functional_call(self.module, self.layout.unflatten(flat[: self.layout.size]), (feats,))
+        def one(flat: Tensor, buffers: dict[str, Tensor], feats: Tensor) -> Tensor:
+            params = self.layout.unflatten(flat[: self.layout.size])
+            return functional_call(self.module, (params, buffers), (feats,))
 
-        batched = vmap(one, in_dims=(0, None))
+        batched = vmap(one, in_dims=(0, 0, None))
+        self.module.eval()
         with torch.no_grad():
-            outs = [batched(x, features[i : i + chunk]) for i in range(0, features.shape[0], chunk)]
+            outs = [
+                batched(x, self.buffers, features[i : i + chunk])
+                for i in range(0, features.shape[0], chunk)
+            ]
         return torch.cat(outs, dim=1)

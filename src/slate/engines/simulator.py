@@ -8,6 +8,7 @@ engine would send for the same rounds: one flat buffer per neighbour per gossip 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -30,8 +31,8 @@ class SimulatorCommunicator(Communicator):
         super().__init__()
         self.topology = topology
         self.n = topology.W.shape[0]
-        self._gossip = torch.as_tensor(topology.W, dtype=dtype, device=device)
-        self._gossip_is_identity = bool((topology.W == torch.eye(self.n).numpy()).all())
+        self._gossip = torch.tensor(np.array(topology.W), dtype=dtype, device=device)
+        self._gossip_is_identity = bool(np.array_equal(topology.W, np.eye(self.n)))
         self._mean_degree = (
             sum(len(topology.neighbours(i)) for i in range(self.n)) / self.n if self.n > 1 else 0.0
         )

@@ -6,7 +6,8 @@ For a mini-batch :math:`\mathcal{B}` of :math:`m` scored samples and a positive 
 
     \ell(i, j) = \max\{s - (h_i - h_j), 0\}^2 \qquad \text{(eq. 2)}
 
-    g_i = \frac{1}{m} \sum_{j \in \mathcal{B}} \big[\mathbf{1}(y_j = 1)\,\ell(i, j),\; \ell(i, j)\big]
+    g_i = \frac{1}{m} \sum_{j \in \mathcal{B}}
+          \big[\mathbf{1}(y_j = 1)\,\ell(i, j),\; \ell(i, j)\big]
 
     f(u) = -u_1 / u_2 ,
 
@@ -33,7 +34,7 @@ __all__ = ["APLoss", "ap_surrogate", "ap_surrogate_terms", "sigmoid_ap_objective
 
 
 def ap_surrogate_terms(scores: Tensor, labels: Tensor, margin: float) -> tuple[Tensor, Tensor]:
-    r"""Return :math:`g^1_i` and :math:`g^2_i` (eq. 5's inner averages) for every ``i`` in the batch.
+    r"""Return :math:`g^1_i` and :math:`g^2_i` (eq. 5's inner averages) for every ``i``.
 
     Args:
         scores: prediction scores :math:`h` of shape ``(m,)``.

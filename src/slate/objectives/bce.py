@@ -9,7 +9,9 @@ __all__ = ["bce_objective"]
 
 
 def bce_objective(logits: Tensor, labels: Tensor, extra: Tensor) -> Tensor:
-    r"""Mean binary cross-entropy :math:`-\frac1m\sum_j y_j\log\sigma(z_j) + (1-y_j)\log(1-\sigma(z_j))`.
+    r"""Mean binary cross-entropy of the logits ``z``.
+
+    .. math:: -\frac1m\sum_j y_j\log\sigma(z_j) + (1-y_j)\log(1-\sigma(z_j))
 
     Computed from logits for numerical stability.
     """

@@ -1,0 +1,304 @@
+"""Reader for LIBSVM / SVMlight text files (plain or gzip-compressed).
+
+The format is one example per line::
+
+    <label> <index>:<value> <index>:<value> ...  # optional comment
+
+with 1-based feature indices. Binary labels may be written as ``-1``/``+1`` or ``0``/``1`` (any
+spelling that parses to those numbers, e.g. ``+1`` or ``1.0``); they are returned as ``0``/``1``.
+
+Parsing is vectorised: every line is split once, all ``index:value`` tokens of the file are
+joined and converted by numpy in one call, and the dense matrix is filled with one scatter.
+Only when something is wrong does a slow per-token pass run, to report the exact line and token.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from typing import NoReturn
+
+import numpy as np
+
+from slate.errors import DataError
+
+__all__ = ["MAX_ELEMENTS", "read_libsvm", "read_text"]
+
+#: Largest dense matrix (rows * features) the readers agree to allocate.
+MAX_ELEMENTS = 2**31
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+# A token (the joined string separates tokens by single spaces) that holds no ':' at all.
+_TOKEN_WITHOUT_COLON = re.compile(r"(?:^| )[^ :]+(?= |$)")
+_MAX_LISTED_LABELS = 5
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """Read a whole text file, transparently decompressing gzip, and decode it as UTF-8.
+
+    Gzip is recognised by its magic bytes ``1f 8b`` rather than by the file name, so a
+    decompressed file that kept its ``.gz`` suffix (or a compressed one without it) is read
+    correctly. A leading UTF-8 byte-order mark is dropped.
+
+    Args:
+        path: The file to read.
+
+    Returns:
+        The decoded text.
+
+    Raises:
+        DataError: If the file cannot be opened, is a corrupt gzip stream, or is not UTF-8.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise DataError(
+            f"Cannot read data file {name}: {reason}. Check that the path is correct and that "
+            "the file is readable."
+        ) from None
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(
+                f"Data file {name} starts with the gzip signature (bytes 1f 8b) but cannot be "
+                f"decompressed ({exc}); the file is probably truncated or corrupt. Download it "
+                "again or replace it with an intact copy."
+            ) from None
+    if raw.startswith(_UTF8_BOM):
+        raw = raw[len(_UTF8_BOM) :]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(
+            f"Data file {name}, line {line}: the file is not valid UTF-8 text (byte "
+            f"0x{raw[exc.start]:02x} at offset {exc.start} cannot be decoded). Expected a text "
+            "file, plain or gzip-compressed; check that the right file was given and that it "
+            "is not damaged."
+        ) from None
+
+
+def read_libsvm(
+    path: str | os.PathLike[str], n_features: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read a binary-classification LIBSVM file into dense arrays.
+
+    Blank lines and everything after a ``#`` are ignored. Labels ``-1``/``+1`` or ``0``/``1``
+    are mapped to ``0``/``1``; a file in which only one class occurs is accepted (the caller
+    decides whether that is usable). Indices need not be sorted, but an index may occur only
+    once per line.
+
+    Args:
+        path: A plain-text or gzip-compressed (detected by its magic bytes) LIBSVM file.
+        n_features: The number of features ``d``. If ``None``, ``d`` is the largest index in the
+            file; if given, an index larger than ``n_features`` is an error.
+
+    Returns:
+        ``(X, y)``: ``X`` is a C-contiguous ``float32`` array of shape ``(n, d)`` and ``y`` an
+        ``int64`` array of shape ``(n,)`` with values in ``{0, 1}``.
+
+    Raises:
+        DataError: If the file cannot be read, is not UTF-8, holds no data lines, has labels
+            that are not binary, a malformed ``index:value`` token (missing ``:``, an index that
+            is not an integer >= 1 or exceeds ``n_features``, a value that is not a finite
+            number representable as float32, an index repeated within a line), or if the dense
+            matrix would exceed :data:`MAX_ELEMENTS` elements.
+    """
+    name = os.fspath(path)
+    if n_features is not None and (
+        isinstance(n_features, bool)
+        or not isinstance(n_features, (int, np.integer))
+        or n_features < 1
+    ):
+        raise DataError(
+            f"Cannot read {name}: n_features must be a positive integer or None, got "
+            f"{n_features!r}."
+        )
+    text = read_text(name)
+
+    label_tokens: list[str] = []
+    line_numbers: list[int] = []
+    counts: list[int] = []
+    feature_tokens: list[str] = []
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        hash_pos = line.find("#")
+        tokens = (line[:hash_pos] if hash_pos >= 0 else line).split()
+        if not tokens:
+            continue
+        label_tokens.append(tokens[0])
+        line_numbers.append(lineno)
+        counts.append(len(tokens) - 1)
+        feature_tokens.extend(tokens[1:])
+
+    if not label_tokens:
+        raise DataError(
+            f"LIBSVM file {name} contains no data lines (it is empty or holds only blank and "
+            "comment lines). Expected lines of the form '<label> <index>:<value> ...'."
+        )
+    y = _map_labels(name, label_tokens, line_numbers)
+    n_rows = len(label_tokens)
+
+    if not feature_tokens:
+        if n_features is None:
+            raise DataError(
+                f"LIBSVM file {name} has {n_rows} data lines but no 'index:value' tokens at all, "
+                "so the number of features cannot be inferred. Pass n_features explicitly or "
+                "check the file."
+            )
+        return np.zeros((n_rows, n_features), dtype=np.float32), y
+
+    token_lines = np.repeat(np.asarray(line_numbers, dtype=np.int64), counts)
+    idx, vals = _parse_tokens(name, feature_tokens, token_lines, n_features)
+
+    max_pos = int(np.argmax(idx))
+    d = n_features if n_features is not None else int(idx[max_pos])
+    if n_rows * d > MAX_ELEMENTS:
+        raise DataError(
+            f"LIBSVM file {name}: a dense matrix of {n_rows} rows x {d} features "
+            f"({n_rows * d} elements) exceeds the limit of {MAX_ELEMENTS} elements"
+            + (
+                f" (the largest index, {d}, occurs on line {int(token_lines[max_pos])})"
+                if n_features is None
+                else ""
+            )
+            + ". Expected a dataset that fits in memory as a dense float32 matrix; check for a "
+            "stray huge feature index or use a smaller file."
+        )
+
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), counts)
+    cols = idx - 1
+    keys = rows * d + cols
+    if keys.size > 1 and not bool(np.all(keys[1:] > keys[:-1])):
+        order = np.argsort(keys, kind="stable")
+        same = keys[order[1:]] == keys[order[:-1]]
+        if bool(same.any()):
+            pos = int(order[1:][same].min())
+            raise DataError(
+                f"LIBSVM file {name}, line {int(token_lines[pos])}: feature index "
+                f"{int(idx[pos])} occurs more than once on this line (token "
+                f"'{feature_tokens[pos]}'). Expected each index at most once per line."
+            )
+
+    X = np.zeros((n_rows, d), dtype=np.float32)
+    X[rows, cols] = vals.astype(np.float32)
+    return X, y
+
+
+def _map_labels(name: str, label_tokens: list[str], line_numbers: list[int]) -> np.ndarray:
+    """Map label tokens to 0/1, or raise a DataError naming the first offending line."""
+    values: dict[str, float | None] = {}
+    for tok in dict.fromkeys(label_tokens):
+        try:
+            values[tok] = float(tok)
+        except ValueError:
+            values[tok] = None
+    distinct = set(values.values())
+    if not (distinct <= {-1.0, 1.0} or distinct <= {0.0, 1.0}):
+        seen: set[float | None] = set()
+        bad_line, bad_tok = line_numbers[0], label_tokens[0]
+        for tok, lineno in zip(label_tokens, line_numbers, strict=True):
+            seen.add(values[tok])
+            if not (seen <= {-1.0, 1.0} or seen <= {0.0, 1.0}):
+                bad_line, bad_tok = lineno, tok
+                break
+        listed = list(values)[:_MAX_LISTED_LABELS]
+        more = len(values) - len(listed)
+        found = ", ".join(repr(t) for t in listed) + (f" and {more} more" if more > 0 else "")
+        raise DataError(
+            f"LIBSVM file {name}, line {bad_line}: labels are not binary (label {bad_tok!r} on "
+            f"this line does not fit the labels before it). Distinct labels found: {found}. "
+            "Expected labels -1/+1 or 0/1 only; multi-class or regression files must be "
+            "converted to a binary task first."
+        )
+    mapping = {tok: int(v is not None and v > 0) for tok, v in values.items()}
+    return np.fromiter((mapping[t] for t in label_tokens), dtype=np.int64, count=len(label_tokens))
+
+
+def _parse_tokens(
+    name: str, tokens: list[str], token_lines: np.ndarray, n_features: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Convert ``index:value`` tokens to int64 indices and float64 values, all at once."""
+    n = len(tokens)
+    joined = " ".join(tokens)
+    ok = joined.count(":") == n and _TOKEN_WITHOUT_COLON.search(joined) is None
+    if ok:
+        pieces = joined.replace(":", " ").split()
+        ok = len(pieces) == 2 * n
+    if ok:
+        try:
+            idx = np.array(pieces[0::2], dtype=np.int64)
+            vals = np.array(pieces[1::2], dtype=np.float64)
+        except (ValueError, OverflowError):
+            ok = False
+    if ok:
+        upper = n_features if n_features is not None else MAX_ELEMENTS
+        ok = bool(
+            (idx >= 1).all()
+            and (idx <= upper).all()
+            and (np.abs(vals) <= _FLOAT32_MAX).all()  # also False for nan
+        )
+    if not ok:
+        _raise_first_token_error(name, tokens, token_lines, n_features)
+    return idx, vals
+
+
+def _raise_first_token_error(
+    name: str, tokens: list[str], token_lines: np.ndarray, n_features: int | None
+) -> NoReturn:
+    """Scan tokens one by one and raise a DataError for the first malformed one."""
+    upper = n_features if n_features is not None else MAX_ELEMENTS
+    for pos, tok in enumerate(tokens):
+        where = f"LIBSVM file {name}, line {int(token_lines[pos])}"
+        index_text, sep, value_text = tok.partition(":")
+        if not sep:
+            raise DataError(
+                f"{where}: token {tok!r} has no ':'. Expected 'index:value' pairs after the "
+                "label, separated by whitespace."
+            )
+        try:
+            index = int(index_text)
+        except ValueError:
+            raise DataError(
+                f"{where}: feature index {index_text!r} in token {tok!r} is not an integer. "
+                "Expected 'index:value' with a 1-based integer index."
+            ) from None
+        if index < 1:
+            raise DataError(
+                f"{where}: feature index {index} in token {tok!r} is below 1. LIBSVM indices "
+                "are 1-based, so every index must be at least 1."
+            )
+        if index > upper:
+            expected = (
+                f"at most n_features={n_features}"
+                if n_features is not None
+                else f"at most {MAX_ELEMENTS} (larger indices cannot fit in memory)"
+            )
+            raise DataError(
+                f"{where}: feature index {index} in token {tok!r} is too large; expected an "
+                f"index {expected}."
+            )
+        try:
+            value = float(value_text)
+        except ValueError:
+            raise DataError(
+                f"{where}: value {value_text!r} in token {tok!r} is not a number. Expected "
+                "'index:value' with a numeric value."
+            ) from None
+        if not abs(value) <= _FLOAT32_MAX:
+            raise DataError(
+                f"{where}: value {value_text!r} in token {tok!r} is not a finite float32 "
+                "number. Expected finite feature values (no nan or inf, magnitude below "
+                f"{_FLOAT32_MAX:.3g})."
+            )
+    raise DataError(  # pragma: no cover - the fast path only fails on a token caught above
+        f"LIBSVM file {name}: the 'index:value' tokens could not be parsed. Expected lines of "
+        "the form '<label> <index>:<value> ...'."
+    )

@@ -1,0 +1,274 @@
+"""Figures for experiment reports: PR curves, AP-versus-iteration curves, heat maps.
+
+Built on :class:`matplotlib.figure.Figure` directly, never on ``pyplot``: no global figure
+registry, no interactive backend, safe to call from several threads. Each ``*_figure``
+function builds and returns a figure (handy for tests and notebooks); each ``plot_*``
+function builds the same figure, writes it as a PNG at 120 dpi (creating parent folders)
+and releases it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+__all__ = [
+    "ap_curves_figure",
+    "heatmap_figure",
+    "plot_ap_curves",
+    "plot_heatmap",
+    "plot_pr_curves",
+    "pr_curves_figure",
+]
+
+DPI = 120
+"""Resolution of every written PNG, in dots per inch."""
+
+PathLike = str | os.PathLike[str]
+
+
+def _save(fig: Figure, path: PathLike) -> Path:
+    """Write ``fig`` as a PNG at :data:`DPI`, creating parent folders, then release it.
+
+    Args:
+        fig: the figure to write.
+        path: destination file.
+
+    Returns:
+        The destination as a :class:`~pathlib.Path`.
+    """
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(out, format="png", dpi=DPI)
+    finally:
+        fig.clear()
+    return out
+
+
+def _require_nonempty(mapping: Mapping[str, object], what: str) -> None:
+    """Raise ``ValueError`` if there is nothing to draw."""
+    if len(mapping) == 0:
+        raise ValueError(f"{what} is empty: nothing to plot")
+
+
+# --------------------------------------------------------------------------- PR curves
+
+
+def pr_curves_figure(
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], title: str
+) -> Figure:
+    """Build a figure with one precision-recall curve per method.
+
+    Each curve is drawn as a right-continuous step function (``steps-post``), the shape
+    whose area is the step-wise average precision
+    :math:`\\mathrm{AP} = \\sum_k (R_k - R_{k-1}) P_k`.
+
+    Args:
+        curves: maps a method name to ``(precision, recall, ap)``, e.g. the first two
+            outputs of :func:`slate.metrics.precision_recall_curve` and the AP.
+        title: figure title.
+
+    Returns:
+        The figure; its single axes holds one line per method, labelled
+        ``"name (AP=0.xxxx)"``.
+
+    Raises:
+        ValueError: ``curves`` is empty, or a precision and recall differ in length.
+    """
+    _require_nonempty(curves, "curves")
+    fig = Figure(figsize=(6.4, 4.8))
+    ax = fig.add_subplot()
+    for name, (precision, recall, ap) in curves.items():
+        p = np.asarray(precision, dtype=float).ravel()
+        r = np.asarray(recall, dtype=float).ravel()
+        if p.shape != r.shape:
+            raise ValueError(
+                f"curve {name!r}: precision and recall lengths differ ({p.size} vs {r.size})"
+            )
+        ax.plot(r, p, drawstyle="steps-post", label=f"{name} (AP={float(ap):.4f})")
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.02)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def plot_pr_curves(
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], path: PathLike, title: str
+) -> Path:
+    """Write precision-recall curves, one per method, as a PNG.
+
+    Args:
+        curves: maps a method name to ``(precision, recall, ap)``.
+        path: destination PNG file; parent folders are created.
+        title: figure title.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: see :func:`pr_curves_figure`.
+    """
+    return _save(pr_curves_figure(curves, title), path)
+
+
+# --------------------------------------------------------------------------- AP curves
+
+
+def ap_curves_figure(
+    histories: Mapping[str, tuple[Sequence[int], Sequence[float]]],
+    title: str,
+    ylabel: str = "test AP",
+) -> Figure:
+    """Build a figure of a metric against the iteration, one line per method.
+
+    Args:
+        histories: maps a method name to ``(iterations, values)`` of equal length.
+        title: figure title.
+        ylabel: label of the y axis.
+
+    Returns:
+        The figure; its single axes holds one line per method, labelled by its name.
+
+    Raises:
+        ValueError: ``histories`` is empty, or iterations and values differ in length.
+    """
+    _require_nonempty(histories, "histories")
+    fig = Figure(figsize=(6.4, 4.8))
+    ax = fig.add_subplot()
+    for name, (iterations, values) in histories.items():
+        it = np.asarray(iterations, dtype=float).ravel()
+        v = np.asarray(values, dtype=float).ravel()
+        if it.shape != v.shape:
+            raise ValueError(
+                f"history {name!r}: iterations and values lengths differ ({it.size} vs {v.size})"
+            )
+        ax.plot(it, v, marker="o" if it.size <= 30 else None, markersize=3, label=name)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def plot_ap_curves(
+    histories: Mapping[str, tuple[Sequence[int], Sequence[float]]],
+    path: PathLike,
+    title: str,
+    ylabel: str = "test AP",
+) -> Path:
+    """Write a metric-versus-iteration plot, one line per method, as a PNG.
+
+    Args:
+        histories: maps a method name to ``(iterations, values)``.
+        path: destination PNG file; parent folders are created.
+        title: figure title.
+        ylabel: label of the y axis.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: see :func:`ap_curves_figure`.
+    """
+    return _save(ap_curves_figure(histories, title, ylabel), path)
+
+
+# --------------------------------------------------------------------------- heat map
+
+
+def heatmap_figure(
+    values: np.ndarray,
+    row_labels: Sequence[object],
+    col_labels: Sequence[object],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> Figure:
+    """Build an annotated heat map with a colour bar.
+
+    Cell :math:`(i, j)` shows ``values[i, j]`` as colour and as text with 4 decimals; the
+    text is white on the dark half of the colour map and black on the light half.
+
+    Args:
+        values: 2-D array of shape ``(len(row_labels), len(col_labels))``.
+        row_labels: tick labels of the rows (y axis, top to bottom).
+        col_labels: tick labels of the columns (x axis, left to right).
+        title: figure title.
+        xlabel: label of the x axis (columns).
+        ylabel: label of the y axis (rows).
+
+    Returns:
+        The figure: the heat map axes first, the colour bar axes second.
+
+    Raises:
+        ValueError: ``values`` is not 2-D or its shape disagrees with the labels.
+    """
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 2:
+        raise ValueError(f"values must be 2-D, got shape {v.shape}")
+    if v.shape != (len(row_labels), len(col_labels)):
+        raise ValueError(
+            f"values has shape {v.shape} but there are {len(row_labels)} row labels "
+            f"and {len(col_labels)} column labels"
+        )
+    n_rows, n_cols = v.shape
+    fig = Figure(figsize=(max(4.8, 1.1 * n_cols + 2.5), max(3.6, 0.6 * n_rows + 1.8)))
+    ax = fig.add_subplot()
+    im = ax.imshow(v, cmap="viridis", aspect="auto")
+    fig.colorbar(im, ax=ax)
+
+    ax.set_xticks(np.arange(n_cols), labels=[str(c) for c in col_labels])
+    ax.set_yticks(np.arange(n_rows), labels=[str(r) for r in row_labels])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+
+    finite = v[np.isfinite(v)]
+    mid = 0.5 * (finite.min() + finite.max()) if finite.size else 0.0
+    for i in range(n_rows):
+        for j in range(n_cols):
+            colour = "white" if np.isfinite(v[i, j]) and v[i, j] < mid else "black"
+            ax.text(j, i, f"{v[i, j]:.4f}", ha="center", va="center", color=colour, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_heatmap(
+    values: np.ndarray,
+    row_labels: Sequence[object],
+    col_labels: Sequence[object],
+    path: PathLike,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> Path:
+    """Write an annotated heat map with a colour bar as a PNG.
+
+    Args:
+        values: 2-D array of shape ``(len(row_labels), len(col_labels))``.
+        row_labels: tick labels of the rows.
+        col_labels: tick labels of the columns.
+        path: destination PNG file; parent folders are created.
+        title: figure title.
+        xlabel: label of the x axis (columns).
+        ylabel: label of the y axis (rows).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: see :func:`heatmap_figure`.
+    """
+    return _save(heatmap_figure(values, row_labels, col_labels, title, xlabel, ylabel), path)

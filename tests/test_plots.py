@@ -1,0 +1,104 @@
+"""Tests of slate.plots: files written as PNG, one line per method, legend texts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from slate.metrics import average_precision, precision_recall_curve
+from slate.plots import (
+    ap_curves_figure,
+    heatmap_figure,
+    plot_ap_curves,
+    plot_heatmap,
+    plot_pr_curves,
+    pr_curves_figure,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_png(path: Path) -> None:
+    assert path.is_file()
+    with path.open("rb") as fh:
+        assert fh.read(8) == PNG_MAGIC
+    assert path.stat().st_size > 1000
+
+
+def _pr_curves() -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+    rng = np.random.default_rng(0)
+    y = torch.tensor(rng.integers(0, 2, 200))
+    y[0] = 1
+    curves = {}
+    for name, noise in (("SLATE", 0.5), ("SLATE-M", 1.0), ("CE", 2.0)):
+        s = y.double() + noise * torch.tensor(rng.normal(size=200))
+        p, r, _ = precision_recall_curve(s, y)
+        curves[name] = (p, r, average_precision(s, y))
+    return curves
+
+
+def _legend_texts(fig) -> list[str]:
+    ax = fig.axes[0]
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_pr_curves_figure_lines_and_legend() -> None:
+    curves = _pr_curves()
+    fig = pr_curves_figure(curves, "PR")
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == len(curves)
+    assert _legend_texts(fig) == [f"{k} (AP={v[2]:.4f})" for k, v in curves.items()]
+    assert ax.get_xlabel() == "recall" and ax.get_ylabel() == "precision"
+    assert ax.get_xlim() == (0.0, 1.0) and ax.get_ylim() == (0.0, 1.02)
+    assert ax.get_title() == "PR"
+
+
+def test_plot_pr_curves_writes_png(tmp_path: Path) -> None:
+    out = plot_pr_curves(_pr_curves(), tmp_path / "a" / "b" / "pr.png", "PR curves")
+    assert out == tmp_path / "a" / "b" / "pr.png"
+    _assert_png(out)
+
+
+def test_ap_curves_figure_and_png(tmp_path: Path) -> None:
+    histories = {
+        "SLATE": ([0, 10, 20, 30], [0.2, 0.4, 0.5, 0.55]),
+        "SLATE-M": ([0, 10, 20, 30], [0.2, 0.45, 0.6, 0.62]),
+    }
+    fig = ap_curves_figure(histories, "AP", ylabel="train AP")
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == len(histories)
+    assert _legend_texts(fig) == list(histories)
+    assert ax.get_xlabel() == "iteration" and ax.get_ylabel() == "train AP"
+    assert ap_curves_figure(histories, "AP").axes[0].get_ylabel() == "test AP"
+    _assert_png(plot_ap_curves(histories, str(tmp_path / "sub" / "ap.png"), "AP"))
+
+
+def test_heatmap_figure_and_png(tmp_path: Path) -> None:
+    values = np.array([[0.12345, 0.5], [0.75, 0.99999], [0.0, 1.0]])
+    rows, cols = ["a", "b", "c"], [1, 2]
+    fig = heatmap_figure(values, rows, cols, "H", "cols", "rows")
+    ax = fig.axes[0]
+    assert len(fig.axes) == 2  # heat map + colour bar
+    texts = sorted(t.get_text() for t in ax.texts)
+    assert texts == sorted(f"{v:.4f}" for v in values.ravel())
+    assert [t.get_text() for t in ax.get_yticklabels()] == rows
+    assert ax.get_xlabel() == "cols" and ax.get_ylabel() == "rows"
+    _assert_png(plot_heatmap(values, rows, cols, tmp_path / "h" / "heat.png", "H", "x", "y"))
+
+
+def test_input_errors() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        pr_curves_figure({}, "t")
+    with pytest.raises(ValueError, match="empty"):
+        ap_curves_figure({}, "t")
+    with pytest.raises(ValueError, match="lengths differ"):
+        ap_curves_figure({"m": ([0, 1, 2], [0.1, 0.2])}, "t")
+    with pytest.raises(ValueError, match="lengths differ"):
+        pr_curves_figure({"m": (np.ones(3), np.ones(2), 0.5)}, "t")
+    with pytest.raises(ValueError, match="shape"):
+        heatmap_figure(np.zeros((2, 2)), ["a"], ["x", "y"], "t", "x", "y")
+    with pytest.raises(ValueError, match="2-D"):
+        heatmap_figure(np.zeros(3), ["a"], ["x"], "t", "x", "y")
