@@ -77,6 +77,17 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run Alg. 1 line 8 (off in the paper's experiments)",
     )
+    algo.add_argument("--alpha", type=float, help="SLATE-M momentum coefficient alpha")
+    algo.add_argument(
+        "--initial-batch", type=int, help="SLATE-M initial batch of B positives (default 5 b)"
+    )
+    algo.add_argument(
+        "--momentum",
+        default="storm",
+        choices=("storm", "ema"),
+        help="SLATE-M estimator: storm (the paper's, default) or ema (the authors' scripts)",
+    )
+    algo.add_argument("--lr-dual", type=float, help="CODA step size for the dual variable")
     algo.add_argument("--model", help="model name (default: the dataset's)")
     algo.add_argument("--hidden", type=int, help="hidden width of the MLP (default 28)")
 

@@ -113,19 +113,29 @@ class Run:
         self.algorithm: Algorithm = build_algorithm(
             config.algorithm,
             AlgorithmConfig(
-                lr=config.lr, margin=config.margin, gradient_tracking=config.gradient_tracking
+                lr=config.lr,
+                margin=config.margin,
+                gradient_tracking=config.gradient_tracking,
+                alpha=config.alpha,
+                initial_batch=config.initial_batch,
+                momentum=config.momentum,
+                lr_dual=config.lr_dual,
             ),
         )
         model = build_model(
             config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
         )
         self.model = model.to(self.device)
+        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
         self.compute = PartyCompute(
-            self.model, self.algorithm.objective(), self.algorithm.n_extra, n_parties=config.nodes
+            self.model,
+            self.algorithm.objective(),
+            self.algorithm.n_extra,
+            n_parties=config.nodes,
+            context=self.algorithm.context([self.labels[p] for p in self.parts]),
         )
         self.comm: Communicator = SimulatorCommunicator(self.topology, self.device, torch.float32)
         self.features = torch.from_numpy(self.data.x_train).to(self.device)
-        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
         self.test_features = torch.from_numpy(self.data.x_test).to(self.device)
         self.test_labels = torch.from_numpy(self.data.y_test).to(self.device)
         self.x = self.initial_parameters()
@@ -144,15 +154,30 @@ class Run:
 
     def advance(self, steps: int) -> Tensor:
         """Run ``steps`` iterations; returns the parties' losses, shape ``(steps, P)``."""
-        indices = self.sampler.draw(steps, self.device)
         losses = torch.empty(steps, self.config.nodes, device=self.device)
-        for k in range(steps):
+        start = 0
+        if self.iteration == 0 and self.algorithm.initial_batches(self.config.positives) > 0:
+            losses[0] = self._first_step()
+            start = 1
+        indices = self.sampler.draw(steps - start, self.device)
+        for k in range(start, steps):
             self.comm.set_iteration(self.iteration)
             self.x, losses[k] = self.algorithm.step(
-                self.x, self.batch(indices[k]), self.comm, self.compute
+                self.x, self.batch(indices[k - start]), self.comm, self.compute
             )
             self.iteration += 1
         self._guard_finite(losses, self.iteration - steps)
+        return losses
+
+    def _first_step(self) -> Tensor:
+        """Iteration 0 of an algorithm with an initial batch (SLATE-M, Alg. 2 lines 3-5)."""
+        blocks = self.sampler.draw(
+            self.algorithm.initial_batches(self.config.positives), self.device
+        )
+        batch = Batch.stack(self.features[blocks], self.labels[blocks])
+        self.comm.set_iteration(0)
+        self.x, losses = self.algorithm.first_step(self.x, batch, self.comm, self.compute)
+        self.iteration = 1
         return losses
 
     def _guard_finite(self, losses: Tensor, first_iteration: int) -> None:

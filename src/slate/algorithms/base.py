@@ -29,11 +29,19 @@ class AlgorithmConfig:
         lr: step size eta.
         margin: squared-hinge margin s of the AP surrogate (eq. 2).
         gradient_tracking: run Alg. 1 line 8 / Alg. 2 line 11 (off in the paper's experiments).
+        alpha: SLATE-M's momentum coefficient.
+        initial_batch: SLATE-M's initial batch of B positives (default ``5 b``).
+        momentum: SLATE-M's estimator, ``storm`` (the paper's) or ``ema`` (the authors' scripts).
+        lr_dual: CODA's step size for the dual variable alpha.
     """
 
     lr: float = 0.01
     margin: float = 0.1
     gradient_tracking: bool = False
+    alpha: float = 0.1
+    initial_batch: int | None = None
+    momentum: str = "storm"
+    lr_dual: float = 0.0001
 
 
 class Algorithm(ABC):
@@ -50,6 +58,26 @@ class Algorithm(ABC):
         validate_positive("--lr", config.lr)
         self.config = config
         self.state: dict[str, Tensor] = {}
+
+    def initial_batches(self, positives: int) -> int:
+        """How many mini-batches iteration 0 consumes (SLATE-M's initial batch); default none.
+
+        When this is positive, the run calls :meth:`first_step` with that many batches instead
+        of :meth:`step` at iteration 0.
+        """
+        del positives
+        return 0
+
+    def first_step(
+        self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute
+    ) -> tuple[Tensor, Tensor]:
+        """Iteration 0 on ``k`` stacked batches (block major); only algorithms that need it."""
+        raise NotImplementedError
+
+    def context(self, labels_per_party: list[Tensor]) -> Tensor | None:
+        """Per-party constants for the objective, from each party's own labels; default none."""
+        del labels_per_party
+        return None
 
     @abstractmethod
     def objective(self) -> Objective:

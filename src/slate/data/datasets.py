@@ -111,37 +111,35 @@ def _load_w(config: TrainConfig, name: str) -> Dataset:
 
 
 def _user_files(config: TrainConfig, reader) -> Dataset:
+    """Read ``--train`` and, if given, ``--test`` (else split ``--train``)."""
     if not config.train:
         raise ConfigError(
             f"--dataset {config.dataset} needs --train FILE (and optionally --test FILE)."
         )
     x_train, y_train = reader(config.train)
-    if config.test:
-        x_test, y_test = reader(config.test)
-        if x_test.shape[1:] != x_train.shape[1:]:
-            raise DataError(
-                f"--test {config.test} has {x_test.shape[1]} features but --train {config.train} "
-                f"has {x_train.shape[1]}; give --n-features or matching files."
-            )
-        split = f"test file {config.test}"
-    else:
+    if not config.test:
         x_train, x_test, y_train, y_test = _split(
             x_train, y_train, config.test_fraction, config.split_seed
         )
         split = f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
-    return Dataset(config.dataset, x_train, y_train, x_test, y_test, split)
+        return Dataset(config.dataset, x_train, y_train, x_test, y_test, split)
+    x_test, y_test = reader(config.test)
+    if config.dataset == "libsvm" and config.n_features is None:
+        # Without --n-features each file's width is its own largest index: pad to the wider.
+        width = max(x_train.shape[1], x_test.shape[1])
+        x_train, x_test = (np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in (x_train, x_test))
+    if x_test.shape[1:] != x_train.shape[1:]:
+        raise DataError(
+            f"--test {config.test} has {x_test.shape[1]} features but --train {config.train} "
+            f"has {x_train.shape[1]}; the two files must have the same columns."
+        )
+    return Dataset(config.dataset, x_train, y_train, x_test, y_test, f"test file {config.test}")
 
 
 def _load_libsvm(config: TrainConfig) -> Dataset:
     from slate.data.libsvm import read_libsvm
 
-    n_features = config.n_features
-    if n_features is None and config.test:
-        # Both files must share one width: take the larger max index of the two.
-        n_features = max(
-            read_libsvm(config.train)[0].shape[1], read_libsvm(config.test)[0].shape[1]
-        )
-    return _user_files(config, lambda path: read_libsvm(path, n_features=n_features))
+    return _user_files(config, lambda path: read_libsvm(path, n_features=config.n_features))
 
 
 def _load_csv(config: TrainConfig) -> Dataset:

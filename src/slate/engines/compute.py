@@ -17,7 +17,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 __all__ = ["Batch", "FlatParameters", "Objective", "PartyCompute"]
 
-Objective = Callable[[Tensor, Tensor, Tensor], Tensor]
+Objective = Callable[..., Tensor]
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,16 @@ class Batch:
 
     def repeat(self, times: int) -> Batch:
         """The same samples stacked ``times`` times along the party axis."""
-        return Batch(
-            self.features.repeat(times, *([1] * (self.features.ndim - 1))),
-            self.labels.repeat(times, 1),
-        )
+        return Batch(_tile(self.features, times), _tile(self.labels, times))
+
+    @staticmethod
+    def stack(features: Tensor, labels: Tensor) -> Batch:
+        """Blocks of batches ``(k, P, m, ...)`` flattened block-major to ``(k P, m, ...)``."""
+        return Batch(features.flatten(0, 1), labels.flatten(0, 1))
+
+
+def _tile(t: Tensor, blocks: int) -> Tensor:
+    return t.repeat(blocks, *([1] * (t.ndim - 1)))
 
 
 class FlatParameters:
@@ -82,42 +88,76 @@ class PartyCompute:
     forward pass inside the vmapped call. They are not mixed: only parameters are exchanged.
     Evaluation of an averaged model uses buffers averaged over the parties.
 
+    A call may stack several blocks of the ``P`` parties (``x`` of shape ``(k P, d)``, block
+    major), e.g. SLATE-M's current and previous iterates on the same samples: then every block
+    runs with the parties' buffers and only the first block's statistics are kept.
+
     Args:
         module: the model; its parameters define the layout of the flat buffer.
-        objective: maps ``(logits, labels, extra)`` to a scalar loss.
+        objective: maps ``(logits, labels, extra)`` to a scalar loss, or
+            ``(logits, labels, extra, context)`` when ``context`` is given.
         n_extra: number of algorithm variables appended after the model's parameters.
         n_parties: how many parties ``P`` this process computes for.
+        context: per-party constants ``(P, c)`` handed to the objective (CODA's positive rate).
     """
 
     def __init__(
-        self, module: nn.Module, objective: Objective, n_extra: int = 0, n_parties: int = 1
+        self,
+        module: nn.Module,
+        objective: Objective,
+        n_extra: int = 0,
+        n_parties: int = 1,
+        context: Tensor | None = None,
     ) -> None:
         self.module = module
         self.layout = FlatParameters(module)
         self.objective = objective
         self.n_extra = n_extra
+        self.n_parties = n_parties
         self.dim = self.layout.size + n_extra
         self.buffers = {
             name: buf.detach().unsqueeze(0).repeat(n_parties, *([1] * buf.ndim))
             for name, buf in module.named_buffers()
         }
+        dtype = next(module.parameters()).dtype
+        self.context = None if context is None else context.to(dtype)
+        with_context = context is not None
 
         def party_loss(
-            flat: Tensor, buffers: dict[str, Tensor], features: Tensor, labels: Tensor
+            flat: Tensor,
+            buffers: dict[str, Tensor],
+            features: Tensor,
+            labels: Tensor,
+            context: Tensor,
         ) -> Tensor:
             params = self.layout.unflatten(flat[: self.layout.size])
             logits = functional_call(self.module, (params, buffers), (features,))
-            return self.objective(logits, labels, flat[self.layout.size :])
+            extra = flat[self.layout.size :]
+            if with_context:
+                return self.objective(logits, labels, extra, context)
+            return self.objective(logits, labels, extra)
 
         self._batched = vmap(grad_and_value(party_loss))
 
     def __call__(self, x: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
-        """Return ``(losses (P,), gradients (P, d))`` at the parties' parameters ``x (P, d)``.
+        """Return ``(losses (kP,), gradients (kP, d))`` at the parameters ``x (kP, d)``.
 
-        Updates the parties' BatchNorm statistics, if the model has any, from this batch.
+        Updates the parties' BatchNorm statistics, if the model has any, from the first block.
         """
+        blocks = x.shape[0] // self.n_parties
+        context = self.context
+        if context is None:
+            context = x.new_zeros(self.n_parties, 0)
         self.module.train()
-        grads, losses = self._batched(x, self.buffers, batch.features, batch.labels)
+        if blocks == 1:
+            grads, losses = self._batched(x, self.buffers, batch.features, batch.labels, context)
+            return losses, grads
+        tiled = {k: _tile(v, blocks) for k, v in self.buffers.items()}
+        grads, losses = self._batched(
+            x, tiled, batch.features, batch.labels, _tile(context, blocks)
+        )
+        for name, buf in tiled.items():
+            self.buffers[name] = buf[: self.n_parties].clone()
         return losses, grads
 
     def averaged_buffers(self) -> dict[str, Tensor]:
