@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from slate.config import TrainConfig
-from slate.errors import SlateError
+from slate.errors import ConfigError, SlateError
 
 __all__ = ["build_parser", "main"]
 
@@ -115,7 +115,82 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--seed", type=int, default=0)
     topo.add_argument("--fed-period", type=int, default=10)
     topo.add_argument("--show", action="store_true", help="also print W")
+    _add_reproduce_parser(sub)
+    _add_tune_parser(sub)
     return parser
+
+
+def _add_reproduce_parser(sub) -> None:
+    from slate.reproduce import METHODS, TABLE2_DATASETS
+
+    rep = sub.add_parser("reproduce", help="reproduce the paper's Table 2 / Figures 1-2 / ablation")
+    what = rep.add_subparsers(dest="experiment", required=True)
+    t2 = what.add_parser("table2", help="Table 2 and Figures 1-2: all methods, N=20 ring")
+    t2.add_argument("--datasets", default=",".join(TABLE2_DATASETS), help="comma-separated")
+    t2.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    t2.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    abl = what.add_parser("ablation", help="Tables 3-4: margin x b (x alpha) grids")
+    abl.add_argument("--dataset", default="cifar10")
+    abl.add_argument("--seed", type=int, default=0)
+    abl.add_argument("--batch-size", type=int, help="override the preset's m")
+    for p in (t2, abl):
+        p.add_argument("--data-dir", help="folder laid out as DIR/w7a, DIR/mnist, ...")
+        p.add_argument("--out", default="reproduction", help="output folder (runs are reused)")
+        p.add_argument("--configs", help="folder of TOML presets (default: the repo's configs/)")
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--iterations", type=int, help="override the presets' iteration counts")
+
+
+def _add_tune_parser(sub) -> None:
+    tune = sub.add_parser("tune", help="grid search on a validation split of the training set")
+    _add_train_arguments(tune)
+    tune.add_argument(
+        "--grid",
+        help="e.g. 'lr=0.01,0.005 margin=0.1,0.5' (default: the paper's grid for the algorithm)",
+    )
+    tune.add_argument("--validation-fraction", type=float, default=0.2)
+
+
+def _comma_list(text: str, kind=str, flag: str = "") -> list:
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise ConfigError(f"{flag} expects comma-separated values, got {text!r}.") from err
+
+
+def _run_reproduce(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from slate import reproduce
+
+    config_dir = Path(args.configs) if args.configs else None
+    if args.experiment == "table2":
+        reproduce.table2(
+            args.data_dir, Path(args.out),
+            datasets=_comma_list(args.datasets, flag="--datasets"),
+            methods=_comma_list(args.methods, flag="--methods"),
+            seeds=_comma_list(args.seeds, int, "--seeds"),
+            config_dir=config_dir, device=args.device, iterations=args.iterations,
+        )  # fmt: skip
+    else:
+        reproduce.ablation(
+            args.dataset, args.data_dir, Path(args.out), seed=args.seed, config_dir=config_dir,
+            device=args.device, iterations=args.iterations, batch_size=args.batch_size,
+        )  # fmt: skip
+    return 0
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from slate.tune import parse_grid, tune
+
+    grid = parse_grid(args.grid) if args.grid else None
+    tune(
+        _train_config(args), grid, args.validation_fraction,
+        out=Path(args.out) if args.out else None,
+    )  # fmt: skip
+    return 0
 
 
 def _train_config(args: argparse.Namespace) -> TrainConfig:
@@ -143,7 +218,12 @@ def _run_topology(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slate`` console script and ``python -m slate``."""
     args = build_parser().parse_args(argv)
-    handlers = {"train": _run_train, "topology": _run_topology}
+    handlers = {
+        "train": _run_train,
+        "topology": _run_topology,
+        "reproduce": _run_reproduce,
+        "tune": _run_tune,
+    }
     try:
         return handlers[args.command](args)
     except SlateError as err:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -241,6 +242,10 @@ def _write_outputs(
         writer.writerows(history)
     logits = run.test_logits()
     precision, recall, _ = metrics.precision_recall_curve(logits, run.test_labels)
+    np.savetxt(
+        out / "pr_curve.csv", np.column_stack([precision, recall]), delimiter=",",
+        header="precision,recall", comments="", fmt="%.8g",
+    )  # fmt: skip
     label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
     plots.plot_pr_curves(
         {label: (precision, recall, summary["test_ap"])},
