@@ -98,6 +98,18 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="cpu", help="cpu or cuda")
     run.add_argument("--threads", type=int, help="torch CPU threads")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument(
+        "--engine",
+        default="simulator",
+        choices=("simulator", "distributed"),
+        help="simulator (all parties in this process) or distributed (one process per party)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="distributed: seconds before a silent party counts as lost (default 60)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,10 +210,58 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**{k: v for k, v in vars(args).items() if k in fields})
 
 
-def _run_train(args: argparse.Namespace) -> int:
+def _run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from slate.train import train
 
-    train(_train_config(args), progress=not args.no_progress)
+    config = _train_config(args)
+    if args.engine == "distributed":
+        from slate.engines.launch import in_worker
+
+        if in_worker():
+            return _run_worker(config, args.timeout, progress=not args.no_progress)
+        return _launch(config, argv, args.timeout)
+    train(config, progress=not args.no_progress)
+    return 0
+
+
+def _launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
+    """Check the input once here, then start one worker process per party."""
+    from slate.engines.launch import launch_local
+    from slate.train import check_inputs, default_out_dir
+
+    resolved = check_inputs(config)
+    forwarded = list(argv)
+    if config.out is None:
+        forwarded += ["--out", str(default_out_dir(resolved))]
+    if config.nodes is None:
+        forwarded += ["--nodes", str(resolved.nodes)]
+    return launch_local(forwarded, resolved.nodes, timeout)
+
+
+def _run_worker(config: TrainConfig, timeout: float, progress: bool) -> int:
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from slate.engines.distributed import DistributedEngine, backend_for, local_rank
+    from slate.engines.launch import worker_process_group
+    from slate.train import resolve_device, train
+
+    device = resolve_device(config.device)
+    worker_process_group(backend_for(device), timeout)
+    try:
+        world = dist.get_world_size()
+        if config.nodes is not None and config.nodes != world:
+            raise ConfigError(
+                f"--nodes {config.nodes} differs from the {world} processes that were launched."
+            )
+        if device.type == "cuda":
+            config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
+        # One party per process: several processes share the cores, so one thread each.
+        config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
+        train(config, engine=DistributedEngine(), progress=progress)
+    finally:
+        dist.destroy_process_group()
     return 0
 
 
@@ -217,14 +277,16 @@ def _run_topology(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slate`` console script and ``python -m slate``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     handlers = {
-        "train": _run_train,
         "topology": _run_topology,
         "reproduce": _run_reproduce,
         "tune": _run_tune,
     }
     try:
+        if args.command == "train":
+            return _run_train(args, argv)
         return handlers[args.command](args)
     except SlateError as err:
         print(f"slate: error: {err}", file=sys.stderr)

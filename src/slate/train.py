@@ -35,12 +35,20 @@ from slate.data.partition import check_party_counts, make_partition
 from slate.data.sampler import PartySampler, validate_batch_shape
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
-from slate.engines.simulator import SimulatorCommunicator
+from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
 from slate.models import build_model
 from slate.topology import build_topology
 
-__all__ = ["HISTORY_COLUMNS", "Run", "RunResult", "resolve_device", "train"]
+__all__ = [
+    "HISTORY_COLUMNS",
+    "Run",
+    "RunResult",
+    "check_inputs",
+    "default_out_dir",
+    "resolve_device",
+    "train",
+]
 
 HISTORY_COLUMNS = (
     "iteration",
@@ -79,6 +87,25 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def check_inputs(config: TrainConfig) -> TrainConfig:
+    """Resolve the config and check flags, topology and data, without building a run.
+
+    The distributed launcher calls it once, so that bad input gives one clear error instead
+    of one per party.
+    """
+    config = resolve_config(config)
+    _check_numbers(config)
+    resolve_device(config.device)
+    build_topology(config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period)
+    build_algorithm(config.algorithm, _algorithm_config(config))
+    data = load_dataset(config)
+    parts = make_partition(
+        data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
+    )
+    check_party_counts(data.y_train, parts, config.positives, config.batch_size)
+    return config
+
+
 def _check_numbers(config: TrainConfig) -> None:
     validate_batch_shape(config.batch_size, config.positives)
     if config.iterations < 1:
@@ -89,54 +116,59 @@ def _check_numbers(config: TrainConfig) -> None:
         raise ConfigError(f"--nodes must be at least 1, got {config.nodes}.")
     if config.hidden < 1:
         raise ConfigError(f"--hidden must be at least 1, got {config.hidden}.")
+    if config.threads is not None and config.threads < 1:
+        raise ConfigError(f"--threads must be at least 1, got {config.threads}.")
+    if config.out is not None and Path(config.out).exists() and not Path(config.out).is_dir():
+        raise ConfigError(f"--out {config.out} exists and is a file; give a folder.")
 
 
 class Run:
-    """One experiment's state on the simulator, built from a resolved config."""
+    """One experiment's state, built from a resolved config, on the parties this engine runs.
 
-    def __init__(self, config: TrainConfig, data: Dataset | None = None) -> None:
+    The simulator runs all N parties here; a distributed process runs one. Everything else
+    (partition, sampling streams, model, algorithm, evaluation) is the same code, so both
+    engines compute the same numbers.
+    """
+
+    def __init__(
+        self, config: TrainConfig, data: Dataset | None = None, engine: Engine | None = None
+    ) -> None:
         self.config = config
         _check_numbers(config)
         if config.threads:
             torch.set_num_threads(config.threads)
+        self.engine = engine or SimulatorEngine(config.nodes)
         self.device = resolve_device(config.device)
         self.data = data if data is not None else load_dataset(config)
-        self.parts = make_partition(
+        parts = make_partition(
             self.data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
         )
-        check_party_counts(self.data.y_train, self.parts, config.positives, config.batch_size)
+        check_party_counts(self.data.y_train, parts, config.positives, config.batch_size)
+        self.n_local = len(self.engine.local_parties)
+        local_parts, rows = _local_rows([parts[n] for n in self.engine.local_parties])
+        # Only this process's parties' examples are kept (and moved to the device).
+        self.features = torch.from_numpy(self.data.x_train[rows]).to(self.device)
+        self.labels = torch.from_numpy(self.data.y_train[rows]).to(self.device)
         self.sampler = PartySampler(
-            self.parts, self.data.y_train, config.batch_size, config.positives, config.seed
-        )
+            local_parts, self.data.y_train[rows], config.batch_size, config.positives,
+            config.seed, parties=self.engine.local_parties,
+        )  # fmt: skip
         self.topology = build_topology(
             config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period
         )
-        self.algorithm: Algorithm = build_algorithm(
-            config.algorithm,
-            AlgorithmConfig(
-                lr=config.lr,
-                margin=config.margin,
-                gradient_tracking=config.gradient_tracking,
-                alpha=config.alpha,
-                initial_batch=config.initial_batch,
-                momentum=config.momentum,
-                lr_dual=config.lr_dual,
-            ),
-        )
+        self.algorithm: Algorithm = build_algorithm(config.algorithm, _algorithm_config(config))
         model = build_model(
             config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
         )
         self.model = model.to(self.device)
-        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
         self.compute = PartyCompute(
             self.model,
             self.algorithm.objective(),
             self.algorithm.n_extra,
-            n_parties=config.nodes,
-            context=self.algorithm.context([self.labels[p] for p in self.parts]),
+            n_parties=self.n_local,
+            context=self.algorithm.context([self.labels[p] for p in local_parts]),
         )
-        self.comm: Communicator = SimulatorCommunicator(self.topology, self.device, torch.float32)
-        self.features = torch.from_numpy(self.data.x_train).to(self.device)
+        self.comm: Communicator = self.engine.communicator(self.topology, self.device)
         self.test_features = torch.from_numpy(self.data.x_test).to(self.device)
         self.test_labels = torch.from_numpy(self.data.y_test).to(self.device)
         self.x = self.initial_parameters()
@@ -147,15 +179,15 @@ class Run:
         """Alg. 1 line 2: every party starts from the same model (plus algorithm variables)."""
         x0 = self.compute.layout.flatten(self.model)
         extra = self.algorithm.initial_extra(1, self.device, x0.dtype)[0]
-        return torch.cat([x0, extra]).expand(self.config.nodes, -1).clone()
+        return torch.cat([x0, extra]).expand(self.n_local, -1).clone()
 
     def batch(self, indices: Tensor) -> Batch:
         """Gather every party's mini-batch for one step from indices ``(P, m)``."""
         return Batch(self.features[indices], self.labels[indices])
 
     def advance(self, steps: int) -> Tensor:
-        """Run ``steps`` iterations; returns the parties' losses, shape ``(steps, P)``."""
-        losses = torch.empty(steps, self.config.nodes, device=self.device)
+        """Run ``steps`` iterations; returns the local parties' losses, shape ``(steps, P)``."""
+        losses = torch.empty(steps, self.n_local, device=self.device)
         start = 0
         if self.iteration == 0 and self.algorithm.initial_batches(self.config.positives) > 0:
             losses[0] = self._first_step()
@@ -172,10 +204,9 @@ class Run:
 
     def _first_step(self) -> Tensor:
         """Iteration 0 of an algorithm with an initial batch (SLATE-M, Alg. 2 lines 3-5)."""
-        blocks = self.sampler.draw(
-            self.algorithm.initial_batches(self.config.positives), self.device
-        )
-        batch = Batch.stack(self.features[blocks], self.labels[blocks])
+        blocks = self.algorithm.initial_batches(self.config.positives)
+        indices = self.sampler.draw(blocks, self.device)
+        batch = Batch.stack(self.features[indices], self.labels[indices])
         self.comm.set_iteration(0)
         self.x, losses = self.algorithm.first_step(self.x, batch, self.comm, self.compute)
         self.iteration = 1
@@ -186,43 +217,92 @@ class Run:
             return
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad):
-            step, party = (int(v) for v in bad[0])
-            where = f"the loss of party {party} at iteration {first_iteration + step}"
+            step, row = (int(v) for v in bad[0])
+            where = (
+                f"the loss of party {self.engine.local_parties[row]} at iteration "
+                f"{first_iteration + step}"
+            )
         else:
-            party = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
-            where = f"the parameters of party {party} by iteration {self.iteration}"
+            row = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
+            where = (
+                f"the parameters of party {self.engine.local_parties[row]} by iteration "
+                f"{self.iteration}"
+            )
         raise TrainingDiverged(
             f"Training diverged: {where} became non-finite (NaN or inf) with --lr "
             f"{self.config.lr}. Try a lower learning rate, e.g. --lr {self.config.lr / 10:g}."
         )
 
     def averaged_parameters(self) -> Tensor:
-        """The output model of Alg. 1: :math:`\\bar x = \\frac1N \\sum_n x_n`."""
-        return self.x.mean(dim=0)
+        """The output model of Alg. 1: :math:`\\bar x = \\frac1N \\sum_n x_n` (collective)."""
+        return self.engine.mean(self.x)
+
+    def averaged_buffers(self) -> dict[str, Tensor]:
+        """BatchNorm statistics of the averaged model: the mean over all parties (collective)."""
+        return {
+            name: self.engine.mean(buf) if buf.is_floating_point() else buf[0]
+            for name, buf in self.compute.buffers.items()
+        }
 
     def test_logits(self) -> Tensor:
-        return self.compute.logits(self.averaged_parameters(), self.test_features)
+        """Logits of the averaged model on the test set (collective)."""
+        xbar, buffers = self.averaged_parameters(), self.averaged_buffers()
+        return self.compute.logits(xbar, self.test_features, buffers)
 
     def evaluate(self) -> dict[str, float]:
         """AP and AUROC of the averaged model on the whole test set, and the consensus distance.
 
-        AP is computed on the logits: the sigmoid is monotone, so the ranking (and AP) is that of
-        the sigmoid scores, without the ties that float32 saturation of the sigmoid would add.
+        Every process must call it (it averages over all parties); the numbers are meaningful on
+        the main process. AP is computed on the logits: the sigmoid is monotone, so the ranking
+        (and AP) is that of the sigmoid scores, without the ties that float32 saturation of the
+        sigmoid would add.
         """
+        params = self.x[:, : self.compute.layout.size]
+        xbar = self.engine.mean(params)
+        spread = self.engine.total(((params - xbar) ** 2).sum()) / self.config.nodes
         logits = self.test_logits()
+        if not self.engine.is_main:
+            return {"test_ap": math.nan, "test_auroc": math.nan, "consensus_distance": math.nan}
         return {
             "test_ap": metrics.average_precision(logits, self.test_labels),
             "test_auroc": metrics.auroc(logits, self.test_labels),
-            "consensus_distance": metrics.consensus_distance(self.x[:, : self.compute.layout.size]),
+            "consensus_distance": float(spread),
         }
 
+    def mean_loss(self, losses: Tensor) -> float:
+        """The mean of the parties' training losses over a chunk (collective)."""
+        return float(self.engine.total(losses.sum()) / (losses.shape[0] * self.config.nodes))
+
     def party_aps(self) -> list[float]:
-        """AP of every party's own model on the test set (the spread across parties)."""
-        logits = self.compute.party_logits(self.x, self.test_features)
+        """AP of every party's own model on the test set (collective; empty off the main)."""
+        x = self.engine.gather(self.x)
+        buffers = {k: self.engine.gather(v) for k, v in self.compute.buffers.items()}
+        if x is None:
+            return []
+        logits = self.compute.party_logits(x, self.test_features, buffers)
         return [metrics.average_precision(row, self.test_labels) for row in logits]
 
 
-def _default_out_dir(config: TrainConfig) -> Path:
+def _local_rows(parts: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The rows of these parties, and each party's indices re-expressed as positions in them."""
+    rows = np.concatenate(parts)
+    offsets = np.cumsum([0] + [len(p) for p in parts])
+    return [np.arange(offsets[k], offsets[k + 1]) for k in range(len(parts))], rows
+
+
+def _algorithm_config(config: TrainConfig) -> AlgorithmConfig:
+    return AlgorithmConfig(
+        lr=config.lr,
+        margin=config.margin,
+        gradient_tracking=config.gradient_tracking,
+        alpha=config.alpha,
+        initial_batch=config.initial_batch,
+        momentum=config.momentum,
+        lr_dual=config.lr_dual,
+    )
+
+
+def default_out_dir(config: TrainConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path("runs") / f"{config.dataset}-{config.algorithm}-{stamp}"
     path, k = base, 1
@@ -233,14 +313,18 @@ def _default_out_dir(config: TrainConfig) -> Path:
 
 
 def _write_outputs(
-    run: Run, summary: dict[str, Any], history: list[dict[str, float]], out: Path
+    run: Run,
+    summary: dict[str, Any],
+    history: list[dict[str, float]],
+    out: Path,
+    final_model: tuple[Tensor, dict[str, Tensor], Tensor],
 ) -> None:
+    xbar, buffers, logits = final_model
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "history.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=HISTORY_COLUMNS)
         writer.writeheader()
         writer.writerows(history)
-    logits = run.test_logits()
     precision, recall, _ = metrics.precision_recall_curve(logits, run.test_labels)
     np.savetxt(
         out / "pr_curve.csv", np.column_stack([precision, recall]), delimiter=",",
@@ -257,66 +341,27 @@ def _write_outputs(
         out / "ap_curve.png",
         title=f"Test AP of the averaged model on {run.config.dataset}",
     )
-    run.compute.layout.load_into(
-        run.model, run.averaged_parameters(), run.compute.averaged_buffers()
-    )
+    run.compute.layout.load_into(run.model, xbar, buffers)
     torch.save({k: v.detach().cpu() for k, v in run.model.state_dict().items()}, out / "model.pt")
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)
 
 
-def train(
-    config: TrainConfig,
-    *,
-    progress: bool = True,
-    write: bool = True,
-    data: Dataset | None = None,
-    log=print,
-) -> RunResult:
-    """Run one experiment on the simulator and (by default) write its run folder."""
-    from tqdm.auto import tqdm
+def _evaluation_row(run: Run, losses: Tensor | None, start: float) -> dict[str, float]:
+    return {
+        "iteration": run.iteration,
+        **run.evaluate(),
+        "train_loss": math.nan if losses is None else run.mean_loss(losses),
+        "elapsed_seconds": time.perf_counter() - start,
+    }
 
-    config = resolve_config(config)
-    run = Run(config, data=data)
-    out = (Path(config.out) if config.out else _default_out_dir(config)) if write else None
-    log(run.data.describe())
-    log(
-        f"{config.algorithm} on {config.nodes} parties, topology {config.topology} "
-        f"(lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
-    )
 
-    start = time.perf_counter()
-    history = [
-        {
-            "iteration": 0,
-            **run.evaluate(),
-            "train_loss": math.nan,
-            "elapsed_seconds": time.perf_counter() - start,
-        }
-    ]
-    bar = tqdm(total=config.iterations, disable=not progress, unit="it", dynamic_ncols=True)
-    try:
-        while run.iteration < config.iterations:
-            steps = min(config.eval_every, MAX_CHUNK, config.iterations - run.iteration)
-            losses = run.advance(steps)
-            bar.update(steps)
-            if run.iteration % config.eval_every == 0 or run.iteration == config.iterations:
-                row = {
-                    "iteration": run.iteration,
-                    **run.evaluate(),
-                    "train_loss": float(losses.mean()),
-                    "elapsed_seconds": time.perf_counter() - start,
-                }
-                history.append(row)
-                bar.set_postfix(ap=f"{row['test_ap']:.4f}")
-    finally:
-        bar.close()
-    wall = time.perf_counter() - start
-    party_aps = run.party_aps()
-    final = history[-1]
-    summary = {
+def _summary(run: Run, history, party_aps: list[float], wall: float) -> dict[str, Any]:
+    config, final = run.config, history[-1]
+    return {
         "dataset": config.dataset,
         "algorithm": config.algorithm,
+        "engine": run.engine.name,
         "topology": config.topology,
         "nodes": config.nodes,
         "lambda": run.topology.lam,
@@ -337,13 +382,60 @@ def train(
         **run.comm.traffic(),
         "config": config.to_dict(),
     }
+
+
+def train(
+    config: TrainConfig,
+    *,
+    progress: bool = True,
+    write: bool = True,
+    data: Dataset | None = None,
+    engine: Engine | None = None,
+    log=print,
+) -> RunResult:
+    """Run one experiment and (by default) write its run folder from the main process.
+
+    With the distributed engine every process calls this; only the main one logs and writes.
+    """
+    from tqdm.auto import tqdm
+
+    config = resolve_config(config)
+    run = Run(config, data=data, engine=engine)
+    main = run.engine.is_main
+    say = log if main else (lambda _: None)
+    out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
+    say(run.data.describe())
+    say(
+        f"{config.algorithm} on {config.nodes} parties ({run.engine.name}), topology "
+        f"{config.topology} (lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
+    )
+    start = time.perf_counter()
+    history = [_evaluation_row(run, None, start)]
+    bar = tqdm(total=config.iterations, disable=not (progress and main), unit="it",
+               dynamic_ncols=True)  # fmt: skip
+    try:
+        while run.iteration < config.iterations:
+            steps = min(config.eval_every, MAX_CHUNK, config.iterations - run.iteration)
+            losses = run.advance(steps)
+            bar.update(steps)
+            if run.iteration % config.eval_every == 0 or run.iteration == config.iterations:
+                history.append(_evaluation_row(run, losses, start))
+                bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
+    finally:
+        bar.close()
+    wall = time.perf_counter() - start
+    party_aps = run.party_aps()
+    final_model = (run.averaged_parameters(), run.averaged_buffers(), run.test_logits())
+    if not main:
+        return RunResult({}, history, None, run.x)
+    summary = _summary(run, history, party_aps, wall)
     if out is not None:
-        _write_outputs(run, summary, history, out)
+        _write_outputs(run, summary, history, out, final_model)
         summary["out_dir"] = str(out)
-    log(
+    say(
         f"test AP {summary['test_ap']:.4f}  AUROC {summary['test_auroc']:.4f}  "
         f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) in {wall:.1f} s"
     )
     if out is not None:
-        log(f"results written to {out}")
+        say(f"results written to {out}")
     return RunResult(summary, history, out, run.x)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,15 @@ def find_file(folder: Path, name: str) -> Path | None:
 def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
     if not 0 < fraction < 1:
         raise ConfigError(f"--test-fraction must lie strictly between 0 and 1, got {fraction}.")
+    counts = np.bincount(y.astype(np.int64))
+    n_test = math.ceil(fraction * len(y))
+    classes = int((counts > 0).sum())
+    if counts[counts > 0].min() < 2 or n_test < classes or len(y) - n_test < classes:
+        raise DataError(
+            f"Cannot split {len(y)} examples (class counts {counts.tolist()}) into a stratified "
+            f"{fraction:.0%} test set: each class needs at least two examples and both parts at "
+            "least one of each class. Give a larger file, another --test-fraction, or --test FILE."
+        )
     return train_test_split(x, y, test_size=fraction, stratify=y, random_state=seed)
 
 

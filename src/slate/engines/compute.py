@@ -167,10 +167,19 @@ class PartyCompute:
             for name, buf in self.buffers.items()
         }
 
-    def logits(self, x: Tensor, features: Tensor, chunk: int = 4096) -> Tensor:
-        """Logits of one parameter vector ``x (d,)`` (with averaged buffers) on ``features``."""
+    def logits(
+        self,
+        x: Tensor,
+        features: Tensor,
+        buffers: dict[str, Tensor] | None = None,
+        chunk: int = 4096,
+    ) -> Tensor:
+        """Logits of one parameter vector ``x (d,)`` on ``features``, in chunks.
+
+        ``buffers`` default to the local parties' averaged buffers.
+        """
         params = self.layout.unflatten(x[: self.layout.size])
-        state = (params, self.averaged_buffers())
+        state = (params, self.averaged_buffers() if buffers is None else buffers)
         self.module.eval()
         with torch.no_grad():
             outs = [
@@ -179,8 +188,18 @@ class PartyCompute:
             ]
         return torch.cat(outs)
 
-    def party_logits(self, x: Tensor, features: Tensor, chunk: int = 1024) -> Tensor:
-        """Logits of every party's own model ``x (P, d)`` on the same ``features``: ``(P, n)``."""
+    def party_logits(
+        self,
+        x: Tensor,
+        features: Tensor,
+        buffers: dict[str, Tensor] | None = None,
+        chunk: int = 1024,
+    ) -> Tensor:
+        """Logits of every party's own model ``x (P, d)`` on the same ``features``: ``(P, n)``.
+
+        ``buffers`` (stacked like ``x``) default to the local parties' own.
+        """
+        buffers = self.buffers if buffers is None else buffers
 
         def one(flat: Tensor, buffers: dict[str, Tensor], feats: Tensor) -> Tensor:
             params = self.layout.unflatten(flat[: self.layout.size])
@@ -190,7 +209,7 @@ class PartyCompute:
         self.module.eval()
         with torch.no_grad():
             outs = [
-                batched(x, self.buffers, features[i : i + chunk])
+                batched(x, buffers, features[i : i + chunk])
                 for i in range(0, features.shape[0], chunk)
             ]
         return torch.cat(outs, dim=1)

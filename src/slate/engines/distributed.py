@@ -1,0 +1,175 @@
+"""The real multi-party engine on ``torch.distributed``: one process per party.
+
+Each process runs one party (``P = 1``) with exactly the simulator's code for sampling, model,
+algorithm and evaluation; only the communicator differs:
+
+* ``mix(x)`` exchanges **one flat buffer per neighbour per exchange** with
+  ``dist.batch_isend_irecv``, only with the parties ``r`` that have ``w_nr > 0``, then forms
+  :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
+* ``average(x)`` is one ``all_reduce``; the ``full`` topology and federated averaging rounds use it.
+
+gloo carries CPU tensors, nccl CUDA tensors. A party that stops answering makes the others fail
+within ``--timeout`` seconds with a :class:`PartyLost` error that names the lost rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from slate.engines.base import Communicator
+from slate.engines.local import Engine
+from slate.errors import SlateError
+from slate.topology import Topology
+
+__all__ = ["DistributedCommunicator", "DistributedEngine", "PartyLost", "init_process_group"]
+
+LOST_KEY = "slate/lost_rank"
+
+
+class PartyLost(SlateError):
+    """Another party stopped answering (its process died or its machine became unreachable)."""
+
+
+def init_process_group(
+    backend: str, rank: int, world_size: int, timeout_s: float, init_method: str | None = None
+) -> None:
+    """Join the process group: from ``init_method``, or from torchrun's environment variables."""
+    kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout_s)}
+    if init_method is not None:
+        kwargs.update(init_method=init_method, rank=rank, world_size=world_size)
+    dist.init_process_group(backend, **kwargs)
+
+
+class _Guard:
+    """Turns a failed collective into :class:`PartyLost`, naming the rank that was lost.
+
+    The first process that sees a neighbour fail records that rank in the rendezvous store; the
+    others report what the store says. If the store itself is gone, rank 0 (its host) was lost.
+    """
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def run(self, action: Callable[[], Any], suspects: list[int]) -> Any:
+        try:
+            return action()
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise PartyLost(self._message(suspects, err)) from None
+
+    def _message(self, suspects: list[int], err: Exception) -> str:
+        lost = self._recorded_or(suspects)
+        return (
+            f"Party {self.rank} lost contact with party (rank) {lost}: its process died or its "
+            f"machine became unreachable, so this party stops too. Restart all parties (with "
+            f"--resume once checkpoints exist). Backend said: {str(err).splitlines()[0][:200]}"
+        )
+
+    def _recorded_or(self, suspects: list[int]) -> int | str:
+        store = _store()
+        try:
+            if store is not None:
+                if store.check([LOST_KEY]):
+                    return int(store.get(LOST_KEY))
+                if len(suspects) == 1:
+                    store.set(LOST_KEY, str(suspects[0]))
+                    return suspects[0]
+        except Exception:  # the store lives on rank 0: unreachable means rank 0 died
+            return 0
+        return suspects[0] if len(suspects) == 1 else f"one of {suspects}"
+
+
+def _store():
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # no store: not initialised, or already torn down
+        return None
+
+
+class DistributedCommunicator(Communicator):
+    """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce."""
+
+    def __init__(self, topology: Topology, rank: int) -> None:
+        super().__init__()
+        self.topology = topology
+        self.rank = rank
+        self.n = topology.n
+        self.self_weight = float(topology.W[rank, rank])
+        self.neighbours = topology.neighbours(rank)
+        self.guard = _Guard(rank)
+
+    def mix(self, x: Tensor) -> Tensor:
+        if self.topology.is_full_average_at(self.iteration):
+            return self.average(x)
+        if not self.neighbours:
+            return x
+        flat = x.reshape(-1).contiguous()
+        received = {r: torch.empty_like(flat) for r, _ in self.neighbours}
+        ops = []
+        for r, _ in self.neighbours:
+            ops.append(dist.P2POp(dist.isend, flat, r))
+            ops.append(dist.P2POp(dist.irecv, received[r], r))
+        works = self.guard.run(lambda: dist.batch_isend_irecv(ops), [r for r, _ in self.neighbours])
+        for k, work in enumerate(works):
+            peer = self.neighbours[k // 2][0]
+            self.guard.run(work.wait, [peer])
+        out = self.self_weight * flat
+        for r, w in self.neighbours:
+            out = out + w * received[r]
+        self.bytes_sent += len(self.neighbours) * flat.numel() * flat.element_size()
+        self.messages_sent += len(self.neighbours)
+        return out.view_as(x)
+
+    def average(self, x: Tensor) -> Tensor:
+        total = x.clone()
+        self.guard.run(lambda: dist.all_reduce(total), list(range(self.n)))
+        if self.n > 1:
+            payload = x.numel() * x.element_size()
+            self.bytes_sent += 2 * (self.n - 1) / self.n * payload
+            self.messages_sent += 2 * (self.n - 1)
+        return total / self.n
+
+
+class DistributedEngine(Engine):
+    """This process is party ``rank`` of ``world_size``; the process group is already set up."""
+
+    name = "distributed"
+
+    def __init__(self) -> None:
+        self.rank = dist.get_rank()
+        self.n_parties = dist.get_world_size()
+        self.local_parties = [self.rank]
+        self.is_main = self.rank == 0
+        self.guard = _Guard(self.rank)
+
+    def communicator(self, topology: Topology, device: torch.device) -> Communicator:
+        del device
+        return DistributedCommunicator(topology, self.rank)
+
+    def mean(self, x: Tensor) -> Tensor:
+        return self.total(x.sum(dim=0)) / self.n_parties
+
+    def total(self, value: Tensor) -> Tensor:
+        out = value.clone()
+        self.guard.run(lambda: dist.all_reduce(out), list(range(self.n_parties)))
+        return out
+
+    def gather(self, x: Tensor) -> Tensor | None:
+        parts = [torch.empty_like(x) for _ in range(self.n_parties)]
+        self.guard.run(lambda: dist.all_gather(parts, x.contiguous()), list(range(self.n_parties)))
+        return torch.cat(parts) if self.is_main else None
+
+
+def backend_for(device: torch.device) -> str:
+    """nccl for CUDA tensors, gloo for CPU ones."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))

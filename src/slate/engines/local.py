@@ -1,0 +1,67 @@
+"""What a training run needs from its engine besides mixing: who runs here, and reductions.
+
+The simulator runs every party in one process; a distributed process runs one party. The
+training loop (``slate.train.Run``) is written once against :class:`Engine`, so both engines
+share the sampling, the algorithm steps, the evaluation and the run outputs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor
+
+from slate.engines.base import Communicator
+from slate.engines.simulator import SimulatorCommunicator
+from slate.topology import Topology
+
+__all__ = ["Engine", "SimulatorEngine"]
+
+
+class Engine(ABC):
+    """The parties this process runs, and collective reductions over all N parties."""
+
+    name: str
+    n_parties: int
+    local_parties: list[int]
+    is_main: bool
+
+    @abstractmethod
+    def communicator(self, topology: Topology, device: torch.device) -> Communicator:
+        """The mixing implementation for this engine."""
+
+    @abstractmethod
+    def mean(self, x: Tensor) -> Tensor:
+        """The mean over all N parties of the local rows ``x (P, ...)``, on every process."""
+
+    @abstractmethod
+    def total(self, value: Tensor) -> Tensor:
+        """The sum over all processes of a local tensor."""
+
+    @abstractmethod
+    def gather(self, x: Tensor) -> Tensor | None:
+        """All N parties' rows stacked ``(N, ...)`` on the main process, None elsewhere."""
+
+
+class SimulatorEngine(Engine):
+    """Every party in this process: reductions are plain tensor operations."""
+
+    name = "simulator"
+    is_main = True
+
+    def __init__(self, n_parties: int) -> None:
+        self.n_parties = n_parties
+        self.local_parties = list(range(n_parties))
+
+    def communicator(self, topology: Topology, device: torch.device) -> Communicator:
+        return SimulatorCommunicator(topology, device, torch.float32)
+
+    def mean(self, x: Tensor) -> Tensor:
+        return x.mean(dim=0)
+
+    def total(self, value: Tensor) -> Tensor:
+        return value
+
+    def gather(self, x: Tensor) -> Tensor:
+        return x
