@@ -59,7 +59,6 @@ def test_registry_shape() -> None:
     assert set(cifar.members) == {
         *(f"data_batch_{i}.bin" for i in range(1, 6)),
         "test_batch.bin",
-        "batches.meta.txt",
     }
     for files in OFFICIAL_FILES.values():
         for f in files:

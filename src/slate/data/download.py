@@ -135,7 +135,6 @@ OFFICIAL_FILES: dict[str, list[RemoteFile]] = {
             members=(
                 *(f"data_batch_{i}.bin" for i in range(1, 6)),
                 "test_batch.bin",
-                "batches.meta.txt",
             ),
         )
     ],
@@ -204,9 +203,15 @@ def _candidates(folder: Path, filename: str) -> list[Path]:
     return [folder / filename, folder / other]
 
 
+ARCHIVE_SUBFOLDERS = ("cifar-10-batches-bin",)  # where the official archives unpack to
+
+
 def _is_present(folder: Path, rf: RemoteFile) -> bool:
     if rf.members:
-        return all((folder / m).is_file() for m in rf.members)
+        return any(
+            all((base / m).is_file() for m in rf.members)
+            for base in (folder, *(folder / sub for sub in ARCHIVE_SUBFOLDERS))
+        )
     return any(p.is_file() for p in _candidates(folder, rf.filename))
 
 

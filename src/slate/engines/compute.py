@@ -62,9 +62,11 @@ class FlatParameters:
 
     def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
         """Views of ``flat[..., :d]`` shaped like each parameter, keyed by name."""
+        # One split (whose backward is a single concatenation), not one slice per tensor.
+        pieces = flat[..., : self.size].split([s.numel() for s in self.shapes], dim=-1)
         return {
-            name: flat[..., off : off + shape.numel()].reshape(*flat.shape[:-1], *shape)
-            for name, shape, off in zip(self.names, self.shapes, self.offsets, strict=True)
+            name: piece.reshape(*flat.shape[:-1], *shape)
+            for name, shape, piece in zip(self.names, self.shapes, pieces, strict=True)
         }
 
     def load_into(

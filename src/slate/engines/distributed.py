@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from slate.topology import Topology
 __all__ = ["DistributedCommunicator", "DistributedEngine", "PartyLost", "init_process_group"]
 
 LOST_KEY = "slate/lost_rank"
+PROC_KEY = "slate/process"
 
 
 class PartyLost(SlateError):
@@ -50,12 +52,19 @@ def init_process_group(
 class _Guard:
     """Turns a failed collective into :class:`PartyLost`, naming the rank that was lost.
 
-    The first process that sees a neighbour fail records that rank in the rendezvous store; the
-    others report what the store says. If the store itself is gone, rank 0 (its host) was lost.
+    Every party registers ``host:pid`` in the rendezvous store when it starts. On a failure, a
+    party first looks for a registered process on its own host that is gone; failing that, it
+    takes the rank that another party already recorded, or the single peer it was waiting on.
+    The first party to find the lost rank records it in the store for the others.
     """
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
+
+    def register(self) -> None:
+        store = _store()
+        if store is not None:
+            store.set(f"{PROC_KEY}/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
 
     def run(self, action: Callable[[], Any], suspects: list[int]) -> Any:
         try:
@@ -64,25 +73,58 @@ class _Guard:
             raise PartyLost(self._message(suspects, err)) from None
 
     def _message(self, suspects: list[int], err: Exception) -> str:
-        lost = self._recorded_or(suspects)
+        lost = self._find_lost(suspects)
         return (
             f"Party {self.rank} lost contact with party (rank) {lost}: its process died or its "
             f"machine became unreachable, so this party stops too. Restart all parties (with "
             f"--resume once checkpoints exist). Backend said: {str(err).splitlines()[0][:200]}"
         )
 
-    def _recorded_or(self, suspects: list[int]) -> int | str:
+    def _find_lost(self, suspects: list[int]) -> int | str:
         store = _store()
+        if store is None:
+            return _describe(suspects)
         try:
-            if store is not None:
-                if store.check([LOST_KEY]):
-                    return int(store.get(LOST_KEY))
-                if len(suspects) == 1:
-                    store.set(LOST_KEY, str(suspects[0]))
-                    return suspects[0]
-        except Exception:  # the store lives on rank 0: unreachable means rank 0 died
+            found = self._dead_local_process(store, suspects)
+            if found is None and store.check([LOST_KEY]):
+                return int(store.get(LOST_KEY))
+            if found is None and len(suspects) == 1:
+                found = suspects[0]
+            if found is not None:
+                store.set(LOST_KEY, str(found))
+                return found
+        except Exception:  # the store is unreachable: it lived with the lost rank 0
             return 0
-        return suspects[0] if len(suspects) == 1 else f"one of {suspects}"
+        return _describe(suspects)
+
+    def _dead_local_process(self, store, suspects: list[int]) -> int | None:
+        host = socket.gethostname()
+        for rank in suspects:
+            if rank == self.rank or not store.check([f"{PROC_KEY}/{rank}"]):
+                continue
+            where, _, pid = store.get(f"{PROC_KEY}/{rank}").decode().rpartition(":")
+            if where == host and not _process_alive(int(pid)):
+                return rank
+        return None
+
+
+def _describe(suspects: list[int]) -> int | str:
+    return suspects[0] if len(suspects) == 1 else f"one of {suspects}"
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host; a zombie (exited, not yet reaped) counts as dead."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 def _store():
@@ -147,6 +189,7 @@ class DistributedEngine(Engine):
         self.local_parties = [self.rank]
         self.is_main = self.rank == 0
         self.guard = _Guard(self.rank)
+        self.guard.register()
 
     def communicator(self, topology: Topology, device: torch.device) -> Communicator:
         del device

@@ -1,0 +1,136 @@
+"""The distributed engine (one process per party, gloo) against the simulator, and its faults.
+
+Every run here is a real launch: ``python -m slate train --engine distributed`` starts one
+worker process per party on the loopback interface.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from slate.config import TrainConfig
+from slate.train import train
+
+COMMON = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "50",
+          "--eval-every", "25", "--seed", "3", "--no-progress"]  # fmt: skip
+CASES = {
+    "slate-gt": ["--algorithm", "slate", "--gradient-tracking"],
+    "slate-m": ["--algorithm", "slate-m", "--alpha", "0.5"],
+    "dpsgd": ["--algorithm", "dpsgd"],
+}
+
+
+def slate_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "slate", *args]
+
+
+def config_for(case: str) -> TrainConfig:
+    flags = dict(zip(CASES[case][::2], CASES[case][1::2], strict=False))
+    return TrainConfig(
+        dataset="digits", nodes=4, topology="ring", iterations=50, eval_every=25, seed=3,
+        algorithm=flags["--algorithm"], gradient_tracking="--gradient-tracking" in CASES[case],
+        alpha=float(flags["--alpha"]) if "--alpha" in flags else None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_distributed_engine_equals_simulator(case, tmp_path):
+    out = tmp_path / "dist"
+    done = subprocess.run(
+        slate_command("train", *COMMON, *CASES[case], "--engine", "distributed", "--out", str(out)),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    distributed = json.loads((out / "summary.json").read_text())
+    sim_out = tmp_path / "sim"
+    simulated = train(
+        TrainConfig(**{**config_for(case).to_dict(), "out": str(sim_out)}),
+        progress=False, log=lambda _: None,
+    ).summary  # fmt: skip
+    assert distributed["engine"] == "distributed" and simulated["engine"] == "simulator"
+    assert distributed["test_ap"] == pytest.approx(simulated["test_ap"], abs=1e-5)
+    assert distributed["test_auroc"] == pytest.approx(simulated["test_auroc"], abs=1e-5)
+    ours = torch.load(out / "model.pt", weights_only=True)
+    theirs = torch.load(sim_out / "model.pt", weights_only=True)
+    for name, value in theirs.items():
+        torch.testing.assert_close(ours[name], value, rtol=0, atol=1e-5)
+    # What the simulator says it would send is what the processes sent.
+    assert distributed["comm_bytes_per_party"] == simulated["comm_bytes_per_party"]
+    assert distributed["messages_per_party"] == simulated["messages_per_party"]
+    # Ranks other than 0 print nothing but errors; rank 0 prints the result.
+    assert "test AP" in done.stdout and done.stderr.strip() == ""
+
+
+def test_ring_traffic_is_two_neighbours_times_parameter_bytes_times_exchanges(tmp_path):
+    out = tmp_path / "dist"
+    done = subprocess.run(
+        slate_command("train", *COMMON, "--algorithm", "slate", "--engine", "distributed",
+                      "--out", str(out)),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    parameter_bytes = summary["n_parameters"] * 4  # float32, one flat buffer
+    exchanges = 50  # SLATE without tracking mixes once per iteration
+    assert summary["comm_bytes_per_party"] == 2 * parameter_bytes * exchanges
+    assert summary["messages_per_party"] == 2 * exchanges
+
+
+def _children(pid: int) -> dict[int, int]:
+    """rank -> pid of the launcher's worker processes (read from /proc)."""
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().split()
+            if int(stat[3]) != pid:
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"RANK="):
+                ranks[int(item[5:])] = int(entry.name)
+    return ranks
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_path):
+    timeout = 15
+    launcher = subprocess.Popen(
+        slate_command("train", "--dataset", "digits", "--nodes", "3", "--iterations", "1000000",
+                      "--eval-every", "1000", "--no-progress", "--engine", "distributed",
+                      "--timeout", str(timeout), "--out", str(tmp_path / "run")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ranks = _children(launcher.pid)
+            if len(ranks) == 3 and launcher.poll() is None:
+                break
+            time.sleep(0.5)
+        assert len(ranks) == 3, "the three workers did not start"
+        time.sleep(12)  # let them get into the training loop
+        os.kill(ranks[1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, stderr = launcher.communicate(timeout=timeout + 30)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    assert elapsed < timeout + 10
+    assert "Traceback" not in stderr
+    for survivor in (0, 2):
+        assert f"Party {survivor} lost contact with party (rank) 1" in stderr, stderr
