@@ -137,10 +137,11 @@ def _store():
 class DistributedCommunicator(Communicator):
     """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce."""
 
-    def __init__(self, topology: Topology, rank: int) -> None:
+    def __init__(self, topology: Topology, rank: int, group: Any = None) -> None:
         super().__init__()
         self.topology = topology
         self.rank = rank
+        self.group = group
         self.n = topology.n
         self.self_weight = float(topology.W[rank, rank])
         self.neighbours = topology.neighbours(rank)
@@ -155,8 +156,9 @@ class DistributedCommunicator(Communicator):
         received = {r: torch.empty_like(flat) for r, _ in self.neighbours}
         ops = []
         for r, _ in self.neighbours:
-            ops.append(dist.P2POp(dist.isend, flat, r))
-            ops.append(dist.P2POp(dist.irecv, received[r], r))
+            peer = r if self.group is None else dist.get_global_rank(self.group, r)
+            ops.append(dist.P2POp(dist.isend, flat, peer, self.group))
+            ops.append(dist.P2POp(dist.irecv, received[r], peer, self.group))
         works = self.guard.run(lambda: dist.batch_isend_irecv(ops), [r for r, _ in self.neighbours])
         for k, work in enumerate(works):
             peer = self.neighbours[k // 2][0]
@@ -170,7 +172,7 @@ class DistributedCommunicator(Communicator):
 
     def average(self, x: Tensor) -> Tensor:
         total = x.clone()
-        self.guard.run(lambda: dist.all_reduce(total), list(range(self.n)))
+        self.guard.run(lambda: dist.all_reduce(total, group=self.group), list(range(self.n)))
         if self.n > 1:
             payload = x.numel() * x.element_size()
             self.bytes_sent += 2 * (self.n - 1) / self.n * payload
