@@ -83,6 +83,7 @@ def main() -> None:
         with torch.no_grad():
             scores = model(test_x).squeeze(-1)
         print(f"test AP of the averaged model: {average_precision_score(test_y, scores):.4f}")
+    dist.barrier()  # leave together: no party tears down while another still talks to it
     dist.destroy_process_group()
 
 

@@ -260,6 +260,7 @@ def _run_worker(config: TrainConfig, timeout: float, progress: bool) -> int:
         # One party per process: several processes share the cores, so one thread each.
         config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
         train(config, engine=DistributedEngine(), progress=progress)
+        dist.barrier()  # leave together: no party tears down while another still talks to it
     finally:
         dist.destroy_process_group()
     return 0

@@ -63,6 +63,7 @@ def worker(rank, world, init_file, config, result_file):
     dist.all_reduce(flat)
     if rank == 0:
         torch.save(flat / world, result_file)
+    dist.barrier()
     dist.destroy_process_group()
 
 
