@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from slate.config import TrainConfig
-from slate.errors import ConfigError, SlateError
+from slate.errors import ConfigError, RunInterrupted, SlateError
 
 __all__ = ["build_parser", "main"]
 
@@ -98,6 +98,14 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="cpu", help="cpu or cuda")
     run.add_argument("--threads", type=int, help="torch CPU threads")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument(
+        "--checkpoint-every", type=int, help="iterations between checkpoints (default T/10)"
+    )
+    run.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in DIR from its last checkpoint (only --iterations may change)",
+    )
     run.add_argument(
         "--engine",
         default="simulator",
@@ -213,15 +221,49 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
 def _run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from slate.train import train
 
-    config = _train_config(args)
+    config = _resumed_config(args.resume, argv) if args.resume else _train_config(args)
     if args.engine == "distributed":
         from slate.engines.launch import in_worker
 
         if in_worker():
-            return _run_worker(config, args.timeout, progress=not args.no_progress)
+            return _run_worker(config, args.timeout, not args.no_progress, bool(args.resume))
         return _launch(config, argv, args.timeout)
-    train(config, progress=not args.no_progress)
+    train(config, progress=not args.no_progress, resume=bool(args.resume))
     return 0
+
+
+NOT_CONFIG = frozenset({"command", "resume", "engine", "timeout", "no_progress"})
+
+
+def _explicit_flags(argv: Sequence[str]) -> dict:
+    """The train flags present on the command line (not their defaults)."""
+    parser = build_parser()
+    for action in parser._subparsers._group_actions[0].choices["train"]._actions:
+        action.default = argparse.SUPPRESS
+    return {k: v for k, v in vars(parser.parse_args(argv)).items() if k not in NOT_CONFIG}
+
+
+def _resumed_config(folder: str, argv: Sequence[str]) -> TrainConfig:
+    """The checkpoint's config; flags given with --resume must agree except --iterations."""
+    from pathlib import Path
+
+    from slate import checkpoint
+
+    path = checkpoint.simulator_checkpoint(Path(folder))
+    if not path.is_file():
+        ranks = sorted(checkpoint.checkpoint_files(Path(folder), 0).items())
+        path = ranks[-1][1] if ranks else path
+    saved = checkpoint.load_checkpoint(path)["config"]
+    explicit = _explicit_flags(argv)
+    differing = checkpoint.differing_keys(saved, explicit)
+    if differing:
+        pairs = ", ".join(f"{k} (checkpoint {saved[k]!r}, now {explicit[k]!r})" for k in differing)
+        raise ConfigError(
+            f"--resume {folder}: the command differs from the checkpoint's run in {pairs}. Only "
+            "--iterations may change when resuming; drop the other flags."
+        )
+    updates = {k: v for k, v in explicit.items() if k in checkpoint.RESUMABLE_KEYS}
+    return TrainConfig(**{**saved, **updates, "out": folder})
 
 
 def _launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
@@ -238,7 +280,7 @@ def _launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     return launch_local(forwarded, resolved.nodes, timeout)
 
 
-def _run_worker(config: TrainConfig, timeout: float, progress: bool) -> int:
+def _run_worker(config: TrainConfig, timeout: float, progress: bool, resume: bool) -> int:
     import dataclasses
 
     import torch.distributed as dist
@@ -259,7 +301,7 @@ def _run_worker(config: TrainConfig, timeout: float, progress: bool) -> int:
             config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
         # One party per process: several processes share the cores, so one thread each.
         config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
-        train(config, engine=DistributedEngine(), progress=progress)
+        train(config, engine=DistributedEngine(device), progress=progress, resume=resume)
         dist.barrier()  # leave together: no party tears down while another still talks to it
     finally:
         dist.destroy_process_group()
@@ -289,6 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             return _run_train(args, argv)
         return handlers[args.command](args)
+    except RunInterrupted as err:
+        print(f"slate: {err}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except SlateError as err:
         print(f"slate: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -8,7 +8,7 @@ REFERENCE.md), then the generic default. The resolved config is stored in ``summ
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["DATASET_DEFAULTS", "TrainConfig", "resolve_config"]
@@ -88,11 +88,11 @@ class TrainConfig:
     model: str | None = None
     hidden: int | None = None
     eval_every: int | None = None
+    checkpoint_every: int | None = None
     seed: int = 0
     out: str | None = None
     device: str = "cpu"
     threads: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -109,4 +109,6 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     resolved = dataclasses.replace(config, **updates)
     if resolved.eval_every is None:
         resolved.eval_every = max(1, resolved.iterations // 20)
+    if resolved.checkpoint_every is None:
+        resolved.checkpoint_every = max(1, resolved.iterations // 10)
     return resolved

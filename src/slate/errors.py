@@ -26,3 +26,7 @@ class ConfigError(SlateError):
 
 class TrainingDiverged(SlateError):
     """A loss or parameter became non-finite during training."""
+
+
+class RunInterrupted(SlateError):
+    """The run was stopped by SIGINT or SIGTERM after writing a checkpoint (exit code 130)."""

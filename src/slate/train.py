@@ -18,6 +18,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slate import metrics, plots
+from slate import checkpoint, metrics, plots
 from slate.algorithms import Algorithm, AlgorithmConfig, build_algorithm
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset, load_dataset
@@ -36,7 +38,7 @@ from slate.data.sampler import PartySampler, validate_batch_shape
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
-from slate.errors import ConfigError, TrainingDiverged
+from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.models import build_model
 from slate.topology import build_topology
 
@@ -174,6 +176,11 @@ class Run:
         self.x = self.initial_parameters()
         self.algorithm.init_state(self.x)
         self.iteration = 0
+        self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
+        self.loss_steps = 0
+        self.stop_requested = False  # set by SIGINT / SIGTERM
+        self._chunk_start: dict[str, Any] = self.sampler.state_dict()
+        self._chunk_used = 0
 
     def initial_parameters(self) -> Tensor:
         """Alg. 1 line 2: every party starts from the same model (plus algorithm variables)."""
@@ -185,22 +192,34 @@ class Run:
         """Gather every party's mini-batch for one step from indices ``(P, m)``."""
         return Batch(self.features[indices], self.labels[indices])
 
-    def advance(self, steps: int) -> Tensor:
-        """Run ``steps`` iterations; returns the local parties' losses, shape ``(steps, P)``."""
-        losses = torch.empty(steps, self.n_local, device=self.device)
-        start = 0
+    def advance(self, steps: int) -> int:
+        """Run up to ``steps`` iterations and return how many ran.
+
+        The simulator stops early, between two iterations, when a stop was requested; the
+        distributed engine finishes the chunk, so that all parties stop at the same iteration.
+        """
+        losses = torch.zeros(steps, self.n_local, device=self.device)
+        done = 0
         if self.iteration == 0 and self.algorithm.initial_batches(self.config.positives) > 0:
             losses[0] = self._first_step()
-            start = 1
-        indices = self.sampler.draw(steps - start, self.device)
-        for k in range(start, steps):
+            done = 1
+        self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
+        indices = self.sampler.draw(steps - done, self.device)
+        for k in range(steps - done):
+            if self.stop_requested and self.engine.stops_between_iterations:
+                break
             self.comm.set_iteration(self.iteration)
-            self.x, losses[k] = self.algorithm.step(
-                self.x, self.batch(indices[k - start]), self.comm, self.compute
+            self.x, losses[done] = self.algorithm.step(
+                self.x, self.batch(indices[k]), self.comm, self.compute
             )
             self.iteration += 1
-        self._guard_finite(losses, self.iteration - steps)
-        return losses
+            self._chunk_used += 1
+            done += 1
+        for row in losses[:done]:
+            self.loss_sum += row
+        self.loss_steps += done
+        self._guard_finite(losses[:done], self.iteration - done)
+        return done
 
     def _first_step(self) -> Tensor:
         """Iteration 0 of an algorithm with an initial batch (SLATE-M, Alg. 2 lines 3-5)."""
@@ -211,6 +230,42 @@ class Run:
         self.x, losses = self.algorithm.first_step(self.x, batch, self.comm, self.compute)
         self.iteration = 1
         return losses
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue this run bit for bit (see :mod:`slate.checkpoint`)."""
+        return {
+            "format": 1,
+            "engine": self.engine.name,
+            "parties": self.engine.local_parties,
+            "iteration": self.iteration,
+            "x": self.x.cpu(),
+            "algorithm_state": {k: v.cpu() for k, v in self.algorithm.state.items()},
+            "buffers": {k: v.cpu() for k, v in self.compute.buffers.items()},
+            "sampler": self._chunk_start,
+            "sampler_used": self._chunk_used,
+            "loss_sum": self.loss_sum.cpu(),
+            "loss_steps": self.loss_steps,
+            "traffic": [self.comm.bytes_sent, self.comm.messages_sent],
+            "config": self.config.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s output."""
+        if state["parties"] != self.engine.local_parties:
+            raise ConfigError(
+                f"The checkpoint holds parties {state['parties']}, this process runs "
+                f"{self.engine.local_parties}: resume with the same engine and --nodes."
+            )
+        self.iteration = state["iteration"]
+        self.x = state["x"].to(self.device)
+        self.algorithm.state = {k: v.to(self.device) for k, v in state["algorithm_state"].items()}
+        self.compute.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
+        self.sampler.load_state_dict(state["sampler"])
+        self.sampler.draw(state["sampler_used"])  # the steps of that chunk already taken
+        self._chunk_start = self.sampler.state_dict()
+        self.loss_sum = state["loss_sum"].to(self.device)
+        self.loss_steps = state["loss_steps"]
+        self.comm.bytes_sent, self.comm.messages_sent = state["traffic"]
 
     def _guard_finite(self, losses: Tensor, first_iteration: int) -> None:
         if bool(torch.isfinite(losses).all()) and bool(torch.isfinite(self.x).all()):
@@ -269,9 +324,13 @@ class Run:
             "consensus_distance": float(spread),
         }
 
-    def mean_loss(self, losses: Tensor) -> float:
-        """The mean of the parties' training losses over a chunk (collective)."""
-        return float(self.engine.total(losses.sum()) / (losses.shape[0] * self.config.nodes))
+    def take_mean_loss(self) -> float:
+        """Mean training loss of all parties since the last call (collective), then reset."""
+        steps = max(self.loss_steps, 1)
+        mean = float(self.engine.total(self.loss_sum.sum()) / (steps * self.config.nodes))
+        self.loss_sum.zero_()
+        self.loss_steps = 0
+        return mean
 
     def party_aps(self) -> list[float]:
         """AP of every party's own model on the test set (collective; empty off the main)."""
@@ -347,12 +406,14 @@ def _write_outputs(
         json.dump(summary, handle, indent=2)
 
 
-def _evaluation_row(run: Run, losses: Tensor | None, start: float) -> dict[str, float]:
+def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
+    trained = run.loss_steps > 0
+    loss = run.take_mean_loss()
     return {
         "iteration": run.iteration,
         **run.evaluate(),
-        "train_loss": math.nan if losses is None else run.mean_loss(losses),
-        "elapsed_seconds": time.perf_counter() - start,
+        "train_loss": loss if trained else math.nan,
+        "elapsed_seconds": elapsed,
     }
 
 
@@ -384,6 +445,71 @@ def _summary(run: Run, history, party_aps: list[float], wall: float) -> dict[str
     }
 
 
+class _StopOnSignal:
+    """While active, SIGINT and SIGTERM ask the run to stop at the next safe point."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        del signum, frame
+        self.run.stop_requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _chunk_length(run: Run) -> int:
+    """Steps until the next evaluation, checkpoint or end (chunks never straddle them)."""
+    config, t = run.config, run.iteration
+    return min(
+        MAX_CHUNK,
+        config.iterations - t,
+        config.eval_every - t % config.eval_every,
+        config.checkpoint_every - t % config.checkpoint_every,
+    )
+
+
+def _checkpoint_path(run: Run, out: Path) -> Path:
+    if run.engine.name == "simulator":
+        return checkpoint.simulator_checkpoint(out)
+    return checkpoint.rank_checkpoint(out, run.engine.local_parties[0], run.iteration)
+
+
+def _save(run: Run, out: Path | None, history: list[dict[str, float]], elapsed: float) -> None:
+    if out is None:
+        return
+    path = _checkpoint_path(run, out)
+    checkpoint.save_checkpoint(path, {**run.state_dict(), "history": history, "elapsed": elapsed})
+    if run.engine.name != "simulator":
+        checkpoint.prune_rank_checkpoints(out, run.engine.local_parties[0])
+
+
+def _resume_state(run: Run, out: Path) -> dict[str, Any]:
+    """The checkpoint to continue from: the simulator's, or the newest all parties hold."""
+    if run.engine.name == "simulator":
+        return checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(out))
+    rank = run.engine.local_parties[0]
+    mine = checkpoint.checkpoint_files(out, rank)
+    newest = max(mine, default=-1)
+    common = int(run.engine.minimum(torch.tensor(float(newest))))
+    if common < 0 or common not in mine:
+        raise ConfigError(
+            f"--resume {out}: party {rank} holds checkpoints of iterations {sorted(mine)}, but "
+            f"the newest iteration that every party holds is {common}; the parties' "
+            "checkpoints do not line up (were they written by the same run?)."
+        )
+    return checkpoint.load_checkpoint(mine[common])
+
+
 def train(
     config: TrainConfig,
     *,
@@ -391,11 +517,15 @@ def train(
     write: bool = True,
     data: Dataset | None = None,
     engine: Engine | None = None,
+    resume: bool = False,
     log=print,
 ) -> RunResult:
     """Run one experiment and (by default) write its run folder from the main process.
 
     With the distributed engine every process calls this; only the main one logs and writes.
+    Checkpoints go to the run folder every ``checkpoint_every`` iterations; ``resume=True``
+    continues from the folder's checkpoint. SIGINT / SIGTERM write a checkpoint and raise
+    :class:`RunInterrupted`.
     """
     from tqdm.auto import tqdm
 
@@ -409,20 +539,32 @@ def train(
         f"{config.algorithm} on {config.nodes} parties ({run.engine.name}), topology "
         f"{config.topology} (lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
     )
-    start = time.perf_counter()
-    history = [_evaluation_row(run, None, start)]
-    bar = tqdm(total=config.iterations, disable=not (progress and main), unit="it",
-               dynamic_ncols=True)  # fmt: skip
-    try:
-        while run.iteration < config.iterations:
-            steps = min(config.eval_every, MAX_CHUNK, config.iterations - run.iteration)
-            losses = run.advance(steps)
-            bar.update(steps)
-            if run.iteration % config.eval_every == 0 or run.iteration == config.iterations:
-                history.append(_evaluation_row(run, losses, start))
-                bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
-    finally:
-        bar.close()
+    offset = 0.0
+    if resume and out is not None:
+        state = _resume_state(run, out)
+        run.load_state_dict(state)
+        history, offset = [dict(r) for r in state["history"]], state["elapsed"]
+        say(f"resumed from iteration {run.iteration} of {out}")
+    start = time.perf_counter() - offset
+    if not resume:
+        history = [_evaluation_row(run, 0.0)]
+    bar = tqdm(total=config.iterations, initial=run.iteration, disable=not (progress and main),
+               unit="it", dynamic_ncols=True)  # fmt: skip
+    with _StopOnSignal(run):
+        try:
+            while run.iteration < config.iterations:
+                bar.update(run.advance(_chunk_length(run)))
+                if run.engine.any(run.stop_requested):
+                    _save(run, out, history, time.perf_counter() - start)
+                    raise RunInterrupted(_interrupted_message(run, out))
+                t = run.iteration
+                if t % config.eval_every == 0 or t == config.iterations:
+                    history.append(_evaluation_row(run, time.perf_counter() - start))
+                    bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
+                if t % config.checkpoint_every == 0 and t < config.iterations:
+                    _save(run, out, history, time.perf_counter() - start)
+        finally:
+            bar.close()
     wall = time.perf_counter() - start
     party_aps = run.party_aps()
     final_model = (run.averaged_parameters(), run.averaged_buffers(), run.test_logits())
@@ -439,3 +581,13 @@ def train(
     if out is not None:
         say(f"results written to {out}")
     return RunResult(summary, history, out, run.x)
+
+
+def _interrupted_message(run: Run, out: Path | None) -> str:
+    if out is None:
+        return f"Interrupted at iteration {run.iteration}; nothing was written (no run folder)."
+    return (
+        f"Interrupted at iteration {run.iteration}; checkpoint written to {out}. Continue with: "
+        f"slate train --resume {out}"
+        + (" --engine distributed" if run.engine.name != "simulator" else "")
+    )

@@ -184,8 +184,10 @@ class DistributedEngine(Engine):
     """This process is party ``rank`` of ``world_size``; the process group is already set up."""
 
     name = "distributed"
+    stops_between_iterations = False  # parties stop together, at the end of a chunk
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
         self.rank = dist.get_rank()
         self.n_parties = dist.get_world_size()
         self.local_parties = [self.rank]
@@ -204,6 +206,15 @@ class DistributedEngine(Engine):
         out = value.clone()
         self.guard.run(lambda: dist.all_reduce(out), list(range(self.n_parties)))
         return out
+
+    def minimum(self, value: Tensor) -> Tensor:
+        out = value.to(self.device).clone()
+        op = dist.ReduceOp.MIN
+        self.guard.run(lambda: dist.all_reduce(out, op=op), list(range(self.n_parties)))
+        return out
+
+    def any(self, flag: bool) -> bool:
+        return bool(self.total(torch.tensor(float(flag), device=self.device)) > 0)
 
     def gather(self, x: Tensor) -> Tensor | None:
         parts = [torch.empty_like(x) for _ in range(self.n_parties)]

@@ -23,6 +23,7 @@ class Engine(ABC):
     """The parties this process runs, and collective reductions over all N parties."""
 
     name: str
+    stops_between_iterations: bool
     n_parties: int
     local_parties: list[int]
     is_main: bool
@@ -43,12 +44,21 @@ class Engine(ABC):
     def gather(self, x: Tensor) -> Tensor | None:
         """All N parties' rows stacked ``(N, ...)`` on the main process, None elsewhere."""
 
+    @abstractmethod
+    def minimum(self, value: Tensor) -> Tensor:
+        """The minimum over all processes of a local scalar."""
+
+    @abstractmethod
+    def any(self, flag: bool) -> bool:
+        """True on every process if ``flag`` is true on any."""
+
 
 class SimulatorEngine(Engine):
     """Every party in this process: reductions are plain tensor operations."""
 
     name = "simulator"
     is_main = True
+    stops_between_iterations = True
 
     def __init__(self, n_parties: int) -> None:
         self.n_parties = n_parties
@@ -65,3 +75,9 @@ class SimulatorEngine(Engine):
 
     def gather(self, x: Tensor) -> Tensor:
         return x
+
+    def minimum(self, value: Tensor) -> Tensor:
+        return value
+
+    def any(self, flag: bool) -> bool:
+        return flag
