@@ -1,0 +1,1 @@
+"""slate's speed harness: ``python -m benchmarks`` writes ``benchmarks/RESULTS.md``."""
