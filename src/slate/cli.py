@@ -27,13 +27,15 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--dataset",
         default="digits",
-        help="digits (default, ships with scikit-learn), w7a, w8a, libsvm or csv",
+        help="digits (default, ships with scikit-learn), w7a, w8a, mnist, fashion-mnist, "
+        "cifar10, tiny-imagenet, libsvm or csv",
     )
     data.add_argument("--data-dir", help="folder laid out as DIR/w7a/w7a.gz, DIR/w8a/w8a.gz, ...")
     data.add_argument(
         "--download",
         action="store_true",
-        help="fetch missing w7a/w8a files from the official site (sha256-checked)",
+        help="fetch missing w7a, w8a, mnist, fashion-mnist or cifar10 files from their "
+        "official sites (hash-checked where a hash is published)",
     )
     data.add_argument("--train", help="training file for --dataset libsvm or csv")
     data.add_argument("--test", help="test file for --dataset libsvm or csv")
@@ -125,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slate", description="Serverless multi-party AUPRC optimisation (SLATE, KDD '23)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train on N simulated parties and report test AP")
+    train = sub.add_parser("train", help="train on N parties and report the test AP")
     _add_train_arguments(train)
     topo = sub.add_parser("topology", help="print lambda and the spectral gap of a topology")
     topo.add_argument(
@@ -299,6 +301,12 @@ def _run_worker(config: TrainConfig, timeout: float, progress: bool, resume: boo
             )
         if device.type == "cuda":
             config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
+        if config.out is None:  # under torchrun: every party writes into rank 0's folder
+            from slate.train import default_out_dir
+
+            chosen = [str(default_out_dir(config)) if dist.get_rank() == 0 else None]
+            dist.broadcast_object_list(chosen, src=0)
+            config = dataclasses.replace(config, out=chosen[0])
         # One party per process: several processes share the cores, so one thread each.
         config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
         train(config, engine=DistributedEngine(device), progress=progress, resume=resume)

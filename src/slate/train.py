@@ -324,6 +324,18 @@ class Run:
             "consensus_distance": float(spread),
         }
 
+    def mean_traffic(self) -> dict[str, float]:
+        """Bytes and messages sent per party, averaged over all parties (collective)."""
+        local = torch.tensor(
+            [self.comm.bytes_sent, self.comm.messages_sent], dtype=torch.float64, device=self.device
+        )
+        if self.engine.name == "simulator":  # the simulator's counters are already means
+            return dict(
+                zip(("comm_bytes_per_party", "messages_per_party"), local.tolist(), strict=True)
+            )
+        mean = (self.engine.total(local) / self.config.nodes).tolist()
+        return {"comm_bytes_per_party": mean[0], "messages_per_party": mean[1]}
+
     def take_mean_loss(self) -> float:
         """Mean training loss of all parties since the last call (collective), then reset."""
         steps = max(self.loss_steps, 1)
@@ -417,7 +429,9 @@ def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
     }
 
 
-def _summary(run: Run, history, party_aps: list[float], wall: float) -> dict[str, Any]:
+def _summary(
+    run: Run, history, party_aps: list[float], wall: float, traffic: dict[str, float]
+) -> dict[str, Any]:
     config, final = run.config, history[-1]
     return {
         "dataset": config.dataset,
@@ -440,7 +454,7 @@ def _summary(run: Run, history, party_aps: list[float], wall: float) -> dict[str
         "n_test": len(run.data.y_test),
         "n_parameters": run.compute.layout.size,
         "device": str(run.device),
-        **run.comm.traffic(),
+        **traffic,
         "config": config.to_dict(),
     }
 
@@ -568,9 +582,10 @@ def train(
     wall = time.perf_counter() - start
     party_aps = run.party_aps()
     final_model = (run.averaged_parameters(), run.averaged_buffers(), run.test_logits())
+    traffic = run.mean_traffic()
     if not main:
         return RunResult({}, history, None, run.x)
-    summary = _summary(run, history, party_aps, wall)
+    summary = _summary(run, history, party_aps, wall, traffic)
     if out is not None:
         _write_outputs(run, summary, history, out, final_model)
         summary["out_dir"] = str(out)

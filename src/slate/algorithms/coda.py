@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm, AlgorithmConfig, validate_positive
+from slate.algorithms.slate import tracked_direction
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, Objective, PartyCompute
 
@@ -64,6 +65,8 @@ class CODA(Algorithm):
 
     def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
         losses, grads = compute(x, batch)
+        # Gradient tracking (off in the paper's experiments) tracks the whole SGDA direction.
+        grads = tracked_direction(self.state, grads, comm, self.config.gradient_tracking)
         step = self.config.lr * grads
         step[:, -1] = -self.config.lr_dual * grads[:, -1]  # ascent on alpha
         x = x - step

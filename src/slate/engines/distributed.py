@@ -93,8 +93,8 @@ class _Guard:
             if found is not None:
                 store.set(LOST_KEY, str(found))
                 return found
-        except Exception:  # the store is unreachable: it lived with the lost rank 0
-            return 0
+        except Exception:  # the store is unreachable: its host (rank 0 under env://) is gone
+            return "0 (or the host of the rendezvous store)"
         return _describe(suspects)
 
     def _dead_local_process(self, store, suspects: list[int]) -> int | None:
