@@ -577,6 +577,8 @@ def train(
                     bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
                 if t % config.checkpoint_every == 0 and t < config.iterations:
                     _save(run, out, history, time.perf_counter() - start)
+        except TrainingDiverged as err:
+            raise TrainingDiverged(f"{err} {_last_checkpoint_note(run, out)}") from None
         finally:
             bar.close()
     wall = time.perf_counter() - start
@@ -596,6 +598,20 @@ def train(
     if out is not None:
         say(f"results written to {out}")
     return RunResult(summary, history, out, run.x)
+
+
+def _last_checkpoint_note(run: Run, out: Path | None) -> str:
+    if out is None:
+        return "No checkpoint was written (no run folder)."
+    if run.engine.name == "simulator":
+        path = checkpoint.simulator_checkpoint(out)
+        found = path if path.is_file() else None
+    else:
+        files = checkpoint.checkpoint_files(out, run.engine.local_parties[0])
+        found = files[max(files)] if files else None
+    if found is None:
+        return "No checkpoint had been written yet."
+    return f"The last good checkpoint is {found}."
 
 
 def _interrupted_message(run: Run, out: Path | None) -> str:
