@@ -21,7 +21,7 @@ from slate.errors import ConfigError
 from slate.models import Cifar10CNN, ResNet18
 from slate.train import HISTORY_COLUMNS, train
 
-SHARED_DATA = Path("/work/shared/data")
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MNIST_FILES = (
     "train-images-idx3-ubyte.gz",
     "train-labels-idx1-ubyte.gz",

@@ -15,16 +15,16 @@ from slate.data.datasets import DATASET_NAMES, load_dataset
 from slate.data.idx import read_mnist_split
 from slate.errors import ConfigError, DataError, SlateError
 
-SHARED = Path("/work/shared/data")
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 needs_w7a = pytest.mark.skipif(
-    not (SHARED / "w7a" / "w7a.gz").is_file(), reason="w7a not in /work/shared/data"
+    not (SHARED / "w7a" / "w7a.gz").is_file(), reason="w7a not in ../shared/data"
 )
 needs_w8a = pytest.mark.skipif(
-    not (SHARED / "w8a" / "w8a.gz").is_file(), reason="w8a not in /work/shared/data"
+    not (SHARED / "w8a" / "w8a.gz").is_file(), reason="w8a not in ../shared/data"
 )
 needs_mnist = pytest.mark.skipif(
     not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").is_file(),
-    reason="MNIST not in /work/shared/data",
+    reason="MNIST not in ../shared/data",
 )
 
 

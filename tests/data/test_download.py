@@ -17,7 +17,7 @@ from slate.data import download
 from slate.data.download import OFFICIAL_FILES, RemoteFile, ensure_files
 from slate.errors import DataError
 
-SHARED = Path("/work/shared/data")
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MANIFEST = SHARED / "MANIFEST.tsv"
 CONTENT = b"+1 1:1 2:0.5\n-1 3:2\n"
 CONTENT_SHA = hashlib.sha256(CONTENT).hexdigest()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from slate.data.idx import read_idx, read_mnist_split
 from slate.errors import ConfigError, DataError
 
-REAL_MNIST = Path("/work/shared/data/mnist")
+REAL_MNIST = (Path(__file__).resolve().parents[2].parent / "shared" / "data") / "mnist"
 
 
 def idx_bytes(array: np.ndarray, code: int) -> bytes:

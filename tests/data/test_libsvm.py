@@ -15,7 +15,7 @@ from sklearn.datasets import load_svmlight_file
 from slate.data.libsvm import MAX_ELEMENTS, read_libsvm
 from slate.errors import DataError
 
-SHARED = Path("/work/shared/data")
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def _write(path: Path, content: str | bytes, *, gz: bool = False) -> Path:
