@@ -293,26 +293,24 @@ def _run_worker(config: TrainConfig, timeout: float, progress: bool, resume: boo
 
     device = resolve_device(config.device)
     worker_process_group(backend_for(device), timeout)
-    try:
-        world = dist.get_world_size()
-        if config.nodes is not None and config.nodes != world:
-            raise ConfigError(
-                f"--nodes {config.nodes} differs from the {world} processes that were launched."
-            )
-        if device.type == "cuda":
-            config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
-        if config.out is None:  # under torchrun: every party writes into rank 0's folder
-            from slate.train import default_out_dir
+    # The process group is not destroyed: the worker leaves with os._exit (see _exit_worker).
+    world = dist.get_world_size()
+    if config.nodes is not None and config.nodes != world:
+        raise ConfigError(
+            f"--nodes {config.nodes} differs from the {world} processes that were launched."
+        )
+    if device.type == "cuda":
+        config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
+    if config.out is None:  # under torchrun: every party writes into rank 0's folder
+        from slate.train import default_out_dir
 
-            chosen = [str(default_out_dir(config)) if dist.get_rank() == 0 else None]
-            dist.broadcast_object_list(chosen, src=0)
-            config = dataclasses.replace(config, out=chosen[0])
-        # One party per process: several processes share the cores, so one thread each.
-        config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
-        train(config, engine=DistributedEngine(device), progress=progress, resume=resume)
-        dist.barrier()  # leave together: no party tears down while another still talks to it
-    finally:
-        dist.destroy_process_group()
+        chosen = [str(default_out_dir(config)) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(chosen, src=0)
+        config = dataclasses.replace(config, out=chosen[0])
+    # One party per process: several processes share the cores, so one thread each.
+    config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
+    train(config, engine=DistributedEngine(device), progress=progress, resume=resume)
+    dist.barrier()  # leave together: no party tears down while another still talks to it
     return 0
 
 
@@ -326,6 +324,27 @@ def _run_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_worker(args: argparse.Namespace) -> bool:
+    """A party process of the distributed engine (started by the launcher or torchrun)."""
+    from slate.engines.launch import in_worker
+
+    return args.command == "train" and args.engine == "distributed" and in_worker()
+
+
+def _exit_worker(code: int) -> int:
+    """End a party process at once, after flushing its output.
+
+    gloo's C++ threads can abort the interpreter's normal shutdown ("terminate called without an
+    active exception") after the process group is gone; the run's results are already written,
+    so a worker leaves with ``os._exit`` and its real exit status.
+    """
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slate`` console script and ``python -m slate``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -337,14 +356,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         if args.command == "train":
-            return _run_train(args, argv)
+            return (
+                _exit_worker(_run_train(args, argv)) if _is_worker(args) else _run_train(args, argv)
+            )
         return handlers[args.command](args)
     except RunInterrupted as err:
         print(f"slate: {err}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _exit_worker(EXIT_INTERRUPTED) if _is_worker(args) else EXIT_INTERRUPTED
     except SlateError as err:
         print(f"slate: error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _exit_worker(EXIT_USER_ERROR) if _is_worker(args) else EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("slate: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -568,15 +568,16 @@ def train(
         try:
             while run.iteration < config.iterations:
                 bar.update(run.advance(_chunk_length(run)))
-                if run.engine.any(run.stop_requested):
-                    _save(run, out, history, time.perf_counter() - start)
-                    raise RunInterrupted(_interrupted_message(run, out))
                 t = run.iteration
                 if t % config.eval_every == 0 or t == config.iterations:
                     history.append(_evaluation_row(run, time.perf_counter() - start))
                     bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
-                if t % config.checkpoint_every == 0 and t < config.iterations:
+                # A stop is honoured after this chunk's evaluation, so none is ever skipped.
+                stopping = run.engine.any(run.stop_requested) and t < config.iterations
+                if stopping or (t % config.checkpoint_every == 0 and t < config.iterations):
                     _save(run, out, history, time.perf_counter() - start)
+                if stopping:
+                    raise RunInterrupted(_interrupted_message(run, out))
         except TrainingDiverged as err:
             raise TrainingDiverged(f"{err} {_last_checkpoint_note(run, out)}") from None
         finally:
