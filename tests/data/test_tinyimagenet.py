@@ -122,7 +122,7 @@ def expect_error(root: Path, *fragments: str) -> str:
 
 
 def test_missing_wnids(tmp_path: Path) -> None:
-    expect_error(tmp_path, str(tmp_path), "wnids.txt", "--download")
+    expect_error(tmp_path, str(tmp_path), "wnids.txt", "--data-dir")
 
 
 def test_empty_and_duplicate_wnids(tree: tuple[Path, dict]) -> None:

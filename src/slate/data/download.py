@@ -199,8 +199,12 @@ def ensure_files(
 
 def _candidates(folder: Path, filename: str) -> list[Path]:
     """The paths under which a registered file is accepted."""
-    other = filename[: -len(".gz")] if filename.endswith(".gz") else filename + ".gz"
-    return [folder / filename, folder / other]
+    plain = filename[: -len(".gz")] if filename.endswith(".gz") else filename
+    names = [plain, plain + ".gz"]
+    if "-idx" in plain:  # MNIST's files also circulate as train-images.idx3-ubyte
+        dotted = plain.replace("-idx", ".idx")
+        names += [dotted, dotted + ".gz"]
+    return [folder / name for name in names]
 
 
 ARCHIVE_SUBFOLDERS = ("cifar-10-batches-bin",)  # where the official archives unpack to

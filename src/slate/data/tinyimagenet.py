@@ -27,7 +27,8 @@ __all__ = ["read_tiny_imagenet"]
 _SUBFOLDER = "tiny-imagenet-200"
 _IMAGE_SUFFIXES = frozenset({".jpeg", ".jpg"})
 _HINT = (
-    "Pass --download to fetch Tiny ImageNet, or --data-dir to point at the folder that holds it."
+    "Download Tiny ImageNet (tiny-imagenet-200.zip) yourself and unpack it there, or point "
+    "--data-dir at the folder that holds it; slate does not download it."
 )
 
 
