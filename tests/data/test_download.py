@@ -326,3 +326,15 @@ def test_tar_corrupt_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_default_timeout_is_60_seconds() -> None:
     assert download.DOWNLOAD_TIMEOUT_S == 60
+
+
+def test_mnist_dotted_names_are_accepted(tmp_path: Path) -> None:
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    for name in ("train-images", "train-labels", "t10k-images", "t10k-labels"):
+        kind = "idx3" if "images" in name else "idx1"
+        (folder / f"{name}.{kind}-ubyte").write_bytes(b"")
+    assert ensure_files("mnist", tmp_path, download=False) == folder
+    (folder / "t10k-labels.idx1-ubyte").unlink()
+    with pytest.raises(DataError, match="t10k-labels"):
+        ensure_files("mnist", tmp_path, download=False)

@@ -223,8 +223,8 @@ def _describe_missing(folder: Path, rf: RemoteFile) -> str:
     if rf.members:
         absent = [str(folder / m) for m in rf.members if not (folder / m).is_file()]
         return ", ".join(absent) + f" (extracted from {rf.url})"
-    first, second = _candidates(folder, rf.filename)
-    return f"{first} (or {second.name})"
+    first, *others = _candidates(folder, rf.filename)
+    return f"{first} (or {' / '.join(p.name for p in others)})"
 
 
 def _fetch(rf: RemoteFile, folder: Path, opener: Opener) -> None:
