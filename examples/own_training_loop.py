@@ -13,6 +13,8 @@ address of the first machine as ``--master-addr`` (see the README).
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -84,7 +86,10 @@ def main() -> None:
             scores = model(test_x).squeeze(-1)
         print(f"test AP of the averaged model: {average_precision_score(test_y, scores):.4f}")
     dist.barrier()  # leave together: no party tears down while another still talks to it
-    dist.destroy_process_group()
+    # gloo's background threads can abort the interpreter's shutdown after a run ("terminate
+    # called without an active exception"); everything is written, so leave directly.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
