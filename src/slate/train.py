@@ -215,6 +215,8 @@ class Run:
             self.iteration += 1
             self._chunk_used += 1
             done += 1
+        # Added step by step, not as one sum: the result must not depend on where chunks
+        # start, so that a run resumed mid-chunk accumulates bit for bit the same numbers.
         for row in losses[:done]:
             self.loss_sum += row
         self.loss_steps += done
@@ -312,10 +314,12 @@ class Run:
         (and AP) is that of the sigmoid scores, without the ties that float32 saturation of the
         sigmoid would add.
         """
-        params = self.x[:, : self.compute.layout.size]
-        xbar = self.engine.mean(params)
-        spread = self.engine.total(((params - xbar) ** 2).sum()) / self.config.nodes
-        logits = self.test_logits()
+        size = self.compute.layout.size
+        xbar = self.averaged_parameters()  # one reduction serves both numbers
+        spread = (
+            self.engine.total(((self.x[:, :size] - xbar[:size]) ** 2).sum()) / self.config.nodes
+        )
+        logits = self.compute.logits(xbar, self.test_features, self.averaged_buffers())
         if not self.engine.is_main:
             return {"test_ap": math.nan, "test_auroc": math.nan, "consensus_distance": math.nan}
         return {
