@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = ["DistributedCommunicator", "DistributedEngine", "PartyLost", "init_pr
 
 LOST_KEY = "slate/lost_rank"
 PROC_KEY = "slate/process"
+LOOKUP_SECONDS = 3.0
 
 
 class PartyLost(SlateError):
@@ -85,14 +87,21 @@ class _Guard:
         if store is None:
             return _describe(suspects)
         try:
-            found = self._dead_local_process(store, suspects)
-            if found is None and store.check([LOST_KEY]):
-                return int(store.get(LOST_KEY))
-            if found is None and len(suspects) == 1:
-                found = suspects[0]
-            if found is not None:
-                store.set(LOST_KEY, str(found))
-                return found
+            # What the first party to find the lost rank recorded wins: the others may only
+            # have seen that party leave after it reported. A party that cannot tell on its own
+            # (a collective with every rank) waits a moment for that record or for a dead process.
+            deadline = time.monotonic() + LOOKUP_SECONDS
+            while True:
+                if store.check([LOST_KEY]):
+                    return int(store.get(LOST_KEY))
+                found = self._dead_local_process(store, suspects)
+                if found is None and len(suspects) == 1:
+                    found = suspects[0]
+                if found is not None:
+                    return int(store.compare_set(LOST_KEY, "", str(found)))
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
         except Exception:  # the store is unreachable: its host (rank 0 under env://) is gone
             return "0 (or the host of the rendezvous store)"
         return _describe(suspects)
