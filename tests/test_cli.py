@@ -340,7 +340,7 @@ def test_topology_without_show_prints_no_matrix(capsys) -> None:
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cli") / "run"
-    argv = ["train", "--iterations", "60", "--eval-every", "20", "--margin", "0.3"]
+    argv = ["train", "--iterations", "60", "--eval-every", "20", "--margin", "0.3", "--party-ap"]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     return out
 

@@ -94,12 +94,30 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     algo.add_argument("--hidden", type=int, help="hidden width of the MLP (default 28)")
 
     run = p.add_argument_group("run")
-    run.add_argument("--eval-every", type=int, help="iterations between evaluations (default T/20)")
+    run.add_argument(
+        "--eval-every",
+        type=int,
+        help="iterations between evaluations (default T/20, or rarer where evaluating the test "
+        "set would cost over 10%% of the training work)",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", help="run folder (default: a fresh folder under runs/)")
     run.add_argument("--device", default="cpu", help="cpu or cuda")
     run.add_argument("--threads", type=int, help="torch CPU threads")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument(
+        "--party-ap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also report each party's own final test AP (N more evaluations; default: on when "
+        "they cost under 10%% of the training work)",
+    )
+    run.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile each party's forward and backward pass into one graph: faster "
+        "steps after a one-off compilation of seconds (falls back to eager if it fails)",
+    )
     run.add_argument(
         "--checkpoint-every", type=int, help="iterations between checkpoints (default T/10)"
     )

@@ -93,6 +93,8 @@ class TrainConfig:
     out: str | None = None
     device: str = "cpu"
     threads: int | None = None
+    compile: bool = False
+    party_ap: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -107,8 +109,8 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     }
     updates = {key: value for key, value in defaults.items() if getattr(config, key) is None}
     resolved = dataclasses.replace(config, **updates)
-    if resolved.eval_every is None:
-        resolved.eval_every = max(1, resolved.iterations // 20)
+    # eval_every and party_ap stay None here: their defaults depend on the test set's size,
+    # which is known once the data is loaded (slate.train.Run).
     if resolved.checkpoint_every is None:
         resolved.checkpoint_every = max(1, resolved.iterations // 10)
     return resolved

@@ -16,6 +16,7 @@ evaluation points (every ``--eval-every`` iterations).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import signal
@@ -61,6 +62,7 @@ HISTORY_COLUMNS = (
     "elapsed_seconds",
 )
 MAX_CHUNK = 1000  # steps of indices drawn at once
+EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
 
 
 @dataclass
@@ -108,11 +110,38 @@ def check_inputs(config: TrainConfig) -> TrainConfig:
     return config
 
 
+def evaluation_cost(config: TrainConfig, n_test: int) -> float:
+    """One evaluation of one model on the test set, in iterations' worth of training work.
+
+    An iteration runs a forward and a backward pass (about three forward passes' work) on the
+    N m samples of all parties; an evaluation runs a forward pass on the ``n_test`` test rows.
+    """
+    return n_test / (3 * config.nodes * config.batch_size)
+
+
+def with_evaluation_defaults(config: TrainConfig, n_test: int) -> TrainConfig:
+    """Fill ``eval_every`` and ``party_ap`` so that evaluation costs at most ~10% of training.
+
+    ``eval_every`` defaults to T/20, or to more iterations where T/20 would make evaluating the
+    averaged model cost over ``EVALUATION_BUDGET`` of the training work (MNIST's 10 000 test images
+    against 300 iterations). ``party_ap`` (the AP of each party's own final model, N more
+    evaluations) defaults to on where those N evaluations fit in the same budget.
+    """
+    cost = evaluation_cost(config, n_test)
+    updates: dict[str, Any] = {}
+    if config.eval_every is None:
+        affordable = math.ceil(cost / EVALUATION_BUDGET)
+        updates["eval_every"] = min(config.iterations, max(1, config.iterations // 20, affordable))
+    if config.party_ap is None:
+        updates["party_ap"] = config.nodes * cost <= EVALUATION_BUDGET * config.iterations
+    return dataclasses.replace(config, **updates)
+
+
 def _check_numbers(config: TrainConfig) -> None:
     validate_batch_shape(config.batch_size, config.positives)
     if config.iterations < 1:
         raise ConfigError(f"--iterations must be at least 1, got {config.iterations}.")
-    if config.eval_every < 1:
+    if config.eval_every is not None and config.eval_every < 1:
         raise ConfigError(f"--eval-every must be at least 1, got {config.eval_every}.")
     if config.nodes < 1:
         raise ConfigError(f"--nodes must be at least 1, got {config.nodes}.")
@@ -142,6 +171,7 @@ class Run:
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = resolve_device(config.device)
         self.data = data if data is not None else load_dataset(config)
+        config = self.config = with_evaluation_defaults(config, len(self.data.y_test))
         parts = make_partition(
             self.data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
         )
@@ -169,6 +199,7 @@ class Run:
             self.algorithm.n_extra,
             n_parties=self.n_local,
             context=self.algorithm.context([self.labels[p] for p in local_parts]),
+            compile=config.compile,
         )
         self.comm: Communicator = self.engine.communicator(self.topology, self.device)
         self.test_features = torch.from_numpy(self.data.x_test).to(self.device)
@@ -448,8 +479,8 @@ def _summary(
         "iterations": run.iteration,
         "test_ap": final["test_ap"],
         "test_auroc": final["test_auroc"],
-        "party_ap_min": min(party_aps),
-        "party_ap_max": max(party_aps),
+        "party_ap_min": min(party_aps, default=None),  # None: --no-party-ap
+        "party_ap_max": max(party_aps, default=None),
         "consensus_distance": final["consensus_distance"],
         "wall_seconds": wall,
         "test_split": run.data.test_split,
@@ -549,6 +580,7 @@ def train(
 
     config = resolve_config(config)
     run = Run(config, data=data, engine=engine)
+    config = run.config  # with the evaluation defaults filled in
     main = run.engine.is_main
     say = log if main else (lambda _: None)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
@@ -571,9 +603,11 @@ def train(
     with _StopOnSignal(run):
         try:
             while run.iteration < config.iterations:
-                bar.update(run.advance(_chunk_length(run)))
+                done = run.advance(_chunk_length(run))
+                bar.update(done)
                 t = run.iteration
-                if t % config.eval_every == 0 or t == config.iterations:
+                # A stop requested just before this chunk leaves done == 0: t was evaluated.
+                if done and (t % config.eval_every == 0 or t == config.iterations):
                     history.append(_evaluation_row(run, time.perf_counter() - start))
                     bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
                 # A stop is honoured after this chunk's evaluation, so none is ever skipped.
@@ -587,7 +621,7 @@ def train(
         finally:
             bar.close()
     wall = time.perf_counter() - start
-    party_aps = run.party_aps()
+    party_aps = run.party_aps() if config.party_ap else []
     final_model = (run.averaged_parameters(), run.averaged_buffers(), run.test_logits())
     traffic = run.mean_traffic()
     if not main:
@@ -596,9 +630,14 @@ def train(
     if out is not None:
         _write_outputs(run, summary, history, out, final_model)
         summary["out_dir"] = str(out)
+    parties = (
+        f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) "
+        if party_aps
+        else ""
+    )
     say(
         f"test AP {summary['test_ap']:.4f}  AUROC {summary['test_auroc']:.4f}  "
-        f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) in {wall:.1f} s"
+        f"{parties}in {wall:.1f} s"
     )
     if out is not None:
         say(f"results written to {out}")

@@ -152,3 +152,40 @@ def test_gossip_traffic_counts_one_buffer_per_neighbour(problem):
     traffic = comm.traffic()
     assert traffic["messages_per_party"] == 2 * 7
     assert traffic["comm_bytes_per_party"] == 2 * compute.layout.size * 4 * 7
+
+
+@pytest.mark.parametrize("topology_name", ["ring", "full", "torus", "exponential"])
+@pytest.mark.parametrize("width", [50, 70000])  # one block, and many blocks of columns
+def test_mixing_equals_the_dense_product(topology_name, width) -> None:
+    """mix and mix_step (sparse W, column blocks, fused step) against W @ (x - lr v) in float64."""
+    n = 16
+    topology = build_topology(topology_name, n)
+    comm = SimulatorCommunicator(topology, torch.device("cpu"), torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    x, v = (
+        torch.randn(n, width, generator=gen, dtype=torch.float64),
+        torch.randn(n, width, generator=gen, dtype=torch.float64),
+    )
+    W = torch.tensor(topology.W, dtype=torch.float64)
+    torch.testing.assert_close(comm.mix(x), W @ x, rtol=0, atol=1e-12)
+    torch.testing.assert_close(comm.mix_step(x, v, 0.3), W @ (x - 0.3 * v), rtol=0, atol=1e-12)
+
+
+def test_sparse_networks_are_stored_sparse() -> None:
+    def layout(name: str, n: int) -> torch.layout:
+        topology = build_topology(name, n)
+        return SimulatorCommunicator(topology, torch.device("cpu"), torch.float32)._gossip.layout
+
+    assert layout("ring", 20) == torch.sparse_csr  # 60 of 400 entries
+    assert layout("ring", 4) == torch.strided  # 12 of 16
+    assert layout("erdos-renyi", 4) == torch.strided
+
+
+def test_mixing_counts_the_same_traffic_fused_or_not() -> None:
+    topology = build_topology("ring", 8)
+    fused = SimulatorCommunicator(topology, torch.device("cpu"), torch.float32)
+    plain = SimulatorCommunicator(topology, torch.device("cpu"), torch.float32)
+    x = torch.ones(8, 100)
+    fused.mix_step(x, x, 0.1)
+    plain.mix(x - 0.1 * x)
+    assert fused.traffic() == plain.traffic()

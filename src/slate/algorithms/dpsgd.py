@@ -11,7 +11,6 @@ gradient tracking on, the direction is tracked exactly as in SLATE (line 8).
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm
@@ -34,4 +33,4 @@ class DPSGD(Algorithm):
     def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
         losses, grad = compute(x, batch)
         direction = tracked_direction(self.state, grad, comm, self.config.gradient_tracking)
-        return comm.mix(torch.add(x, direction, alpha=-self.config.lr)), losses
+        return comm.mix_step(x, direction, self.config.lr), losses

@@ -16,7 +16,6 @@ with :math:`u_{n,-1} = v_{n,-1} = 0` (line 1).
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm, validate_positive
@@ -53,4 +52,4 @@ class SLATE(Algorithm):
     def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
         losses, u = compute(x, batch)  # line 7, eq. (6) by autograd
         v = tracked_direction(self.state, u, comm, self.config.gradient_tracking)  # line 8
-        return comm.mix(torch.add(x, v, alpha=-self.config.lr)), losses  # line 9
+        return comm.mix_step(x, v, self.config.lr), losses  # line 9

@@ -79,7 +79,7 @@ class SLATEM(Algorithm):
         """Lines 11-12: track (if on) and take the consensus step; updates the stored u and v."""
         v = tracked_direction(self.state, u, comm, self.config.gradient_tracking)
         self.state["u"], self.state["x_prev"] = u, x
-        return comm.mix(torch.add(x, v, alpha=-self.config.lr))
+        return comm.mix_step(x, v, self.config.lr)
 
     def first_step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
         blocks = batch.labels.shape[0] // x.shape[0]

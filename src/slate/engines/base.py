@@ -8,13 +8,15 @@ engine. It communicates only through
   (the :math:`\mathbf{W}` of Alg. 1 lines 8-9);
 * ``average(x)``: apply :math:`\mathbf{J} = \frac1N \mathbf{1}\mathbf{1}^\top`, the exact average.
 
-and never knows which engine carries these out.
+and never knows which engine carries these out. ``mix_step(x, v, lr)`` is ``mix(x - lr * v)``,
+which an engine may carry out in one fused pass.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import torch
 from torch import Tensor
 
 __all__ = ["Communicator"]
@@ -39,6 +41,14 @@ class Communicator(ABC):
     @abstractmethod
     def average(self, x: Tensor) -> Tensor:
         """Return :math:`\\mathbf{J} x`: every party receives the exact mean of all parties."""
+
+    def mix_step(self, x: Tensor, direction: Tensor, lr: float) -> Tensor:
+        """Return ``mix(x - lr * direction)``: a local step, then one gossip round (Alg. 1 line 9).
+
+        Engines may fuse the two passes (the simulator does, block by block in cache); the
+        result is the same up to float rounding.
+        """
+        return self.mix(torch.add(x, direction, alpha=-lr))
 
     def traffic(self) -> dict[str, float]:
         """Per-party totals of what was (or would have been) sent: bytes and messages."""

@@ -10,8 +10,8 @@ Two interchangeable paths compute the same numbers:
 * **eager** (default): one ``torch.func.vmap`` of the forward pass gives the losses ``(P,)``, and
   one reverse pass, ``torch.autograd.grad(sum_p loss_p, x)``, gives every row of the gradient.
   Party p's loss depends only on row p of ``x``, so row p of the gradient of the sum is
-  :math:`\nabla_{x_p} \text{loss}_p`. This is bit for bit what ``vmap(grad(loss))`` returns, with
-  less per-call overhead than the ``grad`` transform.
+  :math:`\nabla_{x_p} \text{loss}_p`: what ``vmap(grad(loss))`` returns (up to float rounding),
+  with less per-call overhead than the ``grad`` transform.
 * **compiled** (``compile=True``): ``torch.compile`` of ``vmap(grad_and_value(loss))``, forward and
   backward fused into one graph of generated kernels. It agrees with the eager path to float
   rounding. If compilation fails (no C++ compiler, an unsupported model), the eager path takes
@@ -77,18 +77,27 @@ class FlatParameters:
 
     def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
         """Views of ``flat[..., :d]`` shaped like each parameter, keyed by name."""
-        # One split (whose backward is a single concatenation), not one slice per tensor.
-        pieces = flat[..., : self.size].split([s.numel() for s in self.shapes], dim=-1)
-        return {
+        return self.split(flat)[0]
+
+    def split(self, flat: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """The parameters' views (as :meth:`unflatten`) and the tail ``flat[..., d:]``.
+
+        One ``split`` call, whose backward is a single concatenation: no slice of the whole
+        vector, whose backward would zero-fill and copy a buffer of ``flat``'s size.
+        """
+        sizes = [s.numel() for s in self.shapes] + [flat.shape[-1] - self.size]
+        *pieces, tail = flat.split(sizes, dim=-1)
+        views = {
             name: piece.reshape(*flat.shape[:-1], *shape)
             for name, shape, piece in zip(self.names, self.shapes, pieces, strict=True)
         }
+        return views, tail
 
     def load_into(
         self, module: nn.Module, flat: Tensor, buffers: dict[str, Tensor] | None = None
     ) -> None:
         """Copy a flat vector ``(d,)`` (or longer) into the module's parameters, and buffers."""
-        views = self.unflatten(flat[: self.size])
+        views = self.unflatten(flat)
         with torch.no_grad():
             for name, param in module.named_parameters():
                 param.copy_(views[name])
@@ -149,9 +158,8 @@ class PartyCompute:
             labels: Tensor,
             context: Tensor,
         ) -> Tensor:
-            params = self.layout.unflatten(flat[: self.layout.size])
+            params, extra = self.layout.split(flat)
             logits = functional_call(self.module, (params, buffers), (features,))
-            extra = flat[self.layout.size :]
             if with_context:
                 return self.objective(logits, labels, extra, context)
             return self.objective(logits, labels, extra)
@@ -170,7 +178,7 @@ class PartyCompute:
             try:
                 grads, losses = self._compiled(x, buffers, batch.features, batch.labels, context)
                 return losses, grads
-            except Exception as err:  # noqa: BLE001 - any compiler failure falls back to eager
+            except Exception as err:
                 self._give_up_compiling(err)
         with torch.enable_grad():
             leaf = x.detach().requires_grad_(True)
@@ -227,7 +235,7 @@ class PartyCompute:
 
         ``buffers`` default to the local parties' averaged buffers.
         """
-        params = self.layout.unflatten(x[: self.layout.size])
+        params = self.layout.unflatten(x)
         state = (params, self.averaged_buffers() if buffers is None else buffers)
         self.module.eval()
         with torch.no_grad():
@@ -242,23 +250,18 @@ class PartyCompute:
         x: Tensor,
         features: Tensor,
         buffers: dict[str, Tensor] | None = None,
-        chunk: int = 1024,
+        chunk: int = 4096,
     ) -> Tensor:
         """Logits of every party's own model ``x (P, d)`` on the same ``features``: ``(P, n)``.
 
-        ``buffers`` (stacked like ``x``) default to the local parties' own.
+        ``buffers`` (stacked like ``x``) default to the local parties' own. One plain forward
+        pass per party: evaluation has no per-party gradients to batch, and a vmapped
+        convolution (a grouped one) is slower on CPU than P ordinary ones.
         """
         buffers = self.buffers if buffers is None else buffers
-
-        def one(flat: Tensor, buffers: dict[str, Tensor], feats: Tensor) -> Tensor:
-            params = self.layout.unflatten(flat[: self.layout.size])
-            return functional_call(self.module, (params, buffers), (feats,))
-
-        batched = vmap(one, in_dims=(0, 0, None))
-        self.module.eval()
-        with torch.no_grad():
-            outs = [
-                batched(x, buffers, features[i : i + chunk])
-                for i in range(0, features.shape[0], chunk)
+        return torch.stack(
+            [
+                self.logits(x[p], features, {k: v[p] for k, v in buffers.items()}, chunk)
+                for p in range(x.shape[0])
             ]
-        return torch.cat(outs, dim=1)
+        )

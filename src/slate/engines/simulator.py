@@ -4,7 +4,8 @@ All parties' parameters are stacked into ``x`` of shape ``(N, d)``; ``mix(x)`` i
 ``W_t @ x`` on the whole flat buffer (every parameter tensor of every party at once) and
 ``average(x)`` broadcasts the column means. A sparse network (a ring, a torus: at most a quarter
 of W's entries non-zero) multiplies with W in compressed sparse row form, whose cost grows with
-the number of edges rather than N². The traffic counters report what the distributed
+the number of edges rather than N². A large buffer is stepped and mixed block by block in
+cache (:meth:`SimulatorCommunicator.mix_step`). The traffic counters report what the distributed
 engine would send for the same rounds: one flat buffer per neighbour per gossip exchange.
 """
 
@@ -22,6 +23,7 @@ from slate.topology import Topology
 __all__ = ["SimulatorCommunicator"]
 
 SPARSE_DENSITY = 0.25  # W is stored sparse when at most this fraction of it is non-zero
+BLOCK_BYTES = 1 << 20  # a large (N, d) buffer is mixed in column blocks of about this size
 
 
 def _gossip_matrix(W: np.ndarray, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -59,7 +61,33 @@ class SimulatorCommunicator(Communicator):
         if self._gossip_is_identity:
             return x
         self._count_gossip(x)
-        return self._gossip @ x
+        return self._mix_in_blocks(x, None, 0.0)
+
+    def mix_step(self, x: Tensor, direction: Tensor, lr: float) -> Tensor:
+        if self.topology.is_full_average_at(self.iteration) or self._gossip_is_identity:
+            return super().mix_step(x, direction, lr)
+        self._count_gossip(x)
+        return self._mix_in_blocks(x, direction, lr)
+
+    def _mix_in_blocks(self, x: Tensor, direction: Tensor | None, lr: float) -> Tensor:
+        """``W (x - lr direction)`` on column blocks of about ``BLOCK_BYTES`` each (CPU).
+
+        A large model's ``(N, d)`` buffer does not fit in cache, so a separate step and mix would
+        each stream it through memory; block by block, the step's result is mixed while it is
+        still in cache. Every entry is the same sum either way.
+        """
+        n, d = x.shape
+        width = max(1024, BLOCK_BYTES // (n * x.element_size()))
+        if d <= width or x.device.type != "cpu":
+            return self._gossip @ (x if direction is None else torch.add(x, direction, alpha=-lr))
+        out = torch.empty_like(x)
+        for start in range(0, d, width):
+            cols = slice(start, start + width)
+            block = x[:, cols]
+            if direction is not None:
+                block = torch.add(block, direction[:, cols], alpha=-lr)
+            out[:, cols] = self._gossip @ block
+        return out
 
     def average(self, x: Tensor) -> Tensor:
         self._count_all_reduce(x)

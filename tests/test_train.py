@@ -1,0 +1,91 @@
+"""The training loop: default evaluation schedule, party APs, and a stop between chunks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from sklearn.metrics import average_precision_score
+
+from slate import checkpoint
+from slate.config import TrainConfig, resolve_config
+from slate.errors import RunInterrupted
+from slate.train import (
+    EVALUATION_BUDGET,
+    Run,
+    evaluation_cost,
+    train,
+    with_evaluation_defaults,
+)
+
+
+def config(**fields) -> TrainConfig:
+    return resolve_config(TrainConfig(dataset="digits", **fields))
+
+
+@pytest.mark.parametrize(
+    ("iterations", "nodes", "batch", "n_test", "every", "party_ap"),
+    [
+        (10000, 20, 20, 12438, 500, True),  # w8a: T/20, evaluation is cheap
+        (300, 20, 20, 10000, 84, False),  # MNIST: 10 000 / 1 200 = 8.33 iterations per eval
+        (1000, 8, 20, 450, 50, True),  # digits
+        (30, 4, 10, 100000, 30, False),  # never beyond the run's length
+    ],
+)
+def test_default_evaluation_schedule(iterations, nodes, batch, n_test, every, party_ap) -> None:
+    base = config(iterations=iterations, nodes=nodes, batch_size=batch, positives=2)
+    filled = with_evaluation_defaults(base, n_test)
+    assert filled.eval_every == every
+    assert filled.party_ap is party_ap
+    # The schedule keeps evaluation within the budget (or runs it once at the end).
+    cost = evaluation_cost(base, n_test)
+    assert cost == pytest.approx(n_test / (3 * nodes * batch))
+    if every < iterations:
+        assert cost / every <= EVALUATION_BUDGET
+
+
+def test_explicit_evaluation_settings_are_kept() -> None:
+    base = config(iterations=300, eval_every=7, party_ap=True)
+    filled = with_evaluation_defaults(base, 10**6)
+    assert (filled.eval_every, filled.party_ap) == (7, True)
+
+
+def test_party_logits_equal_each_partys_own_model() -> None:
+    run = Run(config(iterations=5, nodes=3))
+    run.advance(5)
+    logits = run.compute.party_logits(run.x, run.test_features)
+    for p in range(3):
+        own = run.compute.logits(run.x[p], run.test_features)
+        assert logits[p].tolist() == own.tolist()
+    aps = run.party_aps()
+    labels = run.test_labels.numpy()
+    expected = [average_precision_score(labels, row.numpy()) for row in logits]
+    assert aps == pytest.approx(expected, abs=1e-12)
+
+
+def test_without_party_ap_the_summary_says_none(tmp_path: Path) -> None:
+    result = train(config(iterations=20, party_ap=False, out=str(tmp_path)), progress=False,
+                   log=lambda _: None)  # fmt: skip
+    assert result.summary["party_ap_min"] is None and result.summary["party_ap_max"] is None
+    assert math.isfinite(result.summary["test_ap"])
+
+
+def test_stop_requested_between_chunks_adds_no_second_evaluation(tmp_path, monkeypatch) -> None:
+    """A SIGINT landing after a chunk's evaluation and checkpoint, before the next chunk."""
+    import slate.train as loop
+
+    save = loop._save
+
+    def save_then_request_stop(run, out, history, elapsed):
+        save(run, out, history, elapsed)
+        run.stop_requested = True  # as the signal handler does
+
+    monkeypatch.setattr(loop, "_save", save_then_request_stop)
+    cfg = config(iterations=60, eval_every=20, checkpoint_every=20, out=str(tmp_path))
+    with pytest.raises(RunInterrupted):
+        train(cfg, progress=False, log=lambda _: None)
+    state = checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(tmp_path))
+    iterations = [row["iteration"] for row in state["history"]]
+    assert iterations == [0, 20]
+    assert state["iteration"] == 20
