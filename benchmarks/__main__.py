@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,17 +29,59 @@ def case(name: str, model: str, nodes: int, steps: int, threads: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def slate_run(args: list[str]) -> dict:
-    """Wall time and peak RSS of one ``slate train`` process, and its summary."""
-    with tempfile.TemporaryDirectory() as tmp:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def slate_run(args: list[str], env: dict[str, str] | None = None) -> dict:
+    """Wall time and peak RSS of one ``slate train`` process, its summary and evaluation count."""
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "log", "w+") as log:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "slate", "train", *args, "--out", tmp,
-                        "--no-progress"], check=True, capture_output=True)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "slate", "train", *args, "--out", f"{tmp}/run", "--no-progress"],
+            stdout=log, stderr=log, env={**os.environ, **(env or {})},
+        )  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak RSS
         wall = time.perf_counter() - start
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        summary = json.loads((Path(tmp) / "summary.json").read_text())
-    return {"wall": wall, "peak_rss_mb": max(peak, before) / 1024, "summary": summary}
+        if status != 0:
+            log.seek(0)
+            raise SystemExit(f"slate train {' '.join(args)} failed:\n{log.read()}")
+        run = Path(tmp) / "run"
+        summary = json.loads((run / "summary.json").read_text())
+        evaluations = len((run / "history.csv").read_text().strip().splitlines()) - 1
+    return {"wall": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "summary": summary,
+            "evaluations": evaluations}  # fmt: skip
+
+
+def _end_to_end(data_dir: str, quick: bool) -> list[str]:
+    """``slate train`` wall times: w8a (eager and compiled) and MNIST, with their evaluation share.
+
+    The share of evaluation is the default run's wall time minus that of the same run evaluated
+    only at its start and end (``--eval-every T --no-party-ap``), over the default run's.
+    """
+    lines = ["\n## End to end (`slate train`, the whole command)\n",
+             "| command | wall (s) | training + evaluation (s) | evaluations | test AP | "
+             "evaluation share | peak RSS (MB) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as cache:
+        cold = {"TORCHINDUCTOR_CACHE_DIR": cache}
+        runs = [("w8a", [], None, "w8a"),
+                ("w8a", ["--compile"], cold, "w8a --compile (cold cache)"),
+                ("w8a", ["--compile"], cold, "w8a --compile (warm cache)"),
+                ("mnist", [], None, "mnist")]  # fmt: skip
+        for dataset, extra, env, label in runs:
+            if not Path(data_dir, dataset).exists():
+                continue
+            base = ["--dataset", dataset, "--data-dir", data_dir, *extra]
+            if quick:
+                base += ["--iterations", "1000" if dataset == "w8a" else "30"]
+            run = slate_run(base, env)
+            share = "n/a"
+            if not extra:
+                iterations = str(run["summary"]["iterations"])
+                bare = slate_run([*base, "--eval-every", iterations, "--no-party-ap"])
+                share = f"{max(0.0, 1 - bare['wall'] / run['wall']):.1%}"
+            s = run["summary"]
+            lines.append(f"| `slate train --dataset {label}` | {run['wall']:.1f} | "
+                         f"{s['wall_seconds']:.1f} | {run['evaluations']} | {s['test_ap']:.4f} | "
+                         f"{share} | {run['peak_rss_mb']:.0f} |")  # fmt: skip
+            print(lines[-1], flush=True)
+    return lines
 
 
 def machine() -> str:
@@ -52,6 +93,20 @@ def machine() -> str:
                 break
     return (f"{cpu}, {os.cpu_count()} logical cores, Python {platform.python_version()}, "
             f"torch {torch.__version__}, {platform.system()} {platform.release()}")  # fmt: skip
+
+
+def _speed_row(model: str, nodes: int, results: dict[str, dict]) -> str:
+    seconds = {name: r["seconds_per_iteration"] for name, r in results.items()}
+    sim, comp, naive = seconds["simulator"], seconds["compiled"], seconds["naive"]
+    hand = seconds.get("hand")
+    rate = lambda s: f"{1 / s:.0f}" if s else "n/a"  # noqa: E731
+    limit = lambda s: f"{s / hand:.2f}x" if hand else "n/a"  # noqa: E731
+    rss = " / ".join(f"{results[k]['peak_rss_mb']:.0f}" if k in results else "n/a"
+                     for k in ("simulator", "compiled", "naive", "hand"))  # fmt: skip
+    return (
+        f"| {model} | {nodes} | {rate(sim)} | {rate(comp)} | {1 / naive:.1f} | {rate(hand)} | "
+        f"{naive / sim:.1f}x | {naive / comp:.1f}x | {limit(sim)} | {limit(comp)} | {rss} |"
+    )
 
 
 def main() -> None:
@@ -72,36 +127,25 @@ def main() -> None:
     print("\n".join(lines), flush=True)
 
     lines += ["\n## Simulator against a naive per-party loop and the hand-batched limit\n",
-              "| model | N | simulator it/s | naive loop it/s | hand-batched it/s | "
-              "simulator / naive | simulator time / limit time | peak RSS sim / naive / hand "
-              "(MB) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| model | N | simulator it/s | compiled it/s | naive loop it/s | "
+              "hand-batched it/s | simulator / naive | compiled / naive | simulator time / limit | "
+              "compiled time / limit | peak RSS sim / compiled / naive / hand (MB) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for model, nodes in (("mlp", 1), ("mlp", 4), ("mlp", 20), ("mlp", 64), ("mnist-cnn", 20)):
         n_steps = steps if model == "mlp" else max(10, steps // 20)
-        sim = case("simulator", model, nodes, n_steps, 2)
-        naive = case("naive", model, nodes, max(5, n_steps // 4), 2)
-        hand = case("hand", model, nodes, n_steps, 2) if model == "mlp" else None
-        s, n_ = sim["seconds_per_iteration"], naive["seconds_per_iteration"]
-        h = hand["seconds_per_iteration"] if hand else None
-        lines.append(
-            f"| {model} | {nodes} | {1 / s:.0f} | {1 / n_:.1f} | "
-            f"{f'{1 / h:.0f}' if h else 'n/a'} | {n_ / s:.1f}x | "
-            f"{f'{s / h:.2f}x' if h else 'n/a'} | {sim['peak_rss_mb']:.0f} / "
-            f"{naive['peak_rss_mb']:.0f} / {hand['peak_rss_mb'] if hand else 0:.0f} |"
-        )
+        results = {
+            "simulator": case("simulator", model, nodes, n_steps, 2),
+            "compiled": case("compiled", model, nodes, n_steps, 2),
+            "naive": case("naive", model, nodes, max(5, n_steps // 4), 2),
+        }
+        if model == "mlp":
+            results["hand"] = case("hand", model, nodes, n_steps, 2)
+        lines.append(_speed_row(model, nodes, results))
         print(lines[-1], flush=True)
 
     w8a = ["--dataset", "w8a", "--data-dir", args.data_dir]
     if Path(args.data_dir, "w8a").exists():
-        iterations = ["--iterations", "1000"] if args.quick else []
-        e2e = slate_run([*w8a, *iterations])
-        s = e2e["summary"]
-        lines += ["\n## End to end\n",
-                  f"`slate train --dataset w8a --data-dir DIR` (SLATE, N = 20, {s['iterations']} "
-                  f"iterations, {len(s['config']) and 20} evaluations included): "
-                  f"**{e2e['wall']:.1f} s** wall for the whole command (training and evaluation "
-                  f"{s['wall_seconds']:.1f} s), test AP {s['test_ap']:.4f}, peak RSS "
-                  f"{e2e['peak_rss_mb']:.0f} MB."]  # fmt: skip
-        print(lines[-1], flush=True)
+        lines += _end_to_end(args.data_dir, args.quick)
 
         lines += ["\n## Distributed engine (one process per party, gloo on loopback)\n",
                   "| N | distributed ms / iteration | simulator ms / iteration | ratio |",
