@@ -89,3 +89,49 @@ def test_stop_requested_between_chunks_adds_no_second_evaluation(tmp_path, monke
     iterations = [row["iteration"] for row in state["history"]]
     assert iterations == [0, 20]
     assert state["iteration"] == 20
+
+
+@pytest.mark.parametrize(
+    ("compile", "engine", "device", "iterations", "hidden", "expected"),
+    [
+        ("auto", "simulator", "cpu", 10000, 28, True),  # w7a / w8a: compiled
+        ("auto", "simulator", "cpu", 1000, 28, False),  # too short to repay compilation
+        ("auto", "simulator", "cpu", 10000, 400, False),  # 120k parameters: not overhead-bound
+        ("auto", "distributed", "cpu", 10000, 28, False),
+        ("auto", "simulator", "cuda", 10000, 28, False),
+        ("on", "distributed", "cpu", 10, 28, True),
+        ("off", "simulator", "cpu", 10000, 28, False),
+    ],
+)
+def test_compile_choice(compile, engine, device, iterations, hidden, expected) -> None:
+    import torch
+
+    from slate.models import build_model
+    from slate.train import should_compile
+
+    model = build_model("mlp", (300,), hidden=hidden)
+    cfg = config(iterations=iterations, compile=compile)
+    assert should_compile(cfg, engine, torch.device(device), model) is expected
+
+
+def test_unknown_compile_value_is_a_config_error() -> None:
+    from slate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--compile must be one of auto, on, off, got 'yes'"):
+        Run(config(iterations=5, compile="yes"))
+
+
+@pytest.mark.parametrize("algorithm", ["slate", "slate-m", "dpsgd", "coda"])
+def test_compiled_runs_match_eager_runs(algorithm) -> None:
+    """Every algorithm's objective compiles, and 40 compiled steps stay within float rounding."""
+    import torch
+
+    runs = {}
+    for mode in ("on", "off"):
+        run = Run(config(iterations=40, nodes=4, algorithm=algorithm, compile=mode))
+        run.advance(40)
+        runs[mode] = run
+    assert runs["on"].compute.compiled and not runs["off"].compute.compiled
+    torch.testing.assert_close(runs["on"].x, runs["off"].x, rtol=1e-3, atol=1e-5)
+    for key, value in runs["off"].algorithm.state.items():
+        torch.testing.assert_close(runs["on"].algorithm.state[key], value, rtol=1e-3, atol=1e-5)

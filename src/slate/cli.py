@@ -114,9 +114,11 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--compile",
-        action="store_true",
-        help="torch.compile each party's forward and backward pass into one graph: faster "
-        "steps after a one-off compilation of seconds (falls back to eager if it fails)",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="torch.compile the parties' forward and backward pass into one graph: faster steps "
+        "after a one-off compilation of seconds, eager if it fails (default auto: on for the "
+        "simulator on CPU with a model under 100k parameters and at least 2000 iterations)",
     )
     run.add_argument(
         "--checkpoint-every", type=int, help="iterations between checkpoints (default T/10)"

@@ -93,7 +93,7 @@ class TrainConfig:
     out: str | None = None
     device: str = "cpu"
     threads: int | None = None
-    compile: bool = False
+    compile: str = "auto"
     party_ap: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:

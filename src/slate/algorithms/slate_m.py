@@ -83,7 +83,7 @@ class SLATEM(Algorithm):
 
     def first_step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
         blocks = batch.labels.shape[0] // x.shape[0]
-        losses, grads = compute(x.repeat(blocks, 1), batch)  # line 3, all blocks in one call
+        losses, grads = compute(x.repeat(blocks, 1), batch, once=True)  # line 3, one call
         u0 = grads.view(blocks, *x.shape).mean(dim=0)
         # Line 4 sets v_0 = mix(u_0): the tracking update from v_{-1} = u_{-1} = 0.
         return self._consensus(x, u0, comm), losses.view(blocks, -1).mean(dim=0)

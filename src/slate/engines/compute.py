@@ -32,6 +32,11 @@ from slate.errors import SlateError
 
 __all__ = ["Batch", "FlatParameters", "Objective", "PartyCompute"]
 
+# Rows per forward pass in evaluation: small enough that a CNN's activations stay in cache (the
+# MNIST CNN evaluates 10 000 images in 0.49 s in chunks of 256, 1.1 s in chunks of 4096, on 2
+# cores); an MLP's evaluation costs milliseconds either way.
+EVAL_CHUNK = 256
+
 Objective = Callable[..., Tensor]
 
 
@@ -171,10 +176,10 @@ class PartyCompute:
             self.compiled = True
 
     def _losses_and_grads(
-        self, x: Tensor, buffers: dict[str, Tensor], batch: Batch, context: Tensor
+        self, x: Tensor, buffers: dict[str, Tensor], batch: Batch, context: Tensor, once: bool
     ) -> tuple[Tensor, Tensor]:
         """Every party's loss and gradient, by the compiled or the eager path."""
-        if self.compiled:
+        if self.compiled and not once:
             try:
                 grads, losses = self._compiled(x, buffers, batch.features, batch.labels, context)
                 return losses, grads
@@ -199,10 +204,12 @@ class PartyCompute:
             stacklevel=3,
         )
 
-    def __call__(self, x: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+    def __call__(self, x: Tensor, batch: Batch, once: bool = False) -> tuple[Tensor, Tensor]:
         """Return ``(losses (kP,), gradients (kP, d))`` at the parameters ``x (kP, d)``.
 
         Updates the parties' BatchNorm statistics, if the model has any, from the first block.
+        ``once`` marks a call whose shape never recurs (SLATE-M's initial batch): it takes the
+        eager path, since compiling a graph for one call costs more than it saves.
         """
         blocks = x.shape[0] // self.n_parties
         context = self.context
@@ -210,9 +217,9 @@ class PartyCompute:
             context = x.new_zeros(self.n_parties, 0)
         self.module.train()
         if blocks == 1:
-            return self._losses_and_grads(x, self.buffers, batch, context)
+            return self._losses_and_grads(x, self.buffers, batch, context, once)
         tiled = {k: _tile(v, blocks) for k, v in self.buffers.items()}
-        losses, grads = self._losses_and_grads(x, tiled, batch, _tile(context, blocks))
+        losses, grads = self._losses_and_grads(x, tiled, batch, _tile(context, blocks), once)
         for name, buf in tiled.items():
             self.buffers[name] = buf[: self.n_parties].clone()
         return losses, grads
@@ -229,7 +236,7 @@ class PartyCompute:
         x: Tensor,
         features: Tensor,
         buffers: dict[str, Tensor] | None = None,
-        chunk: int = 4096,
+        chunk: int = EVAL_CHUNK,
     ) -> Tensor:
         """Logits of one parameter vector ``x (d,)`` on ``features``, in chunks.
 
@@ -250,7 +257,7 @@ class PartyCompute:
         x: Tensor,
         features: Tensor,
         buffers: dict[str, Tensor] | None = None,
-        chunk: int = 4096,
+        chunk: int = EVAL_CHUNK,
     ) -> Tensor:
         """Logits of every party's own model ``x (P, d)`` on the same ``features``: ``(P, n)``.
 

@@ -27,9 +27,12 @@ BLOCK_BYTES = 1 << 20  # a large (N, d) buffer is mixed in column blocks of abou
 
 
 def _gossip_matrix(W: np.ndarray, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """W as a dense tensor, or in CSR form when it is sparse enough for that to be faster."""
+    """W as a dense tensor, or in CSR form on CPU when it is sparse enough for that to be faster.
+
+    (A ring of 20: 42 us against 103 us per product with the w8a MLP's buffer, on 2 cores.)
+    """
     dense = torch.tensor(W, dtype=dtype, device=device)
-    if np.count_nonzero(W) > SPARSE_DENSITY * W.size:
+    if device.type != "cpu" or np.count_nonzero(W) > SPARSE_DENSITY * W.size:
         return dense
     with warnings.catch_warnings():  # "sparse CSR support is in beta"; we test what we use
         warnings.simplefilter("ignore", UserWarning)
