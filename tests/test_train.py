@@ -94,13 +94,13 @@ def test_stop_requested_between_chunks_adds_no_second_evaluation(tmp_path, monke
 @pytest.mark.parametrize(
     ("compile", "engine", "device", "iterations", "hidden", "expected"),
     [
-        ("auto", "simulator", "cpu", 10000, 28, True),  # w7a / w8a: compiled
-        ("auto", "simulator", "cpu", 1000, 28, False),  # too short to repay compilation
-        ("auto", "simulator", "cpu", 10000, 400, False),  # 120k parameters: not overhead-bound
-        ("auto", "distributed", "cpu", 10000, 28, False),
-        ("auto", "simulator", "cuda", 10000, 28, False),
+        ("auto", "simulator", "cpu", 20000, 28, True),  # a long MLP run: compiled
+        ("auto", "simulator", "cpu", 10000, 28, False),  # the paper's w8a: cold compile too dear
+        ("auto", "simulator", "cpu", 20000, 400, False),  # 120k parameters: not overhead-bound
+        ("auto", "distributed", "cpu", 20000, 28, False),
+        ("auto", "simulator", "cuda", 20000, 28, False),
         ("on", "distributed", "cpu", 10, 28, True),
-        ("off", "simulator", "cpu", 10000, 28, False),
+        ("off", "simulator", "cpu", 20000, 28, False),
     ],
 )
 def test_compile_choice(compile, engine, device, iterations, hidden, expected) -> None:

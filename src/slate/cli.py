@@ -118,7 +118,7 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         choices=("auto", "on", "off"),
         help="torch.compile the parties' forward and backward pass into one graph: faster steps "
         "after a one-off compilation of seconds, eager if it fails (default auto: on for the "
-        "simulator on CPU with a model under 100k parameters and at least 2000 iterations)",
+        "simulator on CPU with a model under 100k parameters and at least 20 000 iterations)",
     )
     run.add_argument(
         "--checkpoint-every", type=int, help="iterations between checkpoints (default T/10)"
