@@ -94,12 +94,19 @@ def naive_loop(model: str, n_parties: int, steps: int) -> float:
 
 
 def hand_mlp_step(flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, W: torch.Tensor,
-                  hidden: int = 28) -> torch.Tensor:  # fmt: skip
+                  hidden: int = 28, gradient=None) -> torch.Tensor:  # fmt: skip
     """One SLATE iteration of the MLP by hand: bmm forward, closed-form backward, one mix.
 
     ``flat`` (N, d) uses slate's layout (hidden.weight (h, in), hidden.bias, out.weight, out.bias).
-    The AP surrogate's gradient is eq. (6) in closed form; no autograd, no vmap.
+    ``gradient`` defaults to :func:`hand_mlp_gradient` (a compiled version may be passed).
     """
+    grad = (gradient or hand_mlp_gradient)(flat, x, y, hidden)
+    return W @ torch.add(flat, grad, alpha=-LR)
+
+
+def hand_mlp_gradient(flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                      hidden: int = 28) -> torch.Tensor:  # fmt: skip
+    """Every party's gradient of the AP surrogate (eq. 6 in closed form); no autograd, no vmap."""
     n, d_in = x.shape[0], x.shape[-1]
     W1, b1, w2, b2 = flat.split([hidden * d_in, hidden, hidden, 1], dim=1)
     W1 = W1.view(n, hidden, d_in)
@@ -121,12 +128,16 @@ def hand_mlp_step(flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, W: torch
     db2 = dz.sum(1, keepdim=True)
     dpre = dz.unsqueeze(2) * w2.unsqueeze(1) * (pre > 0)
     dW1 = torch.bmm(dpre.transpose(1, 2), x)
-    grad = torch.cat([dW1.flatten(1), dpre.sum(1), dw2, db2], dim=1)
-    return W @ torch.add(flat, grad, alpha=-LR)
+    return torch.cat([dW1.flatten(1), dpre.sum(1), dw2, db2], dim=1)
 
 
-def hand_batched_mlp(n_parties: int, steps: int) -> float:
-    """The limit: :func:`hand_mlp_step` on the same data as the simulator."""
+def hand_batched_mlp(n_parties: int, steps: int, compile: bool = False) -> float:
+    """The limit: :func:`hand_mlp_step` on the same data as the simulator.
+
+    With ``compile``, the hand-written gradient goes through ``torch.compile`` too (fused
+    elementwise kernels), the limit for the compiled simulator.
+    """
+    gradient = torch.compile(hand_mlp_gradient, dynamic=False) if compile else None
     module = build_model("mlp", SHAPES["mlp"])
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     state = {"x": flat.expand(n_parties, -1).clone()}
@@ -135,7 +146,7 @@ def hand_batched_mlp(n_parties: int, steps: int) -> float:
     x, y = _data("mlp", n_parties, 8)
 
     def step(k: int) -> None:
-        state["x"] = hand_mlp_step(state["x"], x[k % 8], y[k % 8], W)
+        state["x"] = hand_mlp_step(state["x"], x[k % 8], y[k % 8], W, gradient=gradient)
 
     return _time(step, steps, warmup=5)
 
@@ -157,6 +168,8 @@ def main(argv: list[str]) -> None:
         seconds = naive_loop(model, n_parties, steps)
     elif case == "hand":
         seconds = hand_batched_mlp(n_parties, steps)
+    elif case == "hand-compiled":
+        seconds = hand_batched_mlp(n_parties, steps, compile=True)
     else:
         raise SystemExit(f"unknown case {case}")
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
