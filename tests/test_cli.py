@@ -33,6 +33,7 @@ SUMMARY_KEYS = {
     "test_auroc",
     "party_ap_min",
     "party_ap_max",
+    "evaluation_seconds",
     "consensus_distance",
     "wall_seconds",
     "test_split",
@@ -373,6 +374,7 @@ def test_train_summary(digits_run: Path) -> None:
     assert 0 <= summary["party_ap_min"] <= summary["party_ap_max"] <= 1
     assert 0 < summary["test_ap"] <= 1 and 0 <= summary["test_auroc"] <= 1
     assert summary["consensus_distance"] >= 0 and summary["wall_seconds"] > 0
+    assert 0 < summary["evaluation_seconds"] < summary["wall_seconds"]
     assert "stratified" in summary["test_split"]
 
     config = summary["config"]

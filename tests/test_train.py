@@ -135,3 +135,33 @@ def test_compiled_runs_match_eager_runs(algorithm) -> None:
     torch.testing.assert_close(runs["on"].x, runs["off"].x, rtol=1e-3, atol=1e-5)
     for key, value in runs["off"].algorithm.state.items():
         torch.testing.assert_close(runs["on"].algorithm.state[key], value, rtol=1e-3, atol=1e-5)
+
+
+def test_compiled_run_resumes_bit_identically() -> None:
+    """The compiled path is deterministic: stop, restore into a fresh run, finish; same bits."""
+    import torch
+
+    cfg = config(iterations=40, nodes=4, compile="on")
+    whole = Run(cfg)
+    whole.advance(40)
+    first = Run(cfg)
+    first.advance(17)
+    second = Run(cfg)
+    second.load_state_dict(first.state_dict())
+    second.advance(23)
+    assert second.compute.compiled
+    assert torch.equal(second.x, whole.x)
+    assert torch.equal(second.loss_sum, whole.loss_sum)
+
+
+def test_evaluation_time_is_counted_and_checkpointed() -> None:
+    run = Run(config(iterations=10, nodes=3))
+    assert run.evaluation_seconds == 0.0
+    run.evaluate()
+    after_one = run.evaluation_seconds
+    assert after_one > 0
+    run.party_aps()
+    assert run.evaluation_seconds > after_one
+    restored = Run(config(iterations=10, nodes=3))
+    restored.load_state_dict(run.state_dict())
+    assert restored.evaluation_seconds == run.evaluation_seconds

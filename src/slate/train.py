@@ -15,6 +15,7 @@ evaluation points (every ``--eval-every`` iterations).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -22,6 +23,7 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,6 +248,7 @@ class Run:
         self.loss_steps = 0
         self.stop_requested = False  # set by SIGINT / SIGTERM
         self._last_test_logits: tuple[int, Tensor | None] = (-1, None)
+        self.evaluation_seconds = 0.0  # wall time spent in evaluate() and party_aps()
         self._chunk_start: dict[str, Any] = self.sampler.state_dict()
         self._chunk_used = 0
 
@@ -314,6 +317,7 @@ class Run:
             "sampler_used": self._chunk_used,
             "loss_sum": self.loss_sum.cpu(),
             "loss_steps": self.loss_steps,
+            "evaluation_seconds": self.evaluation_seconds,
             "traffic": [self.comm.bytes_sent, self.comm.messages_sent],
             "config": self.config.to_dict(),
         }
@@ -334,6 +338,7 @@ class Run:
         self._chunk_start = self.sampler.state_dict()
         self.loss_sum = state["loss_sum"].to(self.device)
         self.loss_steps = state["loss_steps"]
+        self.evaluation_seconds = state.get("evaluation_seconds", 0.0)
         self.comm.bytes_sent, self.comm.messages_sent = state["traffic"]
 
     def _guard_finite(self, losses: Tensor, first_iteration: int) -> None:
@@ -388,6 +393,10 @@ class Run:
         (and AP) is that of the sigmoid scores, without the ties that float32 saturation of the
         sigmoid would add.
         """
+        with self._timing_evaluation():
+            return self._evaluate()
+
+    def _evaluate(self) -> dict[str, float]:
         size = self.compute.layout.size
         xbar = self.averaged_parameters()  # one reduction serves both numbers
         spread = (
@@ -423,14 +432,37 @@ class Run:
         self.loss_steps = 0
         return mean
 
+    @contextlib.contextmanager
+    def _timing_evaluation(self) -> Iterator[None]:
+        """Add the wall time of the enclosed evaluation to ``evaluation_seconds``.
+
+        On CUDA, queued training kernels are waited for first, so that they are not counted.
+        """
+        _synchronize(self.device)
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            _synchronize(self.device)
+            self.evaluation_seconds += time.perf_counter() - started
+
     def party_aps(self) -> list[float]:
         """AP of every party's own model on the test set (collective; empty off the main)."""
+        with self._timing_evaluation():
+            return self._party_aps()
+
+    def _party_aps(self) -> list[float]:
         x = self.engine.gather(self.x)
         buffers = {k: self.engine.gather(v) for k, v in self.compute.buffers.items()}
         if x is None:
             return []
         logits = self.compute.party_logits(x, self.test_features, buffers)
         return [metrics.average_precision(row, self.test_labels) for row in logits]
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _rows(table: Tensor, indices: Tensor) -> Tensor:
@@ -532,6 +564,7 @@ def _summary(
         "party_ap_max": max(party_aps, default=None),
         "consensus_distance": final["consensus_distance"],
         "wall_seconds": wall,
+        "evaluation_seconds": run.evaluation_seconds,
         "test_split": run.data.test_split,
         "seed": config.seed,
         "n_train": len(run.data.y_train),
@@ -669,8 +702,8 @@ def train(
             raise TrainingDiverged(f"{err} {_last_checkpoint_note(run, out)}") from None
         finally:
             bar.close()
-    wall = time.perf_counter() - start
     party_aps = run.party_aps() if config.party_ap else []
+    wall = time.perf_counter() - start  # training and every evaluation, party APs included
     final_model = (run.averaged_parameters(), run.averaged_buffers(), run.test_logits())
     traffic = run.mean_traffic()
     if not main:
