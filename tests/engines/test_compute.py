@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.func import functional_call, grad, vmap
 
+from slate import APLoss
 from slate.engines.compute import Batch, FlatParameters, PartyCompute
 from slate.models import MLP, seeded
 from slate.objectives.ap import sigmoid_ap_objective
@@ -83,3 +84,33 @@ def test_split_returns_the_tail_after_the_parameters(problem) -> None:
     views, tail = layout.split(extended)
     assert torch.equal(tail, extended[:, layout.size :])
     assert torch.equal(views["hidden.weight"], x[:, : 6 * D].view(P, 6, D))
+
+
+class TiedTwice(torch.nn.Module):
+    """One Linear applied twice through two attribute names (a tied weight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(D, D)
+        self.second = torch.nn.Linear(D, D)
+        self.second.weight = self.first.weight
+        self.head = torch.nn.Linear(D, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.second(torch.tanh(self.first(x))))).squeeze(-1)
+
+
+def test_tied_weights_get_the_gradient_of_both_uses(problem) -> None:
+    _, _, batch = problem
+    with seeded(1):
+        model = TiedTwice()
+    compute = PartyCompute(model, sigmoid_ap_objective(0.1), n_parties=P)
+    assert compute.has_tied_weights
+    x = compute.layout.flatten(model).expand(P, -1).clone()
+    _, grads = compute(x, batch)
+    loss = APLoss(0.1, validate_args=False)
+    for p in range(P):
+        model.zero_grad()
+        loss(torch.sigmoid(model(batch.features[p])), batch.labels[p]).backward()
+        expected = torch.cat([q.grad.reshape(-1) for q in model.parameters()])
+        torch.testing.assert_close(grads[p], expected, rtol=1e-5, atol=1e-6)
