@@ -131,7 +131,8 @@ def main() -> None:
     steps = 50 if args.quick else 400
     lines = [f"# slate benchmarks\n\nMeasured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}.",
              "All cases run SLATE without gradient tracking (Alg. 1 lines 7 and 9), m = 20, "
-             "b = 2, on a ring; each case is a fresh process (its own peak RSS).\n"]  # fmt: skip
+             "b = 2, on a ring; each case is a fresh process (its own peak RSS), and its time per "
+             "iteration is the fastest of 5 timed segments (the machine is shared).\n"]  # fmt: skip
 
     lines += ["## Torch threads for small ops (w8a MLP, N = 20)\n",
               "| threads | ms / iteration |", "|---|---|"]  # fmt: skip

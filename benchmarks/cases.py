@@ -36,13 +36,21 @@ def _data(model: str, n_parties: int, steps: int) -> tuple[torch.Tensor, torch.T
     return x, y
 
 
-def _time(step, steps: int, warmup: int) -> float:
+def _time(step, steps: int, warmup: int, segments: int = 5) -> float:
+    """Seconds per step: the fastest of ``segments`` timed runs of ``steps / segments`` steps.
+
+    The minimum discards the segments that other tenants of a shared machine slowed down.
+    """
     for k in range(warmup):
         step(k)
-    start = time.perf_counter()
-    for k in range(steps):
-        step(k)
-    return (time.perf_counter() - start) / steps
+    per_segment = max(1, steps // segments)
+    best = float("inf")
+    for _ in range(segments):
+        start = time.perf_counter()
+        for k in range(per_segment):
+            step(k)
+        best = min(best, (time.perf_counter() - start) / per_segment)
+    return best
 
 
 def simulator(model: str, n_parties: int, steps: int, compile: bool = False) -> float:
