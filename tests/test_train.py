@@ -15,6 +15,7 @@ from slate.train import (
     EVALUATION_BUDGET,
     Run,
     evaluation_cost,
+    evaluation_count,
     train,
     with_evaluation_defaults,
 )
@@ -28,7 +29,7 @@ def config(**fields) -> TrainConfig:
     ("iterations", "nodes", "batch", "n_test", "every", "party_ap"),
     [
         (10000, 20, 20, 12438, 500, True),  # w8a: T/20, evaluation is cheap
-        (300, 20, 20, 10000, 84, False),  # MNIST: 10 000 / 1 200 = 8.33 iterations per eval
+        (300, 20, 20, 10000, 150, False),  # MNIST: 8.33 iterations' work per evaluation
         (1000, 8, 20, 450, 50, True),  # digits
         (30, 4, 10, 100000, 30, False),  # never beyond the run's length
     ],
@@ -38,11 +39,15 @@ def test_default_evaluation_schedule(iterations, nodes, batch, n_test, every, pa
     filled = with_evaluation_defaults(base, n_test)
     assert filled.eval_every == every
     assert filled.party_ap is party_ap
-    # The schedule keeps evaluation within the budget (or runs it once at the end).
+    # The schedule keeps all evaluations within the budget (or evaluates only at both ends),
+    # and T/20 would not have (unless T/20 is the default).
     cost = evaluation_cost(base, n_test)
     assert cost == pytest.approx(n_test / (3 * nodes * batch))
+    evaluations = evaluation_count(iterations, every) + (nodes if party_ap else 0)
     if every < iterations:
-        assert cost / every <= EVALUATION_BUDGET
+        assert evaluations * cost <= EVALUATION_BUDGET * iterations
+    if every > iterations // 20:
+        assert evaluation_count(iterations, every - 1) * cost > EVALUATION_BUDGET * iterations
 
 
 def test_explicit_evaluation_settings_are_kept() -> None:
@@ -165,3 +170,10 @@ def test_evaluation_time_is_counted_and_checkpointed() -> None:
     restored = Run(config(iterations=10, nodes=3))
     restored.load_state_dict(run.state_dict())
     assert restored.evaluation_seconds == run.evaluation_seconds
+
+
+@pytest.mark.parametrize(("iterations", "every"), [(45, 20), (40, 20), (7, 7), (5, 1)])
+def test_evaluation_count_is_the_number_of_history_rows(iterations, every) -> None:
+    result = train(config(iterations=iterations, eval_every=every, nodes=2), progress=False,
+                   write=False, log=lambda _: None)  # fmt: skip
+    assert len(result.history) == evaluation_count(iterations, every)

@@ -152,22 +152,31 @@ def evaluation_cost(config: TrainConfig, n_test: int) -> float:
     return n_test / (3 * config.nodes * config.batch_size)
 
 
+def evaluation_count(iterations: int, eval_every: int) -> int:
+    """History rows of a run: iteration 0, every multiple of ``eval_every``, and the last one."""
+    return 1 + math.ceil(iterations / eval_every)
+
+
 def with_evaluation_defaults(config: TrainConfig, n_test: int) -> TrainConfig:
     """Fill ``eval_every`` and ``party_ap`` so that evaluation costs at most ~10% of training.
 
-    ``eval_every`` defaults to T/20, or to more iterations where T/20 would make evaluating the
-    averaged model cost over ``EVALUATION_BUDGET`` of the training work (MNIST's 10 000 test images
-    against 300 iterations). ``party_ap`` (the AP of each party's own final model, N more
-    evaluations) defaults to on where those N evaluations fit in the same budget.
+    ``eval_every`` defaults to T/20, or to the smallest interval whose evaluations of the averaged
+    model (:func:`evaluation_count` of them) cost at most ``EVALUATION_BUDGET`` of the training
+    work: MNIST's 10 000 test images against 300 iterations of 20 x 20 images give every 150.
+    ``party_ap`` (the AP of each party's own final model: N more evaluations) defaults to on
+    where those, added to the periodic ones, still fit in the budget.
     """
-    cost = evaluation_cost(config, n_test)
-    updates: dict[str, Any] = {}
-    if config.eval_every is None:
-        affordable = math.ceil(cost / EVALUATION_BUDGET)
-        updates["eval_every"] = min(config.iterations, max(1, config.iterations // 20, affordable))
-    if config.party_ap is None:
-        updates["party_ap"] = config.nodes * cost <= EVALUATION_BUDGET * config.iterations
-    return dataclasses.replace(config, **updates)
+    iterations, cost = config.iterations, evaluation_cost(config, n_test)
+    affordable = EVALUATION_BUDGET * iterations / cost  # evaluations the budget pays for
+    every = config.eval_every
+    if every is None:
+        periodic = math.floor(affordable) - 1  # multiples of eval_every, the final one included
+        every = iterations if periodic < 1 else math.ceil(iterations / periodic)
+        every = min(iterations, max(1, iterations // 20, every))
+    party_ap = config.party_ap
+    if party_ap is None:
+        party_ap = evaluation_count(iterations, every) + config.nodes <= affordable
+    return dataclasses.replace(config, eval_every=every, party_ap=party_ap)
 
 
 def _check_numbers(config: TrainConfig) -> None:
