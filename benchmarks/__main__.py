@@ -20,6 +20,21 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 
+NOTES = """
+## What each column measures
+
+* **simulator**: `PartyCompute` (one vmapped forward pass, one reverse pass) and the fused
+  step-and-mix, as `slate train` runs them; **compiled**: the same with `--compile on`, its
+  one-off compilation excluded (the end-to-end rows show what it costs a whole command).
+* **naive loop**: one `nn.Module` and one `torch.optim.SGD` per party, mixing by a Python loop
+  over each party's neighbours.
+* **hand-batched**: the same iteration written by hand (`benchmarks/cases.py`): `bmm` forward,
+  eq. (6)'s gradient in closed form, the CSR product with W; no autograd, no vmap. **hand-batched
+  compiled** passes its gradient through `torch.compile`, the limit for the compiled simulator.
+  A test checks that it computes the simulator's step.
+* **evaluation share**: the run's own `evaluation_seconds` (test-set evaluations and party APs)
+  over the wall time of the whole command."""
+
 
 def case(name: str, model: str, nodes: int, steps: int, threads: int) -> dict:
     done = subprocess.run(
@@ -178,7 +193,7 @@ def main() -> None:
             m = sim_run["summary"]["wall_seconds"] / sim_run["summary"]["iterations"]
             lines.append(f"| {nodes} | {1000 * d:.2f} | {1000 * m:.2f} | {d / m:.1f}x |")
             print(lines[-1], flush=True)
-    lines += ["\n## Headline (w8a MLP, N = 20)\n", headline]
+    lines += ["\n## Headline (w8a MLP, N = 20)\n", headline, NOTES]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'RESULTS.md'}")
 

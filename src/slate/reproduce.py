@@ -64,7 +64,7 @@ def _train_config(preset: dict[str, Any], method: str, seed: int, **overrides) -
     values = {k: v for k, v in preset.items() if k in fields}
     values.update(preset.get("methods", {}).get(method, {}))
     if overrides.get("iterations") is not None:
-        values.pop("eval_every", None)  # evaluate T/20 times, as without a preset
+        values.pop("eval_every", None)  # a preset that sets one: take the default schedule
     values.update({k: v for k, v in overrides.items() if v is not None})
     unknown = sorted(set(values) - fields)
     if unknown:
