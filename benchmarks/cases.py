@@ -20,6 +20,7 @@ from slate import APLoss
 from slate.algorithms import AlgorithmConfig, build_algorithm
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.simulator import SimulatorCommunicator, _gossip_matrix
+from slate.memory import keep_freed_memory
 from slate.models import build_model
 from slate.topology import build_topology
 
@@ -168,6 +169,7 @@ def main(argv: list[str]) -> None:
         int(argv[4]),
     )
     torch.set_num_threads(threads)
+    keep_freed_memory()  # as `slate train` does; every case alike
     if case == "simulator":
         seconds = simulator(model, n_parties, steps)
     elif case == "compiled":

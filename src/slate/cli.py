@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from slate.config import TrainConfig
 from slate.errors import ConfigError, RunInterrupted, SlateError
+from slate.memory import keep_freed_memory
 
 __all__ = ["build_parser", "main"]
 
@@ -369,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slate`` console script and ``python -m slate``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.command != "topology":
+        keep_freed_memory()  # large per-iteration buffers are reused, not page-faulted in again
     handlers = {
         "topology": _run_topology,
         "reproduce": _run_reproduce,
