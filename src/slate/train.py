@@ -124,7 +124,7 @@ def should_compile(
 
     ``auto`` compiles where it was measured faster (``benchmarks/RESULTS.md``): the simulator on
     CPU, a model of at most ``COMPILE_MAX_PARAMETERS`` parameters (the w8a MLP's steps: 0.28 ms
-    against 0.95 ms; the MNIST CNN, compute-bound, gains about 1.1x for a 9 s compilation) and at
+    against 0.95 ms; the MNIST CNN, compute-bound, gains about 1.3x for a 9 s compilation) and at
     least ``COMPILE_MIN_ITERATIONS`` iterations: compiling costs about 9 s with a cold inductor
     cache and 2.6 s with a warm one, so the paper's 10 000-iteration w8a run is 3 s slower
     compiled on a fresh machine and 3 s faster afterwards. Distributed processes stay eager: N

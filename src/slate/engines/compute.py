@@ -199,7 +199,8 @@ class PartyCompute:
         return losses.detach(), grads
 
     def _give_up_compiling(self, err: Exception) -> None:
-        if isinstance(err, SlateError | KeyboardInterrupt):
+        """Switch to the eager path for good, saying why (slate's own errors pass through)."""
+        if isinstance(err, SlateError):
             raise err
         self.compiled = False
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
