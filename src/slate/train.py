@@ -268,7 +268,7 @@ class Run:
         return torch.cat([x0, extra]).expand(self.n_local, -1).clone()
 
     def batch(self, indices: Tensor) -> Batch:
-        """Gather every party's mini-batch for one step from indices ``(P, m)``."""
+        """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
         return Batch(_rows(self.features, indices), _rows(self.labels, indices))
 
     def advance(self, steps: int) -> int:
@@ -306,7 +306,8 @@ class Run:
         """Iteration 0 of an algorithm with an initial batch (SLATE-M, Alg. 2 lines 3-5)."""
         blocks = self.algorithm.initial_batches(self.config.positives)
         indices = self.sampler.draw(blocks, self.device)
-        batch = Batch.stack(_rows(self.features, indices), _rows(self.labels, indices))
+        blocks_batch = self.batch(indices)  # (blocks, P, m, ...)
+        batch = Batch.stack(blocks_batch.features, blocks_batch.labels)
         self.comm.set_iteration(0)
         self.x, losses = self.algorithm.first_step(self.x, batch, self.comm, self.compute)
         self.iteration = 1
