@@ -91,6 +91,13 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="SLATE-M estimator: storm (the paper's, default) or ema (the authors' scripts)",
     )
     algo.add_argument("--lr-dual", type=float, help="CODA step size for the dual variable")
+    algo.add_argument(
+        "--coda-objective",
+        default="square",
+        choices=("square", "margin"),
+        help="CODA's loss: square (the square-loss AUC objective of the paper's baseline, "
+        "default) or margin (LibAUC's AUC-margin loss, which needs alpha to grow)",
+    )
     algo.add_argument("--model", help="model name (default: the dataset's)")
     algo.add_argument("--hidden", type=int, help="hidden width of the MLP (default 28)")
 

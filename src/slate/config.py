@@ -83,6 +83,7 @@ class TrainConfig:
     initial_batch: int | None = None
     momentum: str = "storm"
     lr_dual: float | None = None
+    coda_objective: str = "square"
     partition: str = "stratified"
     dirichlet_alpha: float = 0.5
     model: str | None = None

@@ -496,6 +496,7 @@ def _algorithm_config(config: TrainConfig) -> AlgorithmConfig:
         initial_batch=config.initial_batch,
         momentum=config.momentum,
         lr_dual=config.lr_dual,
+        coda_objective=config.coda_objective,
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from slate.algorithms import AlgorithmConfig, build_algorithm
-from slate.algorithms.coda import auc_margin_loss
+from slate.algorithms.coda import CODA_OBJECTIVES, auc_square_loss
 from slate.data.partition import stratified_partition
 from slate.data.sampler import PartySampler
 from slate.engines.compute import Batch, PartyCompute
@@ -144,30 +144,51 @@ def test_slate_m_tracking_keeps_mean_of_v_equal_to_mean_of_u(problem):
         torch.testing.assert_close(state["v"].mean(0), state["u"].mean(0), rtol=1e-9, atol=1e-12)
 
 
-def coda_gradient_by_hand(h, y, a, b, alpha, p):
-    """Closed-form partial derivatives of the AUC-margin loss w.r.t. h, a, b and alpha."""
+def coda_gradient_by_hand(h, y, a, b, alpha, p, objective="square"):
+    """Closed-form partial derivatives of CODA's loss w.r.t. h, a, b and alpha.
+
+    ``square``: coupling weight ``2 (1 + alpha)``; ``margin``: ``2 alpha`` plus ``2 alpha p (1-p)``.
+    """
     m = len(h)
     pos, neg = y.double(), 1 - y.double()
+    weight = 1 + alpha if objective == "square" else alpha
     d_h = (
-        2 * (1 - p) * (h - a) * pos + 2 * p * (h - b) * neg + 2 * alpha * (p * neg - (1 - p) * pos)
+        2 * (1 - p) * (h - a) * pos + 2 * p * (h - b) * neg + 2 * weight * (p * neg - (1 - p) * pos)
     ) / m
     d_a = -2 * (1 - p) * ((h - a) * pos).sum() / m
     d_b = -2 * p * ((h - b) * neg).sum() / m
-    d_alpha = 2 * (p * (1 - p) + (p * h * neg - (1 - p) * h * pos).mean()) - 2 * p * (1 - p) * alpha
+    margin_term = p * (1 - p) if objective == "margin" else 0.0
+    d_alpha = 2 * (margin_term + (p * h * neg - (1 - p) * h * pos).mean()) - 2 * p * (1 - p) * alpha
     return d_h, d_a, d_b, d_alpha
 
 
+@pytest.mark.parametrize("objective", ["square", "margin"])
 @pytest.mark.parametrize("seed", range(5))
-def test_coda_loss_gradients_match_autograd(seed):
+def test_coda_loss_gradients_match_autograd(seed, objective):
     gen = torch.Generator().manual_seed(seed)
     h = torch.randn(10, generator=gen, dtype=torch.float64, requires_grad=True)
     y = (torch.arange(10) % 3 == 0).long()
     extra = torch.randn(3, generator=gen, dtype=torch.float64, requires_grad=True)
     p = torch.tensor([0.3], dtype=torch.float64)
-    auc_margin_loss(h, y, extra, p).backward()
-    d_h, d_a, d_b, d_alpha = coda_gradient_by_hand(h.detach(), y, *extra.detach(), 0.3)
+    CODA_OBJECTIVES[objective](h, y, extra, p).backward()
+    d_h, d_a, d_b, d_alpha = coda_gradient_by_hand(h.detach(), y, *extra.detach(), 0.3, objective)
     torch.testing.assert_close(h.grad, d_h)
     torch.testing.assert_close(extra.grad, torch.stack([d_a, d_b, d_alpha]))
+
+
+def test_coda_square_loss_is_the_expanded_pairwise_square_loss():
+    """Ying et al.: at the optimal a, b, alpha, L equals the pairwise square loss
+    p (1-p) E[(1 - h(x+) + h(x-))^2] (expectations over the batch's classes) up to a constant."""
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(40, generator=gen, dtype=torch.float64)
+    y = (torch.arange(40) % 4 == 0).long()
+    p = float(y.double().mean())
+    hp, hn = h[y == 1], h[y == 0]
+    a, b, alpha = hp.mean(), hn.mean(), hn.mean() - hp.mean()
+    loss = auc_square_loss(h, y, torch.stack([a, b, alpha]), torch.tensor([p]))
+    pairwise = ((1 - hp[:, None] + hn[None, :]) ** 2).mean()
+    # Per-sample means weigh the class terms by their frequencies: L = p (1-p) (pairwise - 1).
+    torch.testing.assert_close(loss, p * (1 - p) * (pairwise - 1), rtol=1e-12, atol=1e-12)
 
 
 def test_coda_context_is_each_partys_positive_rate(problem):
@@ -198,7 +219,7 @@ def test_coda_one_step_is_descent_ascent_then_mixing(problem):
             module, compute.layout.unflatten(params[: compute.layout.size]), (x[idx[n]],)
         )
         p = y[parts[n]].double().mean().reshape(1)
-        (g,) = torch.autograd.grad(auc_margin_loss(logits, y[idx[n]], params[-3:], p), params)
+        (g,) = torch.autograd.grad(auc_square_loss(logits, y[idx[n]], params[-3:], p), params)
         new = flat0 - lr * g
         new[-1] = torch.clamp(flat0[-1] + lr_dual * g[-1], -10, 10)
         updated.append(new)

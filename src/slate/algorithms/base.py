@@ -33,6 +33,8 @@ class AlgorithmConfig:
         initial_batch: SLATE-M's initial batch of B positives (default ``5 b``).
         momentum: SLATE-M's estimator, ``storm`` (the paper's) or ``ema`` (the authors' scripts).
         lr_dual: CODA's step size for the dual variable alpha.
+        coda_objective: CODA's loss, ``square`` (the square-loss AUC objective of the paper's
+            baseline) or ``margin`` (LibAUC's AUC-margin loss).
     """
 
     lr: float = 0.01
@@ -42,6 +44,7 @@ class AlgorithmConfig:
     initial_batch: int | None = None
     momentum: str = "storm"
     lr_dual: float = 0.0001
+    coda_objective: str = "square"
 
 
 class Algorithm(ABC):

@@ -1,17 +1,26 @@
 r"""CODA, the paper's AUROC baseline, run serverless: local SGDA then consensus mixing.
 
 Each party minimises over the model ``w`` and scalars ``a, b`` and maximises over a dual
-``alpha`` the AUC-margin square loss (margin 1) on the raw model output ``h``:
+``alpha`` the square-loss AUC min-max objective of Ying et al. (2016), on which CODA (Guo et al.,
+2020) is built, applied to the raw model output ``h`` (no sigmoid):
 
 .. math::
 
     L = (1-p)\,\overline{(h-a)^2\,\mathbf 1[y=1]} + p\,\overline{(h-b)^2\,\mathbf 1[y=0]}
-      + 2\alpha\big(p(1-p)\,c + \overline{p\,h\,\mathbf 1[y=0] - (1-p)\,h\,\mathbf 1[y=1]}\big)
+      + 2(1+\alpha)\,\overline{p\,h\,\mathbf 1[y=0] - (1-p)\,h\,\mathbf 1[y=1]}
       - p(1-p)\,\alpha^2,
 
-where the bars are batch means, ``c = 1`` is the margin and ``p`` the party's positive rate,
-measured from its own training data. Every step: descent on ``(w, a, b)`` with ``lr``, ascent on
-``alpha`` with ``lr_dual`` (clamped to ``[-10, 10]``), then consensus mixing of all four.
+where the bars are batch means and ``p`` is the party's positive rate, measured from its own
+training data. The ``1 +`` comes from expanding the square loss ``(1 - (h(x^+) - h(x^-)))^2``
+with margin 1: it pushes positives up and negatives down even while ``alpha`` is still 0.
+
+``objective="margin"`` selects LibAUC's later AUC-margin loss instead, whose coupling term is
+:math:`2\alpha\big(p(1-p)\,c + \overline{p\,h\,\mathbf 1[y=0] - (1-p)\,h\,\mathbf 1[y=1]}\big)`
+with margin ``c = 1``. It separates nothing until ``alpha`` grows, which the paper's small dual
+step size does not allow; it is kept as an option, not the baseline.
+
+Every step: descent on ``(w, a, b)`` with ``lr``, ascent on ``alpha`` with ``lr_dual`` (clamped
+to ``[-10, 10]``), then consensus mixing of all four.
 """
 
 from __future__ import annotations
@@ -23,31 +32,45 @@ from slate.algorithms.base import Algorithm, AlgorithmConfig, validate_positive
 from slate.algorithms.slate import tracked_direction
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, Objective, PartyCompute
+from slate.errors import ConfigError
 
-__all__ = ["CODA", "auc_margin_loss"]
+__all__ = ["CODA", "CODA_OBJECTIVES", "auc_margin_loss", "auc_square_loss"]
 
 DUAL_BOUND = 10.0
 AUC_MARGIN = 1.0
 
 
-def auc_margin_loss(logits: Tensor, labels: Tensor, extra: Tensor, context: Tensor) -> Tensor:
-    """The AUC-margin square loss above; ``extra = (a, b, alpha)``, ``context = (p,)``."""
-    a, b, alpha = extra[0], extra[1], extra[2]
-    p = context[0]
+def _class_terms(logits: Tensor, labels: Tensor, extra: Tensor, p: Tensor) -> tuple[Tensor, ...]:
+    """The variance terms (shared by both objectives) and the mean class-coupling term."""
+    a, b = extra[0], extra[1]
     pos = labels.to(logits.dtype)
     neg = 1.0 - pos
-    return (
-        (1 - p) * ((logits - a) ** 2 * pos).mean()
-        + p * ((logits - b) ** 2 * neg).mean()
-        + 2
-        * alpha
-        * (p * (1 - p) * AUC_MARGIN + (p * logits * neg - (1 - p) * logits * pos).mean())
-        - p * (1 - p) * alpha**2
-    )
+    variance = (1 - p) * ((logits - a) ** 2 * pos).mean() + p * ((logits - b) ** 2 * neg).mean()
+    coupling = (p * logits * neg - (1 - p) * logits * pos).mean()
+    return variance, coupling
+
+
+def auc_square_loss(logits: Tensor, labels: Tensor, extra: Tensor, context: Tensor) -> Tensor:
+    """The square-loss AUC min-max objective above (CODA's); ``extra = (a, b, alpha)``,
+    ``context = (p,)``."""
+    alpha, p = extra[2], context[0]
+    variance, coupling = _class_terms(logits, labels, extra, p)
+    return variance + 2 * (1 + alpha) * coupling - p * (1 - p) * alpha**2
+
+
+def auc_margin_loss(logits: Tensor, labels: Tensor, extra: Tensor, context: Tensor) -> Tensor:
+    """LibAUC's AUC-margin loss (margin 1): ``2 alpha (p (1-p) c + coupling)`` in place of
+    ``2 (1 + alpha) coupling``."""
+    alpha, p = extra[2], context[0]
+    variance, coupling = _class_terms(logits, labels, extra, p)
+    return variance + 2 * alpha * (p * (1 - p) * AUC_MARGIN + coupling) - p * (1 - p) * alpha**2
+
+
+CODA_OBJECTIVES: dict[str, Objective] = {"square": auc_square_loss, "margin": auc_margin_loss}
 
 
 class CODA(Algorithm):
-    """Serverless CODA: stochastic gradient descent-ascent on the AUC-margin loss, then mixing."""
+    """Serverless CODA: stochastic gradient descent-ascent on an AUC min-max loss, then mixing."""
 
     name = "coda"
     n_extra = 3  # a, b, alpha
@@ -55,9 +78,14 @@ class CODA(Algorithm):
     def __init__(self, config: AlgorithmConfig) -> None:
         super().__init__(config)
         validate_positive("--lr-dual", config.lr_dual)
+        if config.coda_objective not in CODA_OBJECTIVES:
+            raise ConfigError(
+                f"--coda-objective must be one of {', '.join(CODA_OBJECTIVES)}, "
+                f"got {config.coda_objective!r}."
+            )
 
     def objective(self) -> Objective:
-        return auc_margin_loss
+        return CODA_OBJECTIVES[self.config.coda_objective]
 
     def context(self, labels_per_party: list[Tensor]) -> Tensor:
         """Each party's positive rate p, from its own training labels."""
