@@ -29,6 +29,7 @@ __all__ = [
     "checkpoint_files",
     "differing_keys",
     "load_checkpoint",
+    "newest_checkpoint",
     "save_checkpoint",
     "simulator_checkpoint",
 ]
@@ -56,6 +57,26 @@ def checkpoint_files(folder: Path, rank: int) -> dict[int, Path]:
         if match:
             found[int(match.group(1))] = path
     return found
+
+
+def newest_checkpoint(folder: Path) -> Path:
+    """A checkpoint of the run in ``folder``, to read its config from.
+
+    The simulator's, else the newest of any party's in ``folder``, else the newest in a party's
+    own subfolder (``folder/party<r>/``, where a local launch with per-party files writes).
+    """
+    path = simulator_checkpoint(folder)
+    if path.is_file():
+        return path
+    for where in (folder, *sorted(folder.glob("party*"))):
+        found = {}
+        for candidate in where.glob("checkpoint-rank*-*.pt"):
+            match = re.search(r"checkpoint-rank\d+-(\d+)\.pt$", candidate.name)
+            if match:
+                found[int(match.group(1))] = candidate
+        if found:
+            return found[max(found)]
+    return path
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from slate.config import TrainConfig
 from slate.errors import ConfigError, RunInterrupted, SlateError
@@ -38,12 +39,39 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="fetch missing w7a, w8a, mnist, fashion-mnist or cifar10 files from their "
         "official sites (hash-checked where a hash is published)",
     )
-    data.add_argument("--train", help="training file for --dataset libsvm or csv")
-    data.add_argument("--test", help="test file for --dataset libsvm or csv")
+    data.add_argument(
+        "--train",
+        help="training file for --dataset libsvm or csv; {rank} in it gives each party its own "
+        "file (party n reads the path with n put in)",
+    )
+    data.add_argument(
+        "--test",
+        help="test file for --dataset libsvm or csv ({rank} as for --train); without it, each "
+        "file holds out a seeded stratified --test-fraction",
+    )
+    data.add_argument(
+        "--party-files",
+        action="store_true",
+        help="each party reads the --train/--test on its own command line (implied by {rank} "
+        "in a path and by --rank); parties agree on the schema before training, and the test "
+        "metrics are federated",
+    )
+    data.add_argument(
+        "--standardize",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="z-score every feature with the mean and std of all parties' training rows "
+        "(federated sums with per-party files; saved with the model)",
+    )
     data.add_argument("--label-column", help="csv: the label column (name or 0-based index)")
     data.add_argument("--positive-label", help="csv: the label value of the positive class")
     data.add_argument(
-        "--n-features", type=int, help="libsvm: number of features (default: max index)"
+        "--n-features",
+        "--features",
+        dest="n_features",
+        type=int,
+        help="libsvm: number of features (default: the largest index over all files, and over "
+        "all parties' files with per-party files)",
     )
     data.add_argument(
         "--test-fraction",
@@ -148,6 +176,17 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=60.0,
         help="distributed: seconds before a silent party counts as lost (default 60)",
     )
+    run.add_argument(
+        "--rank",
+        type=int,
+        help="run exactly one party, this one (0..N-1), and join the others at --rendezvous; "
+        "implies --engine distributed and --party-files",
+    )
+    run.add_argument(
+        "--rendezvous",
+        metavar="HOST:PORT",
+        help="with --rank: where the parties meet; party 0 listens there, the others connect",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,7 +222,15 @@ def _add_reproduce_parser(sub) -> None:
     abl.add_argument("--dataset", default="cifar10")
     abl.add_argument("--seed", type=int, default=0)
     abl.add_argument("--batch-size", type=int, help="override the preset's m")
-    for p in (t2, abl):
+    cl = what.add_parser(
+        "claims", help="the paper's theoretical claims: speedup in N, topology, tracking, SLATE-M"
+    )
+    cl.add_argument(
+        "--studies", default="speedup,topology,tracking,momentum", help="comma-separated"
+    )
+    cl.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    cl.add_argument("--dataset", default="w7a")
+    for p in (t2, abl, cl):
         p.add_argument("--data-dir", help="folder laid out as DIR/w7a, DIR/mnist, ...")
         p.add_argument("--out", default="reproduction", help="output folder (runs are reused)")
         p.add_argument("--configs", help="folder of TOML presets (default: the repo's configs/)")
@@ -222,6 +269,14 @@ def _run_reproduce(args: argparse.Namespace) -> int:
             seeds=_comma_list(args.seeds, int, "--seeds"),
             config_dir=config_dir, device=args.device, iterations=args.iterations,
         )  # fmt: skip
+    elif args.experiment == "claims":
+        from slate.claims import claims
+
+        claims(
+            args.data_dir, Path(args.out), studies=_comma_list(args.studies, flag="--studies"),
+            seeds=_comma_list(args.seeds, int, "--seeds"), dataset=args.dataset,
+            config_dir=config_dir, device=args.device, iterations=args.iterations,
+        )  # fmt: skip
     else:
         reproduce.ablation(
             args.dataset, args.data_dir, Path(args.out), seed=args.seed, config_dir=config_dir,
@@ -252,6 +307,8 @@ def _run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from slate.train import train
 
     config = _resumed_config(args.resume, argv) if args.resume else _train_config(args)
+    if _joins_alone(args):
+        return _run_party(config, args)
     if args.engine == "distributed":
         from slate.engines.launch import in_worker
 
@@ -262,7 +319,9 @@ def _run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-NOT_CONFIG = frozenset({"command", "resume", "engine", "timeout", "no_progress"})
+NOT_CONFIG = frozenset(
+    {"command", "resume", "engine", "timeout", "no_progress", "rank", "rendezvous"}
+)
 
 
 def _explicit_flags(argv: Sequence[str]) -> dict:
@@ -279,11 +338,7 @@ def _resumed_config(folder: str, argv: Sequence[str]) -> TrainConfig:
 
     from slate import checkpoint
 
-    path = checkpoint.simulator_checkpoint(Path(folder))
-    if not path.is_file():
-        ranks = sorted(checkpoint.checkpoint_files(Path(folder), 0).items())
-        path = ranks[-1][1] if ranks else path
-    saved = checkpoint.load_checkpoint(path)["config"]
+    saved = checkpoint.load_checkpoint(checkpoint.newest_checkpoint(Path(folder)))["config"]
     explicit = _explicit_flags(argv)
     differing = checkpoint.differing_keys(saved, explicit)
     if differing:
@@ -311,16 +366,25 @@ def _launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
 
 
 def _run_worker(config: TrainConfig, timeout: float, progress: bool, resume: bool) -> int:
+    from slate.engines.distributed import backend_for
+    from slate.engines.launch import worker_process_group
+    from slate.train import resolve_device
+
+    device = resolve_device(config.device)
+    worker_process_group(backend_for(device), timeout)
+    return _train_as_party(config, progress, resume, alone=False)
+
+
+def _train_as_party(config: TrainConfig, progress: bool, resume: bool, alone: bool) -> int:
+    """Train as this process's party of the joined process group, then leave together."""
     import dataclasses
 
     import torch.distributed as dist
 
-    from slate.engines.distributed import DistributedEngine, backend_for, local_rank
-    from slate.engines.launch import worker_process_group
+    from slate.engines.distributed import DistributedEngine, local_rank
     from slate.train import resolve_device, train
 
     device = resolve_device(config.device)
-    worker_process_group(backend_for(device), timeout)
     # The process group is not destroyed: the worker leaves with os._exit (see _exit_worker).
     world = dist.get_world_size()
     if config.nodes is not None and config.nodes != world:
@@ -329,17 +393,39 @@ def _run_worker(config: TrainConfig, timeout: float, progress: bool, resume: boo
         )
     if device.type == "cuda":
         config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
-    if config.out is None:  # under torchrun: every party writes into rank 0's folder
-        from slate.train import default_out_dir
-
-        chosen = [str(default_out_dir(config)) if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(chosen, src=0)
-        config = dataclasses.replace(config, out=chosen[0])
+    config = dataclasses.replace(config, out=_party_out_dir(config, dist.get_rank(), alone))
     # One party per process: several processes share the cores, so one thread each.
     config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
     train(config, engine=DistributedEngine(device), progress=progress, resume=resume)
     dist.barrier()  # leave together: no party tears down while another still talks to it
     return 0
+
+
+def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
+    """The run folder of party ``rank``.
+
+    With one dataset, every party writes into rank 0's folder (under torchrun, rank 0 picks it
+    and tells the others). With per-party files every party writes its own: ``{rank}`` in
+    ``--out`` is replaced, a party started alone writes to its ``--out``, and parties started
+    together write to ``OUT/party<r>``.
+    """
+    import torch.distributed as dist
+
+    from slate.data.sources import RANK_PLACEHOLDER, party_path, uses_party_files
+    from slate.train import default_out_dir
+
+    out = config.out
+    if out is None and alone:
+        return str(default_out_dir(config))
+    if out is None:
+        chosen = [str(default_out_dir(config)) if rank == 0 else None]
+        dist.broadcast_object_list(chosen, src=0)
+        out = chosen[0]
+    if not uses_party_files(config):
+        return out
+    if RANK_PLACEHOLDER in out:
+        return party_path(out, rank)
+    return out if alone else str(Path(out) / f"party{rank}")
 
 
 def _run_topology(args: argparse.Namespace) -> int:
@@ -353,10 +439,43 @@ def _run_topology(args: argparse.Namespace) -> int:
 
 
 def _is_worker(args: argparse.Namespace) -> bool:
-    """A party process of the distributed engine (started by the launcher or torchrun)."""
+    """A party process of the distributed engine (started by the launcher, torchrun, or on its
+    own with --rank)."""
     from slate.engines.launch import in_worker
 
-    return args.command == "train" and args.engine == "distributed" and in_worker()
+    if args.command != "train":
+        return False
+    return _joins_alone(args) or (args.engine == "distributed" and in_worker())
+
+
+def _joins_alone(args: argparse.Namespace) -> bool:
+    return args.rank is not None or args.rendezvous is not None
+
+
+def _run_party(config: TrainConfig, args: argparse.Namespace) -> int:
+    """``--rank R --rendezvous HOST:PORT``: be party R of --nodes, reading only its own files."""
+    import dataclasses
+
+    from slate.engines.launch import join_rendezvous
+
+    if args.rank is None or args.rendezvous is None:
+        raise ConfigError(
+            "--rank and --rendezvous go together: --rank R --rendezvous HOST:PORT runs party R "
+            "and joins the others there."
+        )
+    if config.nodes is None:
+        raise ConfigError("--rank needs --nodes N: the number of parties that will join.")
+    if not 0 <= args.rank < config.nodes:
+        raise ConfigError(f"--rank must lie in 0..{config.nodes - 1} (--nodes {config.nodes}), "
+                          f"got {args.rank}.")  # fmt: skip
+    config = dataclasses.replace(config, party_files=True)
+    from slate.engines.distributed import backend_for
+    from slate.train import check_inputs, resolve_device
+
+    check_inputs(config)
+    backend = backend_for(resolve_device(config.device))
+    join_rendezvous(backend, args.rank, config.nodes, args.rendezvous, args.timeout)
+    return _train_as_party(config, not args.no_progress, bool(args.resume), alone=True)
 
 
 def _exit_worker(code: int) -> int:

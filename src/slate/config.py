@@ -66,6 +66,8 @@ class TrainConfig:
     label_column: str | None = None
     positive_label: str | None = None
     n_features: int | None = None
+    party_files: bool = False
+    standardize: bool = False
     test_fraction: float = 0.25
     split_seed: int = 0
     download: bool = False

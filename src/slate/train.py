@@ -38,10 +38,12 @@ from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset, load_dataset
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.sampler import PartySampler, validate_batch_shape
+from slate.data.sources import load_local_data, uses_party_files
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
+from slate.evaluation import TestScores, evaluation_for
 from slate.models import build_model
 from slate.topology import build_topology
 
@@ -104,6 +106,8 @@ def check_inputs(config: TrainConfig) -> TrainConfig:
     resolve_device(config.device)
     build_topology(config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period)
     build_algorithm(config.algorithm, _algorithm_config(config))
+    if uses_party_files(config):
+        return config  # each party reads and checks its own files; they agree before training
     data = load_dataset(config)
     parts = make_partition(
         data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
@@ -157,14 +161,17 @@ def evaluation_count(iterations: int, eval_every: int) -> int:
     return 1 + math.ceil(iterations / eval_every)
 
 
-def with_evaluation_defaults(config: TrainConfig, n_test: int) -> TrainConfig:
+def with_evaluation_defaults(
+    config: TrainConfig, n_test: int, party_ap_possible: bool = True
+) -> TrainConfig:
     """Fill ``eval_every`` and ``party_ap`` so that evaluation costs at most ~10% of training.
 
     ``eval_every`` defaults to T/20, or to the smallest interval whose evaluations of the averaged
     model (:func:`evaluation_count` of them) cost at most ``EVALUATION_BUDGET`` of the training
     work: MNIST's 10 000 test images against 300 iterations of 20 x 20 images give every 150.
     ``party_ap`` (the AP of each party's own final model: N more evaluations) defaults to on
-    where those, added to the periodic ones, still fit in the budget.
+    where those, added to the periodic ones, still fit in the budget; it is off where no
+    process holds the whole test set (per-party files).
     """
     iterations, cost = config.iterations, evaluation_cost(config, n_test)
     affordable = EVALUATION_BUDGET * iterations / cost  # evaluations the budget pays for
@@ -173,7 +180,7 @@ def with_evaluation_defaults(config: TrainConfig, n_test: int) -> TrainConfig:
         periodic = math.floor(affordable) - 1  # multiples of eval_every, the final one included
         every = iterations if periodic < 1 else math.ceil(iterations / periodic)
         every = min(iterations, max(1, iterations // 20, every))
-    party_ap = config.party_ap
+    party_ap = config.party_ap if party_ap_possible else False
     if party_ap is None:
         party_ap = evaluation_count(iterations, every) + config.nodes <= affordable
     return dataclasses.replace(config, eval_every=every, party_ap=party_ap)
@@ -216,19 +223,18 @@ class Run:
             torch.set_num_threads(config.threads)
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = resolve_device(config.device)
-        self.data = data if data is not None else load_dataset(config)
-        config = self.config = with_evaluation_defaults(config, len(self.data.y_test))
-        parts = make_partition(
-            self.data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
-        )
-        check_party_counts(self.data.y_train, parts, config.positives, config.batch_size)
-        self.n_local = len(self.engine.local_parties)
-        local_parts, rows = _local_rows([parts[n] for n in self.engine.local_parties])
         # Only this process's parties' examples are kept (and moved to the device).
-        self.features = torch.from_numpy(self.data.x_train[rows]).to(self.device)
-        self.labels = torch.from_numpy(self.data.y_train[rows]).to(self.device)
+        self.data = load_local_data(config, self.engine.local_parties, self.engine, data)
+        self.evaluation = evaluation_for(self.data.test_parts)
+        config = self.config = with_evaluation_defaults(
+            config, self.data.n_test, party_ap_possible=not self.data.federated
+        )
+        self.n_local = len(self.engine.local_parties)
+        local_parts = self.data.parts
+        self.features = torch.from_numpy(self.data.x_train).to(self.device)
+        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
         self.sampler = PartySampler(
-            local_parts, self.data.y_train[rows], config.batch_size, config.positives,
+            local_parts, self.data.y_train, config.batch_size, config.positives,
             config.seed, parties=self.engine.local_parties,
         )  # fmt: skip
         self.topology = build_topology(
@@ -256,7 +262,7 @@ class Run:
         self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
         self.loss_steps = 0
         self.stop_requested = False  # set by SIGINT / SIGTERM
-        self._last_test_logits: tuple[int, Tensor | None] = (-1, None)
+        self._last_scores: tuple[int, Tensor | None, TestScores | None] = (-1, None, None)
         self.evaluation_seconds = 0.0  # wall time spent in evaluate() and party_aps()
         self._chunk_start: dict[str, Any] = self.sampler.state_dict()
         self._chunk_used = 0
@@ -383,17 +389,29 @@ class Run:
             for name, buf in self.compute.buffers.items()
         }
 
-    def test_logits(self) -> Tensor:
-        """Logits of the averaged model on the test set (collective unless just evaluated).
+    def test_scores(self) -> tuple[Tensor, TestScores]:
+        """Logits and metrics of the averaged model on this process's test rows (collective
+        unless just evaluated).
 
         Those of the evaluation at this iteration are reused: every process evaluated at the
         same iterations, so all take the same branch.
         """
-        evaluated_at, logits = self._last_test_logits
+        evaluated_at, logits, scores = self._last_scores
         if evaluated_at == self.iteration:
-            return logits
+            return logits, scores
         xbar, buffers = self.averaged_parameters(), self.averaged_buffers()
-        return self.compute.logits(xbar, self.test_features, buffers)
+        logits = self.compute.logits(xbar, self.test_features, buffers)
+        return logits, self._score(logits)
+
+    def _score(self, logits: Tensor) -> TestScores:
+        return self.evaluation.score(
+            logits, self.test_labels, self.engine.total, self.engine.is_main
+        )
+
+    @property
+    def writes_outputs(self) -> bool:
+        """The main process writes the run folder; with per-party files every party does."""
+        return self.engine.is_main or self.data.federated
 
     def evaluate(self) -> dict[str, float]:
         """AP and AUROC of the averaged model on the whole test set, and the consensus distance.
@@ -413,13 +431,13 @@ class Run:
             self.engine.total(((self.x[:, :size] - xbar[:size]) ** 2).sum()) / self.config.nodes
         )
         logits = self.compute.logits(xbar, self.test_features, self.averaged_buffers())
-        self._last_test_logits = (self.iteration, logits)
-        if not self.engine.is_main:
-            return {"test_ap": math.nan, "test_auroc": math.nan, "consensus_distance": math.nan}
+        scores = self._score(logits)
+        self._last_scores = (self.iteration, logits, scores)
+        distance = float(spread) if self.writes_outputs else math.nan
         return {
-            "test_ap": metrics.average_precision(logits, self.test_labels),
-            "test_auroc": metrics.auroc(logits, self.test_labels),
-            "consensus_distance": float(spread),
+            "test_ap": scores.values["test_ap"],
+            "test_auroc": scores.values["test_auroc"],
+            "consensus_distance": distance,
         }
 
     def mean_traffic(self) -> dict[str, float]:
@@ -480,13 +498,6 @@ def _rows(table: Tensor, indices: Tensor) -> Tensor:
     return table.index_select(0, indices.reshape(-1)).view(*indices.shape, *table.shape[1:])
 
 
-def _local_rows(parts: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """The rows of these parties, and each party's indices re-expressed as positions in them."""
-    rows = np.concatenate(parts)
-    offsets = np.cumsum([0] + [len(p) for p in parts])
-    return [np.arange(offsets[k], offsets[k + 1]) for k in range(len(parts))], rows
-
-
 def _algorithm_config(config: TrainConfig) -> AlgorithmConfig:
     return AlgorithmConfig(
         lr=config.lr,
@@ -515,15 +526,15 @@ def _write_outputs(
     summary: dict[str, Any],
     history: list[dict[str, float]],
     out: Path,
-    final_model: tuple[Tensor, dict[str, Tensor], Tensor],
+    final_model: tuple[Tensor, dict[str, Tensor], TestScores],
 ) -> None:
-    xbar, buffers, logits = final_model
+    xbar, buffers, scores = final_model
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "history.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=HISTORY_COLUMNS)
         writer.writeheader()
         writer.writerows(history)
-    precision, recall, _ = metrics.precision_recall_curve(logits, run.test_labels)
+    precision, recall = scores.pr_curve()
     np.savetxt(
         out / "pr_curve.csv", np.column_stack([precision, recall]), delimiter=",",
         header="precision,recall", comments="", fmt="%.8g",
@@ -578,13 +589,52 @@ def _summary(
         "evaluation_seconds": run.evaluation_seconds,
         "test_split": run.data.test_split,
         "seed": config.seed,
-        "n_train": len(run.data.y_train),
-        "n_test": len(run.data.y_test),
+        "n_train": run.data.n_train,
+        "n_test": run.data.n_test,
         "n_parameters": run.compute.layout.size,
         "device": str(run.device),
         **traffic,
         "config": config.to_dict(),
     }
+
+
+def _report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log) -> None:
+    """The closing lines; with per-party files every party prints its own."""
+    prefix = "" if run.engine.is_main else f"party {run.engine.local_parties[0]}: "
+    parties = ""
+    if summary["party_ap_min"] is not None:
+        parties = f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) "
+    bound = summary.get("test_ap_error_bound")
+    within = f" (+-{bound:.1e}, federated)" if bound is not None else ""
+    log(
+        f"{prefix}test AP {summary['test_ap']:.4f}{within}  AUROC {summary['test_auroc']:.4f}  "
+        f"{parties}in {wall:.1f} s"
+    )
+    own = summary.get("party_test_ap")
+    if own:
+        listed = ", ".join(
+            f"party {n} {'n/a' if ap is None else f'{ap:.4f}'}" for n, ap in own.items()
+        )
+        log(f"{prefix}AP of the consensus model on each party's own test rows: {listed}")
+    if out is not None:
+        log(f"{prefix}results written to {out}")
+
+
+def _evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str, Any]:
+    """How the test set was scored; with per-party files the error bounds and each party's own
+    AP; the preprocessing applied to every feature row."""
+    out: dict[str, Any] = dict(run.evaluation.describe())
+    if run.data.federated:
+        own = run.evaluation.party_test_aps(logits, run.test_labels)
+        out.update(
+            test_ap_error_bound=scores.values["test_ap_error_bound"],
+            test_auroc_error_bound=scores.values["test_auroc_error_bound"],
+            party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
+            party_rows=[dataclasses.asdict(c) for c in run.data.counts],
+        )
+    transform = run.data.preprocessing
+    out["preprocessing"] = transform.to_dict() if transform is not None else None
+    return out
 
 
 class _StopOnSignal:
@@ -676,6 +726,8 @@ def train(
     config = run.config  # with the evaluation defaults filled in
     main = run.engine.is_main
     say = log if main else (lambda _: None)
+    for note in run.data.notes:
+        say(note)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
     say(run.data.describe())
     say(
@@ -715,25 +767,17 @@ def train(
             bar.close()
     party_aps = run.party_aps() if config.party_ap else []
     wall = time.perf_counter() - start  # training and every evaluation, party APs included
-    final_model = (run.averaged_parameters(), run.averaged_buffers(), run.test_logits())
+    logits, scores = run.test_scores()
+    final_model = (run.averaged_parameters(), run.averaged_buffers(), scores)
     traffic = run.mean_traffic()
-    if not main:
+    if not run.writes_outputs:
         return RunResult({}, history, None, run.x)
     summary = _summary(run, history, party_aps, wall, traffic)
+    summary.update(_evaluation_summary(run, logits, scores))
     if out is not None:
         _write_outputs(run, summary, history, out, final_model)
         summary["out_dir"] = str(out)
-    parties = (
-        f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) "
-        if party_aps
-        else ""
-    )
-    say(
-        f"test AP {summary['test_ap']:.4f}  AUROC {summary['test_auroc']:.4f}  "
-        f"{parties}in {wall:.1f} s"
-    )
-    if out is not None:
-        say(f"results written to {out}")
+    _report(run, summary, wall, out, log)
     return RunResult(summary, history, out, run.x)
 
 

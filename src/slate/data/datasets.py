@@ -23,7 +23,7 @@ from slate.config import TrainConfig
 from slate.data.imbalance import binarize_classes, drop_positives
 from slate.errors import ConfigError, DataError
 
-__all__ = ["DATASET_NAMES", "Dataset", "find_file", "load_dataset"]
+__all__ = ["DATASET_NAMES", "Dataset", "find_file", "load_dataset", "split_stratified"]
 
 
 @dataclass
@@ -58,6 +58,16 @@ def find_file(folder: Path, name: str) -> Path | None:
 
 
 def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
+    return split_stratified(x, y, fraction, seed)
+
+
+def split_stratified(
+    x: np.ndarray, y: np.ndarray, fraction: float, seed: int, what: str | None = None
+):
+    """A seeded stratified split ``(x_train, x_test, y_train, y_test)``, ``fraction`` tested.
+
+    ``what`` names the data in the error raised when a class is too small to split.
+    """
     if not 0 < fraction < 1:
         raise ConfigError(f"--test-fraction must lie strictly between 0 and 1, got {fraction}.")
     counts = np.bincount(y.astype(np.int64))
@@ -65,7 +75,8 @@ def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
     classes = int((counts > 0).sum())
     if counts[counts > 0].min() < 2 or n_test < classes or len(y) - n_test < classes:
         raise DataError(
-            f"Cannot split {len(y)} examples (class counts {counts.tolist()}) into a stratified "
+            f"Cannot split {what + ': ' if what else ''}{len(y)} examples (class counts "
+            f"{counts.tolist()}) into a stratified "
             f"{fraction:.0%} test set: each class needs at least two examples and both parts at "
             "least one of each class. Give a larger file, another --test-fraction, or --test FILE."
         )

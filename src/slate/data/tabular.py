@@ -10,16 +10,40 @@ from __future__ import annotations
 import csv
 import io
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from slate.data.libsvm import MAX_ELEMENTS, read_text
 from slate.errors import DataError
 
-__all__ = ["read_csv"]
+__all__ = ["CsvTable", "read_csv", "read_csv_table"]
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _MAX_LISTED = 10
+
+
+@dataclass(frozen=True)
+class CsvTable:
+    """A CSV file read by :func:`read_csv_table`: features, 0/1 labels, and what they were.
+
+    Attributes:
+        x: ``float32`` features ``(n, d)``, the columns in file order without the label column.
+        y: ``int64`` labels ``(n,)`` in {0, 1}.
+        feature_names: the feature columns' header names (``column j`` without a header).
+        label_name: the label column's name.
+        columns: the whole header, label column included, in file order.
+        label_values: the distinct label cells as written, in order of first appearance.
+        has_header: whether the first row was a header.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    feature_names: tuple[str, ...]
+    label_name: str
+    columns: tuple[str, ...]
+    label_values: tuple[str, ...]
+    has_header: bool
 
 
 def read_csv(
@@ -29,6 +53,22 @@ def read_csv(
     header: bool | None = None,
     delimiter: str = ",",
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Read a delimited text file with one label column into dense arrays ``(X, y)``.
+
+    The same as :func:`read_csv_table` without the column names.
+    """
+    table = read_csv_table(path, label_column, positive_label, header, delimiter)
+    return table.x, table.y
+
+
+def read_csv_table(
+    path: str | os.PathLike[str],
+    label_column: str | int,
+    positive_label: str,
+    header: bool | None = None,
+    delimiter: str = ",",
+    single_class_ok: bool = False,
+) -> CsvTable:
     """Read a delimited text file with one label column into dense arrays.
 
     Blank lines are skipped; cells may be quoted as usual for CSV. Label cells are compared with
@@ -47,11 +87,13 @@ def read_csv(
             ``label_column`` is an index, the cell in that column is left out of the test,
             because the labels of a file without header may be words such as ``yes``.
         delimiter: The one-character cell separator.
+        single_class_ok: accept a file whose rows all carry one label (one site's share of a
+            multi-party task may); the caller then checks the labels across files.
 
     Returns:
-        ``(X, y)``: ``X`` is a ``float32`` array of shape ``(n, d)`` holding every column but
-        the label column, in file order, and ``y`` an ``int64`` array of shape ``(n,)`` with
-        values in ``{0, 1}``.
+        A :class:`CsvTable`: ``x`` is a ``float32`` array of shape ``(n, d)`` holding every
+        column but the label column, in file order, and ``y`` an ``int64`` array of shape
+        ``(n,)`` with values in ``{0, 1}``; with the column names and label values.
 
     Raises:
         DataError: If the file cannot be read or decoded, holds no data rows, a row has the
@@ -114,11 +156,13 @@ def read_csv(
             f"{MAX_ELEMENTS} matrix elements. Use a smaller file."
         )
 
-    y = _labels(name, rows, lines, label_idx, label_name, positive)
+    y, label_values = _labels(name, rows, lines, label_idx, label_name, positive, single_class_ok)
     feature_rows = [row[:label_idx] + row[label_idx + 1 :] for row in rows]
     feature_names = names[:label_idx] + names[label_idx + 1 :]
     X = _features(name, feature_rows, lines, feature_names)
-    return X, y
+    return CsvTable(
+        X, y, tuple(feature_names), label_name, tuple(names), label_values, bool(header)
+    )
 
 
 def _read_rows(name: str, text: str, delimiter: str) -> tuple[list[list[str]], list[int]]:
@@ -216,8 +260,10 @@ def _labels(
     label_idx: int,
     label_name: str,
     positive: str,
-) -> np.ndarray:
-    """Build the 0/1 label vector, checking that the labels are binary and include ``positive``."""
+    single_class_ok: bool = False,
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The 0/1 label vector and the distinct label cells; the labels must be binary and
+    include ``positive``."""
     cells = [row[label_idx].strip() for row in rows]
     distinct: dict[tuple[str, float | str], tuple[str, int]] = {}
     for cell, lineno in zip(cells, lines, strict=True):
@@ -239,20 +285,22 @@ def _labels(
             f"label {positive!r}."
         )
     positive_key = _label_key(positive)
-    if positive_key not in distinct:
+    one_class_allowed = single_class_ok and len(distinct) == 1
+    if positive_key not in distinct and not one_class_allowed:
         raise DataError(
             f"CSV file {name}: the positive label {positive!r} never occurs in column "
             f"{label_name!r}; labels seen: {listed}. Expected the positive label to be one of "
             "them (comparison ignores surrounding spaces; numbers compare by value)."
         )
-    if len(distinct) < 2:
+    if len(distinct) < 2 and not one_class_allowed:
         raise DataError(
             f"CSV file {name}: every row (lines {lines[0]} to {lines[-1]}) has the same label "
             f"{listed} in column {label_name!r}. Expected two classes, positive and negative."
         )
-    return np.fromiter(
+    y = np.fromiter(
         (_label_key(cell) == positive_key for cell in cells), dtype=np.int64, count=len(cells)
     )
+    return y, tuple(cell for cell, _ in distinct.values())
 
 
 def _features(

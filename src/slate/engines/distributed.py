@@ -225,6 +225,11 @@ class DistributedEngine(Engine):
     def any(self, flag: bool) -> bool:
         return bool(self.total(torch.tensor(float(flag), device=self.device)) > 0)
 
+    def gather_objects(self, items: list[Any]) -> list[Any]:
+        everyone: list[Any] = [None] * self.n_parties
+        self.guard.run(lambda: dist.all_gather_object(everyone, items), list(range(self.n_parties)))
+        return [item for process_items in everyone for item in process_items]
+
     def gather(self, x: Tensor) -> Tensor | None:
         parts = [torch.empty_like(x) for _ in range(self.n_parties)]
         self.guard.run(lambda: dist.all_gather(parts, x.contiguous()), list(range(self.n_parties)))

@@ -11,6 +11,7 @@ workers directly and use torchrun's rendezvous (``MASTER_ADDR`` / ``MASTER_PORT`
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 import signal
 import socket
@@ -22,7 +23,13 @@ import torch.distributed as dist
 
 from slate.errors import ConfigError
 
-__all__ = ["in_worker", "launch_local", "worker_process_group"]
+__all__ = [
+    "in_worker",
+    "join_rendezvous",
+    "launch_local",
+    "parse_rendezvous",
+    "worker_process_group",
+]
 
 STORE_PORT_ENV = "SLATE_STORE_PORT"
 
@@ -86,3 +93,56 @@ def worker_process_group(backend: str, timeout_s: float) -> None:
         return
     store = dist.TCPStore("127.0.0.1", int(port), world + 1, False, timeout=timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def parse_rendezvous(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6address]:PORT`` for IPv6) to ``(host, port)``."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"--rendezvous {text!r} is not HOST:PORT (for example 10.0.0.5:29500, or "
+            "[::1]:29500); the port must lie in 1..65535."
+        )
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+INSECURE_WARNING = (
+    "warning: the rendezvous {host}:{port} is not a loopback address. torch.distributed sends "
+    "parameters and counts unauthenticated and unencrypted: connect sites outside one trusted "
+    "network through a VPN or SSH tunnels (docs/deployment.md)."
+)
+
+
+def join_rendezvous(
+    backend: str, rank: int, world: int, rendezvous: str, timeout_s: float, warn=print
+) -> None:
+    """Join the process group as party ``rank`` of ``world`` at ``HOST:PORT``.
+
+    Party 0 hosts torch's TCPStore there; the others connect to it. gloo's own sockets stay on
+    the loopback interface when the rendezvous is a loopback address.
+    """
+    host, port = parse_rendezvous(rendezvous)
+    if is_loopback(host):
+        if sys.platform.startswith("linux"):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    else:
+        warn(INSECURE_WARNING.format(host=host, port=port))
+    address = f"[{host}]" if ":" in host else host
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{address}:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )

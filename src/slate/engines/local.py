@@ -8,6 +8,7 @@ share the sampling, the algorithm steps, the evaluation and the run outputs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,6 +53,10 @@ class Engine(ABC):
     def any(self, flag: bool) -> bool:
         """True on every process if ``flag`` is true on any."""
 
+    @abstractmethod
+    def gather_objects(self, items: list[Any]) -> list[Any]:
+        """Every process's ``items`` (small picklable facts), concatenated in rank order."""
+
 
 class SimulatorEngine(Engine):
     """Every party in this process: reductions are plain tensor operations."""
@@ -81,3 +86,6 @@ class SimulatorEngine(Engine):
 
     def any(self, flag: bool) -> bool:
         return flag
+
+    def gather_objects(self, items: list[Any]) -> list[Any]:
+        return list(items)

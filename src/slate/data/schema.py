@@ -1,0 +1,180 @@
+"""Schema agreement between parties that each read their own files.
+
+Before the first step, every party sends the others a :class:`Schema`: its file format, its
+feature count or CSV column names (in order), its label column, the label values it saw, and its
+row and positive counts. No row, label or score leaves a party. Every party then runs the same
+:func:`check_agreement` on the same list, so either all go on or all stop with the same message,
+which names the party and the difference, for example ``party 2's column 5 is 'Age', party 0's
+is 'age'``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slate.errors import DataError
+
+__all__ = ["PartyCounts", "Schema", "SchemaMismatch", "check_agreement", "column_order"]
+
+
+class SchemaMismatch(DataError):
+    """The parties' files do not describe the same task (columns, labels or format)."""
+
+
+@dataclass(frozen=True)
+class PartyCounts:
+    """A party's row counts: the only facts about its data besides the schema it shares."""
+
+    train: int = 0
+    train_positives: int = 0
+    test: int = 0
+    test_positives: int = 0
+
+    @property
+    def train_negatives(self) -> int:
+        return self.train - self.train_positives
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What one party says about its files (see the module docstring).
+
+    Attributes:
+        rank: the party.
+        format: ``csv`` or ``libsvm``.
+        n_features: the party's own feature count (LIBSVM: its largest index over its files).
+        header: CSV: the whole header row, label column included, in file order.
+        label_column: CSV: the label column's name.
+        label_values: CSV: the distinct label cells of the party's files.
+        positive_label: CSV: the positive label the party was given.
+        counts: the party's row counts.
+        error: why the party could not read its own files (then nothing else is set).
+    """
+
+    rank: int
+    format: str = ""
+    n_features: int = 0
+    header: tuple[str, ...] = ()
+    label_column: str = ""
+    label_values: tuple[str, ...] = ()
+    positive_label: str = ""
+    counts: PartyCounts = field(default_factory=PartyCounts)
+    error: str | None = None
+
+    @property
+    def feature_columns(self) -> tuple[str, ...]:
+        return tuple(name for name in self.header if name != self.label_column)
+
+
+def check_agreement(schemas: list[Schema]) -> None:
+    """Raise :class:`SchemaMismatch` unless every party's schema agrees with party 0's."""
+    failed = [s for s in schemas if s.error is not None]
+    if failed:
+        raise SchemaMismatch(
+            " ".join(f"Party {s.rank} could not read its data: {s.error}" for s in failed)
+            + " Nothing was trained."
+        )
+    reference = schemas[0]
+    for schema in schemas[1:]:
+        problem = _difference(reference, schema)
+        if problem:
+            raise SchemaMismatch(
+                f"The parties' data do not agree: {problem}. Every party must give files with "
+                "the same columns (names; their order may differ) and the same label values. "
+                "Nothing was trained and no model was written."
+            )
+    if reference.format == "csv":
+        _check_labels(schemas)
+
+
+def _difference(ref: Schema, other: Schema) -> str | None:
+    r, n = ref.rank, other.rank
+    if other.format != ref.format:
+        return f"party {n} reads {other.format} files, party {r} reads {ref.format} files"
+    if ref.format != "csv":
+        return None
+    if other.label_column != ref.label_column:
+        return (
+            f"party {n}'s label column is {other.label_column!r}, party {r}'s is "
+            f"{ref.label_column!r}"
+        )
+    if other.positive_label != ref.positive_label:
+        return (
+            f"party {n}'s positive label is {other.positive_label!r}, party {r}'s is "
+            f"{ref.positive_label!r}"
+        )
+    return _column_difference(ref, other)
+
+
+def _column_difference(ref: Schema, other: Schema) -> str | None:
+    mine, theirs = ref.feature_columns, other.feature_columns
+    missing = [c for c in mine if c not in theirs]
+    extra = [c for c in theirs if c not in mine]
+    if not missing and not extra:
+        duplicates = sorted({c for c in theirs if theirs.count(c) > 1})
+        if duplicates or len(mine) != len(theirs):
+            return f"party {other.rank}'s header repeats the columns {duplicates}"
+        return None
+    if len(missing) == 1 and len(extra) == 1:
+        position = other.header.index(extra[0]) + 1
+        ref_position = ref.header.index(missing[0]) + 1
+        where = "" if position == ref_position else f" (its column {ref_position})"
+        return (
+            f"party {other.rank}'s column {position} is {extra[0]!r}, party {ref.rank}'s is "
+            f"{missing[0]!r}{where}"
+        )
+    parts = []
+    if missing:
+        parts.append(f"party {other.rank} lacks the columns {missing} that party {ref.rank} has")
+    if extra:
+        parts.append(f"party {other.rank} has the columns {extra} that party {ref.rank} lacks")
+    return "; ".join(parts)
+
+
+def _label_key(cell: str) -> tuple[str, float | str]:
+    try:
+        value = float(cell)
+    except ValueError:
+        return ("text", cell)
+    return ("text", cell) if value != value else ("number", value)
+
+
+def _check_labels(schemas: list[Schema]) -> None:
+    """Together the parties' labels must be exactly two values, one of them the positive."""
+    seen: dict[tuple, tuple[str, int]] = {}
+    for schema in schemas:
+        for value in schema.label_values:
+            key = _label_key(value)
+            if key not in seen:
+                seen[key] = (value, schema.rank)
+    positive = schemas[0].positive_label
+    listed = ", ".join(f"{v!r} (first at party {rank})" for v, rank in seen.values())
+    if len(seen) > 2:
+        raise SchemaMismatch(
+            f"The parties' label columns hold more than two values together: {listed}. Every "
+            f"party must use the same two labels, one of them --positive-label {positive!r}. "
+            "Nothing was trained."
+        )
+    if _label_key(positive) not in seen:
+        raise SchemaMismatch(
+            f"No party's data holds the positive label {positive!r}; labels seen: {listed}. "
+            "Nothing was trained."
+        )
+
+
+def column_order(names: tuple[str, ...], reference: tuple[str, ...], where: str) -> list[int]:
+    """Positions in ``names`` of the ``reference`` columns, matched by name.
+
+    Raises a :class:`~slate.errors.DataError` that names the missing and the extra columns
+    when the two sets of names differ.
+    """
+    missing = [c for c in reference if c not in names]
+    extra = [c for c in names if c not in reference]
+    if missing or extra:
+        parts = [f"lacks the columns {missing}"] if missing else []
+        parts += [f"has the columns {extra} that are not in the training data"] if extra else []
+        raise DataError(
+            f"{where} {' and '.join(parts)}. Its columns are matched to the training file's by "
+            "header name, so both must have the same names."
+        )
+    return [names.index(c) for c in reference]

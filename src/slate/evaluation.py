@@ -1,0 +1,107 @@
+"""How a run scores its test rows: as one pool, or federated through summed histograms.
+
+The choice follows the data source (:mod:`slate.data.sources`) and is made once, in
+:func:`evaluation_for`:
+
+* :class:`PooledEvaluation`: every process holds the whole test set (the paper's experiments).
+  The main process computes AP and AUROC exactly (:mod:`slate.metrics`, equal to scikit-learn).
+* :class:`FederatedEvaluation`: each party holds only its own test rows. It counts them per
+  score bin and class, the counts are summed over all parties (one all-reduce), and every party
+  computes the AP and AUROC of the union of all test sets, with error bounds
+  (:mod:`slate.histogram_metrics`). No score leaves a party. Each party also scores its own test
+  rows exactly (``party_test_ap``).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch import Tensor
+
+from slate import metrics
+from slate.histogram_metrics import DEFAULT_BINS, BinnedMetrics, binned_counts, metrics_from_counts
+
+__all__ = ["Evaluation", "FederatedEvaluation", "PooledEvaluation", "TestScores", "evaluation_for"]
+
+
+@dataclass
+class TestScores:
+    """The test metrics of one model, and how to draw its precision-recall curve."""
+
+    values: dict[str, float]
+    curve: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
+    def pr_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.curve is None:
+            raise RuntimeError("this process holds no precision-recall curve")
+        return self.curve
+
+
+class Evaluation(ABC):
+    """Scores the logits of this process's test rows (a collective: every process calls it)."""
+
+    name: str
+
+    @abstractmethod
+    def score(self, logits: Tensor, labels: Tensor, total, is_main: bool) -> TestScores:
+        """Metrics of the whole test set; ``total`` sums a tensor over all processes."""
+
+    def party_test_aps(self, logits: Tensor, labels: Tensor) -> list[float | None]:
+        """Each local party's AP on its own test rows; empty when the test set is one pool."""
+        del logits, labels
+        return []
+
+    def describe(self) -> dict[str, object]:
+        return {"evaluation": self.name}
+
+
+class PooledEvaluation(Evaluation):
+    """Exact metrics of the whole test set, on the main process (NaN elsewhere)."""
+
+    name = "pooled"
+
+    def score(self, logits: Tensor, labels: Tensor, total, is_main: bool) -> TestScores:
+        del total
+        if not is_main:
+            return TestScores({"test_ap": math.nan, "test_auroc": math.nan})
+        precision, recall, _ = metrics.precision_recall_curve(logits, labels)
+        values = {
+            "test_ap": metrics.average_precision(logits, labels),
+            "test_auroc": metrics.auroc(logits, labels),
+        }
+        return TestScores(values, (precision, recall))
+
+
+class FederatedEvaluation(Evaluation):
+    """Metrics of the union of the parties' test sets from summed per-bin class counts."""
+
+    name = "federated"
+
+    def __init__(self, test_parts: list[np.ndarray], bins: int = DEFAULT_BINS) -> None:
+        self.test_parts = test_parts
+        self.bins = bins
+
+    def score(self, logits: Tensor, labels: Tensor, total, is_main: bool) -> TestScores:
+        del is_main
+        counts = total(binned_counts(logits, labels, self.bins))
+        binned = BinnedMetrics(counts)
+        precision, recall, _ = binned.precision_recall_curve()
+        return TestScores(metrics_from_counts(counts), (precision, recall))
+
+    def party_test_aps(self, logits: Tensor, labels: Tensor) -> list[float | None]:
+        aps: list[float | None] = []
+        for rows in self.test_parts:
+            own = labels[rows]
+            aps.append(metrics.average_precision(logits[rows], own) if bool(own.any()) else None)
+        return aps
+
+    def describe(self) -> dict[str, object]:
+        return {"evaluation": self.name, "evaluation_bins": self.bins}
+
+
+def evaluation_for(test_parts: list[np.ndarray] | None) -> Evaluation:
+    """Federated when each party holds its own test rows, pooled otherwise."""
+    return PooledEvaluation() if test_parts is None else FederatedEvaluation(test_parts)
