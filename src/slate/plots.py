@@ -1,4 +1,4 @@
-"""Figures for experiment reports: PR curves, AP-versus-iteration curves, heat maps.
+"""Figures for experiment reports: PR curves, AP-versus-iteration curves, heat maps, scaling.
 
 Built on :class:`matplotlib.figure.Figure` directly, never on ``pyplot``: no global figure
 registry, no interactive backend, safe to call from several threads. Each ``*_figure``
@@ -22,7 +22,9 @@ __all__ = [
     "plot_ap_curves",
     "plot_heatmap",
     "plot_pr_curves",
+    "plot_scaling",
     "pr_curves_figure",
+    "scaling_figure",
 ]
 
 DPI = 120
@@ -128,6 +130,10 @@ def ap_curves_figure(
     histories: Mapping[str, tuple[Sequence[int], Sequence[float]]],
     title: str,
     ylabel: str = "test AP",
+    *,
+    xlabel: str = "iteration",
+    logx: bool = False,
+    logy: bool = False,
 ) -> Figure:
     """Build a figure of a metric against the iteration, one line per method.
 
@@ -135,6 +141,9 @@ def ap_curves_figure(
         histories: maps a method name to ``(iterations, values)`` of equal length.
         title: figure title.
         ylabel: label of the y axis.
+        xlabel: label of the x axis (e.g. gradient evaluations instead of iterations).
+        logx: logarithmic x axis; points at ``x <= 0`` are left out.
+        logy: logarithmic y axis; points at ``y <= 0`` are left out.
 
     Returns:
         The figure; its single axes holds one line per method, labelled by its name.
@@ -152,8 +161,18 @@ def ap_curves_figure(
             raise ValueError(
                 f"history {name!r}: iterations and values lengths differ ({it.size} vs {v.size})"
             )
+        keep = np.ones(it.shape, dtype=bool)
+        if logx:
+            keep &= it > 0
+        if logy:
+            keep &= v > 0
+        it, v = it[keep], v[keep]
         ax.plot(it, v, marker="o" if it.size <= 30 else None, markersize=3, label=name)
-    ax.set_xlabel("iteration")
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
@@ -167,6 +186,10 @@ def plot_ap_curves(
     path: PathLike,
     title: str,
     ylabel: str = "test AP",
+    *,
+    xlabel: str = "iteration",
+    logx: bool = False,
+    logy: bool = False,
 ) -> Path:
     """Write a metric-versus-iteration plot, one line per method, as a PNG.
 
@@ -175,6 +198,9 @@ def plot_ap_curves(
         path: destination PNG file; parent folders are created.
         title: figure title.
         ylabel: label of the y axis.
+        xlabel: label of the x axis.
+        logx: logarithmic x axis (points at ``x <= 0`` left out).
+        logy: logarithmic y axis (points at ``y <= 0`` left out).
 
     Returns:
         The path written.
@@ -182,7 +208,96 @@ def plot_ap_curves(
     Raises:
         ValueError: see :func:`ap_curves_figure`.
     """
-    return _save(ap_curves_figure(histories, title, ylabel), path)
+    figure = ap_curves_figure(histories, title, ylabel, xlabel=xlabel, logx=logx, logy=logy)
+    return _save(figure, path)
+
+
+# --------------------------------------------------------------------------- scaling
+
+
+def scaling_figure(
+    x: Sequence[float],
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    reference: tuple[str, Sequence[float]] | None = None,
+) -> Figure:
+    """Build a log-log plot of a cost against a size, one line with error bars per series.
+
+    Args:
+        x: the sizes (e.g. numbers of parties), shared by every series; all > 0.
+        series: maps a name to ``(means, stds)``, one entry per size; a NaN mean (the cost
+            was never reached) leaves that point out.
+        title: figure title.
+        xlabel: label of the x axis.
+        ylabel: label of the y axis.
+        reference: an optional ``(name, values)`` drawn dashed, e.g. ideal linear scaling.
+
+    Returns:
+        The figure; its single axes holds one line per series, then the reference.
+
+    Raises:
+        ValueError: ``series`` is empty, or a series' length differs from ``x``.
+    """
+    _require_nonempty(series, "series")
+    sizes = np.asarray(x, dtype=float).ravel()
+    fig = Figure(figsize=(6.4, 4.8))
+    ax = fig.add_subplot()
+    for name, (means, stds) in series.items():
+        m = np.asarray(means, dtype=float).ravel()
+        s = np.asarray(stds, dtype=float).ravel()
+        if m.shape != sizes.shape or s.shape != sizes.shape:
+            raise ValueError(f"series {name!r}: {m.size} values for {sizes.size} sizes")
+        keep = np.isfinite(m) & (m > 0)
+        ax.errorbar(
+            sizes[keep], m[keep], yerr=np.nan_to_num(s[keep]), marker="o", markersize=4,
+            capsize=3, label=name,
+        )  # fmt: skip
+    if reference is not None:
+        name, values = reference
+        r = np.asarray(values, dtype=float).ravel()
+        keep = np.isfinite(r) & (r > 0)
+        ax.plot(sizes[keep], r[keep], linestyle="--", color="grey", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sizes, labels=[f"{v:g}" for v in sizes])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def plot_scaling(
+    x: Sequence[float],
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: PathLike,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    reference: tuple[str, Sequence[float]] | None = None,
+) -> Path:
+    """Write a log-log cost-versus-size plot as a PNG (see :func:`scaling_figure`).
+
+    Args:
+        x: the sizes, all > 0.
+        series: maps a name to ``(means, stds)`` per size.
+        path: destination PNG file; parent folders are created.
+        title: figure title.
+        xlabel: label of the x axis.
+        ylabel: label of the y axis.
+        reference: an optional dashed ``(name, values)`` line.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: see :func:`scaling_figure`.
+    """
+    return _save(scaling_figure(x, series, title, xlabel, ylabel, reference), path)
 
 
 # --------------------------------------------------------------------------- heat map
