@@ -15,7 +15,9 @@ from slate.plots import (
     plot_ap_curves,
     plot_heatmap,
     plot_pr_curves,
+    plot_scaling,
     pr_curves_figure,
+    scaling_figure,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -87,6 +89,27 @@ def test_heatmap_figure_and_png(tmp_path: Path) -> None:
     assert [t.get_text() for t in ax.get_yticklabels()] == rows
     assert ax.get_xlabel() == "cols" and ax.get_ylabel() == "rows"
     _assert_png(plot_heatmap(values, rows, cols, tmp_path / "h" / "heat.png", "H", "x", "y"))
+
+
+def test_ap_curves_log_axes_drop_nonpositive_points() -> None:
+    histories = {"SLATE": ([0, 10, 100], [0.0, 1e-3, 1e-5])}
+    fig = ap_curves_figure(histories, "C", "distance", xlabel="gradients", logx=True, logy=True)
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale(), ax.get_xlabel()) == ("log", "log", "gradients")
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), [10, 100])  # x = 0 left out
+
+
+def test_scaling_figure_leaves_out_unreached_points(tmp_path: Path) -> None:
+    sizes = [1, 2, 4, 8]
+    series = {"fixed": ([100.0, 90.0, np.nan, 80.0], [5.0, 4.0, np.nan, 3.0])}
+    fig = scaling_figure(sizes, series, "S", "N", "iterations", ("linear", [100, 50, 25, 12.5]))
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), [1, 2, 8])  # N = 4 never reached
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == ["fixed", "linear"]
+    _assert_png(plot_scaling(sizes, series, tmp_path / "s.png", "S", "N", "iterations"))
+    with pytest.raises(ValueError, match="3 values for 4 sizes"):
+        scaling_figure(sizes, {"x": ([1, 2, 3], [0, 0, 0])}, "S", "N", "y")
 
 
 def test_input_errors() -> None:
