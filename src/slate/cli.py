@@ -487,6 +487,10 @@ def _exit_worker(code: int) -> int:
     """
     import os
 
+    import torch.distributed as dist
+
+    if not dist.is_initialized():  # stopped before joining (a bad flag): a normal exit
+        return code
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -57,8 +57,11 @@ def test_distributed_engine_equals_simulator(case, tmp_path):
         progress=False, log=lambda _: None,
     ).summary  # fmt: skip
     assert distributed["engine"] == "distributed" and simulated["engine"] == "simulator"
-    assert distributed["test_ap"] == pytest.approx(simulated["test_ap"], abs=1e-5)
-    assert distributed["test_auroc"] == pytest.approx(simulated["test_auroc"], abs=1e-5)
+    # The parameters agree to float32 rounding (checked below, to 1e-5); after 50 steps the
+    # logits are close together, so a rounding-level change can swap two of them: the metrics
+    # agree to 1e-4 (seen: 2.5e-5 apart on one AVX-512 machine).
+    assert distributed["test_ap"] == pytest.approx(simulated["test_ap"], abs=1e-4)
+    assert distributed["test_auroc"] == pytest.approx(simulated["test_auroc"], abs=1e-4)
     ours = torch.load(out / "model.pt", weights_only=True)
     theirs = torch.load(sim_out / "model.pt", weights_only=True)
     for name, value in theirs.items():

@@ -1,0 +1,98 @@
+"""Federated AP and AUROC from summed histograms against scikit-learn, on random cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
+
+from slate.histogram_metrics import BinnedMetrics, bin_index, binned_counts, metrics_from_counts
+
+
+@st.composite
+def scored_parties(draw):
+    """Scores and labels of 1-5 parties (both classes present overall), and a bin count."""
+    bins = draw(st.sampled_from([4, 16, 256, 1 << 17]))
+    parties = draw(st.integers(1, 5))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    # Rounded scores make exact ties, as binary features do.
+    decimals = draw(st.sampled_from([0, 1, 3, 8]))
+    blocks = []
+    for _ in range(parties):
+        n = int(rng.integers(0, 40))
+        y = (rng.random(n) < draw(st.floats(0.05, 0.6))).astype(np.int64)
+        s = np.round(rng.normal(y * 1.5, 2.0 + 10 * (decimals == 0)), decimals)
+        blocks.append((s, y))
+    y_all = np.concatenate([y for _, y in blocks])
+    if y_all.sum() == 0 or y_all.sum() == len(y_all):
+        blocks.append((np.array([1.0, -1.0]), np.array([1, 0])))
+    return bins, blocks
+
+
+def _sum_counts(blocks, bins):
+    return sum(binned_counts(torch.tensor(s), torch.tensor(y), bins) for s, y in blocks)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scored_parties())
+def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
+    bins, blocks = case
+    scores = np.concatenate([s for s, _ in blocks])
+    labels = np.concatenate([y for _, y in blocks])
+    index = bin_index(torch.tensor(scores), bins).numpy()
+    found = metrics_from_counts(_sum_counts(blocks, bins))
+    assert found["test_ap"] == pytest.approx(average_precision_score(labels, index), abs=1e-12)
+    assert found["test_auroc"] == pytest.approx(roc_auc_score(labels, index), abs=1e-12)
+    # The raw (unbinned) pooled metrics lie within the stated bounds.
+    raw_ap = average_precision_score(labels, scores)
+    assert abs(raw_ap - found["test_ap"]) <= found["test_ap_error_bound"] + 1e-12
+    raw_auc = roc_auc_score(labels, scores)
+    assert abs(raw_auc - found["test_auroc"]) <= found["test_auroc_error_bound"] + 1e-12
+
+
+@settings(max_examples=50, deadline=None)
+@given(scored_parties())
+def test_binned_pr_curve_is_sklearns_on_the_bin_indices(case):
+    bins, blocks = case
+    scores = np.concatenate([s for s, _ in blocks])
+    labels = np.concatenate([y for _, y in blocks])
+    index = bin_index(torch.tensor(scores), bins).numpy()
+    precision, recall, thresholds = BinnedMetrics(
+        _sum_counts(blocks, bins)
+    ).precision_recall_curve()
+    expected = precision_recall_curve(labels, index)
+    np.testing.assert_allclose(precision, expected[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(recall, expected[1], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(thresholds, expected[2])
+
+
+def test_bound_is_zero_when_every_bin_holds_one_class():
+    scores = torch.tensor([-3.0, -1.0, 0.5, 2.0])
+    labels = torch.tensor([0, 0, 1, 1])
+    found = metrics_from_counts(binned_counts(scores, labels, 64))
+    assert found["test_ap"] == 1.0 and found["test_ap_error_bound"] == 0.0
+    assert found["test_auroc_error_bound"] == 0.0
+
+
+def test_one_bin_bound_covers_the_best_and_the_worst_order():
+    # All in one bin: 1 positive, 3 negatives. Best raw order gives AP 1, worst 1/4.
+    counts = binned_counts(torch.zeros(4), torch.tensor([1, 0, 0, 0]), 8)
+    ap, bound = BinnedMetrics(counts).average_precision()
+    assert ap == pytest.approx(0.25)
+    assert bound == pytest.approx(0.75)  # up to 1.0
+    auc, auc_bound = BinnedMetrics(counts).auroc()
+    assert auc == pytest.approx(0.5) and auc_bound == pytest.approx(0.5)
+
+
+def test_logits_beyond_the_range_fall_into_the_end_bins():
+    index = bin_index(torch.tensor([-1e9, -20.0, 0.0, 19.9999, 1e9]), 8)
+    assert index.tolist() == [0, 0, 4, 7, 7]
+
+
+def test_no_positive_is_an_error():
+    with pytest.raises(ValueError, match="positive"):
+        BinnedMetrics(binned_counts(torch.zeros(3), torch.zeros(3), 8)).average_precision()
