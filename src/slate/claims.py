@@ -68,6 +68,7 @@ __all__ = [
     "Outcome",
     "RunSpec",
     "claims",
+    "gradient_cost",
     "gradient_evaluations",
     "iterations_to_target",
     "read_history",
@@ -419,7 +420,7 @@ def speedup_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
             title=f"{what} to test AP {target:.4f} (mean ± std over seeds)",
             xlabel="parties N", ylabel=what, reference=("linear speedup", ideal),
         )  # fmt: skip
-    curves[f"target {target:.4f}"] = (np.array([0.0, plan.iterations]), np.array([target] * 2))
+    curves[f"target {target:.4f}"] = (np.array([1.0, plan.iterations]), np.array([target] * 2))
     plots.plot_ap_curves(
         curves, ctx.figures / "claims_speedup_curves.png",
         title=f"test AP, η = {ctx.lr:g} N, {plan.speedup_topology} (mean over seeds)", logx=True,
@@ -484,7 +485,7 @@ def topology_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
             if row["lr"] == lr:
                 row["slowdown"] = _ratio(row["iterations_mean"], full_iterations)
     _write_csv(rows, ctx.figures / "claims_topology.csv")
-    ap_curves[f"target {target:.4f}"] = (np.array([0.0, plan.iterations]), np.array([target] * 2))
+    ap_curves[f"target {target:.4f}"] = (np.array([1.0, plan.iterations]), np.array([target] * 2))
     plots.plot_ap_curves(
         ap_curves, ctx.figures / "claims_topology_curves.png",
         title=f"test AP, N = {n}, η = {scaled:g} (mean over seeds)", logx=True,
