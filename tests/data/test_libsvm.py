@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
-from slate.data.libsvm import MAX_ELEMENTS, read_libsvm
+from slate.data.libsvm import MAX_ELEMENTS, read_libsvm, read_libsvm_file
 from slate.errors import DataError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -183,6 +183,67 @@ def test_missing_file_and_corrupt_gzip(tmp_path: Path) -> None:
     broken = gzip.compress(b"+1 1:1\n" * 100)[:-12]
     with pytest.raises(DataError, match=r"broken\.svm\.gz .*gzip"):
         read_libsvm(_write(tmp_path / "broken.svm.gz", broken))
+
+
+# ----------------------------------------------------------------------------- qid, zero_based
+
+RANKING = "+1 qid:1 1:0.5 3:2\n-1 qid:1 2:1.5\n-1 qid:2 1:-1 3:4 # comment qid:9\n+1 qid:2 2:7\n"
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_qid_fields_are_skipped_and_counted(tmp_path: Path, gz: bool) -> None:
+    path = _write(tmp_path / ("rank.svm.gz" if gz else "rank.svm"), RANKING, gz=gz)
+    result = read_libsvm_file(path)
+    X_ref, y_ref, qid = load_svmlight_file(str(path), query_id=True)
+    np.testing.assert_array_equal(result.x, X_ref.toarray().astype(np.float32))
+    np.testing.assert_array_equal(result.y, (y_ref > 0).astype(np.int64))
+    np.testing.assert_array_equal(qid, [1, 1, 2, 2])
+    assert result.qid_fields == 4 and result.path == str(path)
+    assert (
+        result.note
+        == f"{path}: skipped 4 'qid:' fields (query ids of ranking data; they are not features)."
+    )
+    X, y = read_libsvm(path)
+    np.testing.assert_array_equal(X, result.x)
+    np.testing.assert_array_equal(y, result.y)
+    plain = read_libsvm_file(_write(tmp_path / "plain.svm", "+1 1:1\n-1 2:1\n"))
+    assert plain.qid_fields == 0 and plain.note is None
+
+
+def test_zero_based_matches_sklearn(tmp_path: Path) -> None:
+    text = "+1 0:1.5 4:2\n-1 2:-1\n+1 0:3 1:1\n"
+    path = _write(tmp_path / "zero.svm", text)
+    X, y = read_libsvm(path, zero_based=True)
+    X_ref, _ = load_svmlight_file(str(path), zero_based=True)
+    assert X.shape == (3, 5)
+    np.testing.assert_array_equal(X, X_ref.toarray().astype(np.float32))
+    np.testing.assert_array_equal(y, [1, 0, 1])
+    X, _ = read_libsvm(path, n_features=6, zero_based=True)
+    assert X.shape == (3, 6) and not X[:, 5].any()
+    with pytest.raises(DataError, match=r"line 1: feature index 4 .* at most n_features=4 - 1 = 3"):
+        read_libsvm(path, n_features=4, zero_based=True)
+    with pytest.raises(DataError, match=r"zero\.svm, line 1: feature index 0 .*zero_based=True"):
+        read_libsvm(path)
+    negative = _write(tmp_path / "neg.svm", "+1 0:1\n-1 -2:1\n")
+    with pytest.raises(DataError, match=r"neg\.svm, line 2: feature index -2 .* is negative"):
+        read_libsvm(negative, zero_based=True)
+    with pytest.raises(DataError, match="zero_based must be True or False"):
+        read_libsvm(path, zero_based="yes")  # type: ignore[arg-type]
+
+
+def test_zero_based_one_based_agree_after_shift(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    text = _random_libsvm(rng, 50, 9, ("-1", "+1"))
+
+    def shift(token: str) -> str:
+        index, sep, value = token.partition(":")
+        return f"{int(index) - 1}:{value}" if sep else token
+
+    shifted = "\n".join(" ".join(map(shift, line.split())) for line in text.splitlines())
+    X1, y1 = read_libsvm(_write(tmp_path / "one.svm", text), n_features=9)
+    X0, y0 = read_libsvm(_write(tmp_path / "zero.svm", shifted), n_features=9, zero_based=True)
+    np.testing.assert_array_equal(X0, X1)
+    np.testing.assert_array_equal(y0, y1)
 
 
 # ----------------------------------------------------------------------------- fuzzing

@@ -4,8 +4,10 @@ The format is one example per line::
 
     <label> <index>:<value> <index>:<value> ...  # optional comment
 
-with 1-based feature indices. Binary labels may be written as ``-1``/``+1`` or ``0``/``1`` (any
-spelling that parses to those numbers, e.g. ``+1`` or ``1.0``); they are returned as ``0``/``1``.
+with 1-based feature indices (0-based with ``zero_based=True``). ``qid:<n>`` fields (query ids
+of ranking data) are skipped and counted. Binary labels may be written as ``-1``/``+1`` or
+``0``/``1`` (any spelling that parses to those numbers, e.g. ``+1`` or ``1.0``); they are returned
+as ``0``/``1``.
 
 Parsing is vectorised: every line is split once, all ``index:value`` tokens of the file are
 joined and converted by numpy in one call, and the dense matrix is filled with one scatter.
@@ -18,13 +20,14 @@ import gzip
 import os
 import re
 import zlib
+from dataclasses import dataclass
 from typing import NoReturn
 
 import numpy as np
 
 from slate.errors import DataError
 
-__all__ = ["MAX_ELEMENTS", "read_libsvm", "read_text"]
+__all__ = ["MAX_ELEMENTS", "LibsvmFile", "read_libsvm", "read_libsvm_file", "read_text"]
 
 #: Largest dense matrix (rows * features) the readers agree to allocate.
 MAX_ELEMENTS = 2**31
@@ -86,20 +89,49 @@ def read_text(path: str | os.PathLike[str]) -> str:
         ) from None
 
 
+@dataclass(frozen=True)
+class LibsvmFile:
+    """A LIBSVM file read by :func:`read_libsvm_file`.
+
+    Attributes:
+        path: the file read.
+        x: ``float32`` features ``(n, d)``.
+        y: ``int64`` labels ``(n,)`` in {0, 1}.
+        qid_fields: how many ``qid:`` fields (query ids of ranking data) were skipped.
+    """
+
+    path: str
+    x: np.ndarray
+    y: np.ndarray
+    qid_fields: int = 0
+
+    @property
+    def note(self) -> str | None:
+        """A line for the user when something in the file was skipped, else None."""
+        if not self.qid_fields:
+            return None
+        return (
+            f"{self.path}: skipped {self.qid_fields} 'qid:' field"
+            f"{'' if self.qid_fields == 1 else 's'} (query ids of ranking data; they are not "
+            "features)."
+        )
+
+
 def read_libsvm(
-    path: str | os.PathLike[str], n_features: int | None = None
+    path: str | os.PathLike[str], n_features: int | None = None, *, zero_based: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read a binary-classification LIBSVM file into dense arrays.
 
     Blank lines and everything after a ``#`` are ignored. Labels ``-1``/``+1`` or ``0``/``1``
     are mapped to ``0``/``1``; a file in which only one class occurs is accepted (the caller
     decides whether that is usable). Indices need not be sorted, but an index may occur only
-    once per line.
+    once per line. ``qid:<n>`` fields are skipped; :func:`read_libsvm_file` also says how many.
 
     Args:
         path: A plain-text or gzip-compressed (detected by its magic bytes) LIBSVM file.
         n_features: The number of features ``d``. If ``None``, ``d`` is the largest index in the
-            file; if given, an index larger than ``n_features`` is an error.
+            file (plus one when ``zero_based``); if given, a larger index is an error.
+        zero_based: Whether the file's feature indices start at 0 instead of LIBSVM's 1.
 
     Returns:
         ``(X, y)``: ``X`` is a C-contiguous ``float32`` array of shape ``(n, d)`` and ``y`` an
@@ -108,9 +140,22 @@ def read_libsvm(
     Raises:
         DataError: If the file cannot be read, is not UTF-8, holds no data lines, has labels
             that are not binary, a malformed ``index:value`` token (missing ``:``, an index that
-            is not an integer >= 1 or exceeds ``n_features``, a value that is not a finite
-            number representable as float32, an index repeated within a line), or if the dense
-            matrix would exceed :data:`MAX_ELEMENTS` elements.
+            is not an integer >= 1 (>= 0 when ``zero_based``) or exceeds ``n_features``, a
+            value that is not a finite number representable as float32, an index repeated
+            within a line), or if the dense matrix would exceed :data:`MAX_ELEMENTS` elements.
+    """
+    result = read_libsvm_file(path, n_features, zero_based=zero_based)
+    return result.x, result.y
+
+
+def read_libsvm_file(
+    path: str | os.PathLike[str], n_features: int | None = None, *, zero_based: bool = False
+) -> LibsvmFile:
+    """Read a binary-classification LIBSVM file, saying what was skipped.
+
+    The same as :func:`read_libsvm` (see there for the arguments and errors), returning a
+    :class:`LibsvmFile` that also counts the skipped ``qid:`` fields; its ``note`` is a line
+    the caller can print.
     """
     name = os.fspath(path)
     if n_features is not None and (
@@ -122,21 +167,32 @@ def read_libsvm(
             f"Cannot read {name}: n_features must be a positive integer or None, got "
             f"{n_features!r}."
         )
+    if not isinstance(zero_based, (bool, np.bool_)):
+        raise DataError(
+            f"Cannot read {name}: zero_based must be True or False, got {zero_based!r}."
+        )
+    first_index = 0 if zero_based else 1
     text = read_text(name)
 
     label_tokens: list[str] = []
     line_numbers: list[int] = []
     counts: list[int] = []
     feature_tokens: list[str] = []
+    qid_fields = 0
     for lineno, line in enumerate(text.split("\n"), start=1):
         hash_pos = line.find("#")
         tokens = (line[:hash_pos] if hash_pos >= 0 else line).split()
         if not tokens:
             continue
+        fields = tokens[1:]
+        if "qid:" in line:
+            kept = [tok for tok in fields if not tok.startswith("qid:")]
+            qid_fields += len(fields) - len(kept)
+            fields = kept
         label_tokens.append(tokens[0])
         line_numbers.append(lineno)
-        counts.append(len(tokens) - 1)
-        feature_tokens.extend(tokens[1:])
+        counts.append(len(fields))
+        feature_tokens.extend(fields)
 
     if not label_tokens:
         raise DataError(
@@ -153,19 +209,20 @@ def read_libsvm(
                 "so the number of features cannot be inferred. Pass n_features explicitly or "
                 "check the file."
             )
-        return np.zeros((n_rows, n_features), dtype=np.float32), y
+        return LibsvmFile(name, np.zeros((n_rows, n_features), dtype=np.float32), y, qid_fields)
 
     token_lines = np.repeat(np.asarray(line_numbers, dtype=np.int64), counts)
-    idx, vals = _parse_tokens(name, feature_tokens, token_lines, n_features)
+    idx, vals = _parse_tokens(name, feature_tokens, token_lines, n_features, first_index)
 
     max_pos = int(np.argmax(idx))
-    d = n_features if n_features is not None else int(idx[max_pos])
+    d = n_features if n_features is not None else int(idx[max_pos]) + 1 - first_index
     if n_rows * d > MAX_ELEMENTS:
         raise DataError(
             f"LIBSVM file {name}: a dense matrix of {n_rows} rows x {d} features "
             f"({n_rows * d} elements) exceeds the limit of {MAX_ELEMENTS} elements"
             + (
-                f" (the largest index, {d}, occurs on line {int(token_lines[max_pos])})"
+                f" (the largest index, {int(idx[max_pos])}, occurs on line "
+                f"{int(token_lines[max_pos])})"
                 if n_features is None
                 else ""
             )
@@ -174,7 +231,7 @@ def read_libsvm(
         )
 
     rows = np.repeat(np.arange(n_rows, dtype=np.int64), counts)
-    cols = idx - 1
+    cols = idx - first_index
     keys = rows * d + cols
     if keys.size > 1 and not bool(np.all(keys[1:] > keys[:-1])):
         order = np.argsort(keys, kind="stable")
@@ -189,7 +246,7 @@ def read_libsvm(
 
     X = np.zeros((n_rows, d), dtype=np.float32)
     X[rows, cols] = vals.astype(np.float32)
-    return X, y
+    return LibsvmFile(name, X, y, qid_fields)
 
 
 def _map_labels(name: str, label_tokens: list[str], line_numbers: list[int]) -> np.ndarray:
@@ -223,7 +280,11 @@ def _map_labels(name: str, label_tokens: list[str], line_numbers: list[int]) -> 
 
 
 def _parse_tokens(
-    name: str, tokens: list[str], token_lines: np.ndarray, n_features: int | None
+    name: str,
+    tokens: list[str],
+    token_lines: np.ndarray,
+    n_features: int | None,
+    first_index: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Convert ``index:value`` tokens to int64 indices and float64 values, all at once."""
     n = len(tokens)
@@ -239,22 +300,33 @@ def _parse_tokens(
         except (ValueError, OverflowError):
             ok = False
     if ok:
-        upper = n_features if n_features is not None else MAX_ELEMENTS
+        upper = _largest_index(n_features, first_index)
         ok = bool(
-            (idx >= 1).all()
+            (idx >= first_index).all()
             and (idx <= upper).all()
             and (np.abs(vals) <= _FLOAT32_MAX).all()  # also False for nan
         )
     if not ok:
-        _raise_first_token_error(name, tokens, token_lines, n_features)
+        _raise_first_token_error(name, tokens, token_lines, n_features, first_index)
     return idx, vals
 
 
+def _largest_index(n_features: int | None, first_index: int) -> int:
+    """The largest index allowed: the last of ``n_features`` columns, or the memory limit."""
+    if n_features is None:
+        return MAX_ELEMENTS
+    return n_features - 1 + first_index
+
+
 def _raise_first_token_error(
-    name: str, tokens: list[str], token_lines: np.ndarray, n_features: int | None
+    name: str,
+    tokens: list[str],
+    token_lines: np.ndarray,
+    n_features: int | None,
+    first_index: int,
 ) -> NoReturn:
     """Scan tokens one by one and raise a DataError for the first malformed one."""
-    upper = n_features if n_features is not None else MAX_ELEMENTS
+    upper = _largest_index(n_features, first_index)
     for pos, tok in enumerate(tokens):
         where = f"LIBSVM file {name}, line {int(token_lines[pos])}"
         index_text, sep, value_text = tok.partition(":")
@@ -270,14 +342,25 @@ def _raise_first_token_error(
                 f"{where}: feature index {index_text!r} in token {tok!r} is not an integer. "
                 "Expected 'index:value' with a 1-based integer index."
             ) from None
-        if index < 1:
+        if index < first_index:
+            if first_index:
+                raise DataError(
+                    f"{where}: feature index {index} in token {tok!r} is below 1. LIBSVM "
+                    "indices are 1-based, so every index must be at least 1"
+                    + (
+                        "; if the file numbers its features from 0, read it with zero_based=True."
+                        if index == 0
+                        else "."
+                    )
+                )
             raise DataError(
-                f"{where}: feature index {index} in token {tok!r} is below 1. LIBSVM indices "
-                "are 1-based, so every index must be at least 1."
+                f"{where}: feature index {index} in token {tok!r} is negative. Expected "
+                "0-based indices (zero_based=True), at least 0."
             )
         if index > upper:
             expected = (
                 f"at most n_features={n_features}"
+                + (f" - 1 = {upper}, as indices are 0-based" if first_index == 0 else "")
                 if n_features is not None
                 else f"at most {MAX_ELEMENTS} (larger indices cannot fit in memory)"
             )
