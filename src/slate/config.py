@@ -67,7 +67,16 @@ class TrainConfig:
     positive_label: str | None = None
     n_features: int | None = None
     party_files: bool = False
-    standardize: bool = False
+    standardize: bool | None = None
+    id_columns: tuple[str, ...] = ()
+    drop_columns: tuple[str, ...] = ()
+    feature_columns: tuple[str, ...] = ()
+    categorical_columns: tuple[str, ...] = ()
+    na_values: tuple[str, ...] = ()
+    missing: str = "impute"
+    delimiter: str | None = None
+    encoding: str = "utf-8"
+    zero_based: bool = False
     test_fraction: float = 0.25
     split_seed: int = 0
     download: bool = False
@@ -112,6 +121,8 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     }
     updates = {key: value for key, value in defaults.items() if getattr(config, key) is None}
     resolved = dataclasses.replace(config, **updates)
+    if resolved.standardize is None:  # user tables arrive at raw scales; the paper's sets do not
+        resolved.standardize = resolved.dataset == "csv"
     # eval_every and party_ap stay None here: their defaults depend on the test set's size,
     # which is known once the data is loaded (slate.train.Run).
     if resolved.checkpoint_every is None:

@@ -59,8 +59,8 @@ def test_each_party_holds_its_own_rows_standardised_with_pooled_statistics(tmp_p
     x_all = np.concatenate([x for x, _ in pooled["train"]]).astype(np.float32).astype(np.float64)
     mean, std = x_all.mean(0), x_all.std(0)
     assert data.federated and data.n_train == 360 and data.n_test == 180
-    np.testing.assert_allclose(data.preprocessing.mean, mean, rtol=1e-9)
-    np.testing.assert_allclose(data.preprocessing.scale, std, rtol=1e-9)
+    np.testing.assert_allclose(data.preprocessing.scaler.mean, mean, rtol=1e-9)
+    np.testing.assert_allclose(data.preprocessing.scaler.scale, std, rtol=1e-9)
     for n, rows in enumerate(data.parts):
         own = pooled["train"][n][0].astype(np.float32).astype(np.float64)
         np.testing.assert_allclose(data.x_train[rows], (own - mean) / std, rtol=1e-5, atol=1e-6)
@@ -161,7 +161,7 @@ def test_simulator_on_party_files_reports_federated_metrics(tmp_path):
                     progress=False, log=lambda _: None).summary  # fmt: skip
     assert summary["evaluation"] == "federated"
     assert set(summary["party_test_ap"]) == {"0", "1", "2"}
-    assert summary["preprocessing"]["kind"] == "standardize"
+    assert summary["preprocessing"]["kind"] == "table"
     assert summary["n_test"] == 180
     written = json.loads((out / "summary.json").read_text())
     assert written["test_ap"] == summary["test_ap"]
@@ -172,8 +172,8 @@ def test_simulator_on_party_files_reports_federated_metrics(tmp_path):
 
     model = build_model("mlp", (3,), hidden=28, seed=0)
     model.load_state_dict(torch.load(out / "model.pt", weights_only=True))
-    mean = np.asarray(summary["preprocessing"]["mean"])
-    scale = np.asarray(summary["preprocessing"]["scale"])
+    mean = np.asarray(summary["preprocessing"]["scaler"]["mean"])
+    scale = np.asarray(summary["preprocessing"]["scaler"]["scale"])
     x = np.concatenate([x for x, _ in pooled["test"]])
     y = np.concatenate([y for _, y in pooled["test"]])
     with torch.no_grad():

@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.model_selection import train_test_split
@@ -36,6 +37,8 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
     test_split: str
+    encoder: Any = None  # a fitted slate.data.encoding.TableEncoder for user tables
+    notes: list[str] = field(default_factory=list)  # warnings for the console
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -164,13 +167,28 @@ def _load_libsvm(config: TrainConfig) -> Dataset:
 
 
 def _load_csv(config: TrainConfig) -> Dataset:
-    from slate.data.tabular import read_csv
+    """Read the training (and test) table, then encode both with the encoder fitted on the
+    training rows (:mod:`slate.data.encoding`)."""
+    from slate.data.encoding import TableEncoder
+    from slate.data.tables import column_choice, id_warnings, read_user_table, split_table
 
-    if config.label_column is None or config.positive_label is None:
-        raise ConfigError("--dataset csv needs --label-column C and --positive-label V.")
-    return _user_files(
-        config, lambda path: read_csv(path, config.label_column, config.positive_label)
-    )
+    if not config.train:
+        raise ConfigError("--dataset csv needs --train FILE (and optionally --test FILE).")
+    choice = column_choice(config)
+    train = read_user_table(config, config.train)
+    if config.test:
+        test = read_user_table(config, config.test)
+        split = f"test file {config.test}"
+    else:
+        train, test = split_table(train, config.test_fraction, config.split_seed, config.train)
+        split = f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
+    standardize = True if config.standardize is None else config.standardize
+    encoder = TableEncoder.fit([train], choice, standardize)
+    x_train, x_test = encoder.transform(train), encoder.transform(test)
+    return Dataset(
+        "csv", x_train, train.y, x_test, test.y, split, encoder=encoder,
+        notes=id_warnings(train, choice),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -257,8 +275,16 @@ def load_dataset(config: TrainConfig) -> Dataset:
     for split, labels in (("training", data.y_train), ("test", data.y_test)):
         if labels.min() == labels.max():
             only = "positive" if labels[0] == 1 else "negative"
+            cause = "Check the label column and --positive-label."
+            if split == "test" and "split" in data.test_split:
+                cause = (
+                    f"The test set is a seeded {config.test_fraction:.0%} split (--test-fraction) "
+                    f"of {len(data.y_train) + len(labels)} rows ({int(data.y_train.sum())} "
+                    "positive among the training rows): use a larger --test-fraction, or give "
+                    "--test FILE."
+                )
             raise DataError(
-                f"The {split} set of {config.dataset} holds only {only} examples; AP needs both "
-                "classes. Check the label column and --positive-label."
+                f"The {split} set of {config.dataset} holds only {only} examples "
+                f"({len(labels)} rows); AP needs both classes. {cause}"
             )
     return data

@@ -13,6 +13,7 @@ The second round is the sum of squares taken about the global mean instead of ab
 same aggregate, without the cancellation that :math:`E[x^2] - \mu^2` suffers for features of
 large magnitude (an income of 1e6). The result equals the pooled statistics up to float64
 rounding. A constant feature (:math:`\sigma_j = 0`) is only centred: it is divided by 1.
+LIBSVM data is scaled without centring, :math:`x_j / \sigma_j`, so that zeros stay zeros.
 """
 
 from __future__ import annotations
@@ -69,9 +70,14 @@ class Standardizer:
     scale: np.ndarray
 
     @classmethod
-    def fit(cls, blocks: Sequence[np.ndarray], total: Total = _local_total) -> Standardizer:
+    def fit(
+        cls, blocks: Sequence[np.ndarray], total: Total = _local_total, centre: bool = True
+    ) -> Standardizer:
+        """Fit on every party's training rows. ``centre=False`` only divides by the standard
+        deviation (LIBSVM data: zeros stay zeros, a sparse matrix stays sparse)."""
         mean, std, _ = federated_moments(blocks, total)
-        return cls(mean, np.where(std > 0, std, 1.0))
+        scale = np.where(std > 0, std, 1.0)
+        return cls(mean if centre else np.zeros_like(mean), scale)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         """The standardised copy of ``x (n, d)``, float32."""

@@ -47,6 +47,7 @@ class Schema:
         label_column: CSV: the label column's name.
         label_values: CSV: the distinct label cells of the party's files.
         positive_label: CSV: the positive label the party was given.
+        text_columns: CSV: the columns that hold text (one-hot encoded), sorted.
         counts: the party's row counts.
         error: why the party could not read its own files (then nothing else is set).
     """
@@ -58,6 +59,7 @@ class Schema:
     label_column: str = ""
     label_values: tuple[str, ...] = ()
     positive_label: str = ""
+    text_columns: tuple[str, ...] = ()
     counts: PartyCounts = field(default_factory=PartyCounts)
     error: str | None = None
 
@@ -103,7 +105,21 @@ def _difference(ref: Schema, other: Schema) -> str | None:
             f"party {n}'s positive label is {other.positive_label!r}, party {r}'s is "
             f"{ref.positive_label!r}"
         )
-    return _column_difference(ref, other)
+    return _column_difference(ref, other) or _kind_difference(ref, other)
+
+
+def _kind_difference(ref: Schema, other: Schema) -> str | None:
+    """A column that holds text at one party and numbers at the other."""
+    for column in ref.feature_columns:
+        here, there = column in ref.text_columns, column in other.text_columns
+        if here != there:
+            kind = {True: "text", False: "numbers"}
+            return (
+                f"party {other.rank}'s column {column!r} holds {kind[there]}, party "
+                f"{ref.rank}'s holds {kind[here]} (list it in --categorical-columns on every "
+                "party to treat it as categories everywhere)"
+            )
+    return None
 
 
 def _column_difference(ref: Schema, other: Schema) -> str | None:

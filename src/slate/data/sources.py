@@ -24,9 +24,11 @@ from torch import Tensor
 
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset, load_dataset, split_stratified
+from slate.data.encoding import TableEncoder
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.preprocess import Standardizer
-from slate.data.schema import PartyCounts, Schema, check_agreement, column_order
+from slate.data.schema import PartyCounts, Schema, check_agreement
+from slate.data.tables import column_choice, id_warnings, read_user_table, split_table
 from slate.errors import ConfigError, DataError, SlateError
 
 __all__ = [
@@ -132,9 +134,10 @@ def _partitioned_data(config: TrainConfig, local_parties: list[int], data: Datas
     rows = np.concatenate(local)
     offsets = np.cumsum([0] + [len(p) for p in local])
     x_train, x_test = data.x_train, data.x_test
-    transform = None
-    if config.standardize:
-        transform = Standardizer.fit([x_train.reshape(len(x_train), -1)])
+    transform = data.encoder  # user tables come encoded (and scaled) already
+    if config.standardize and transform is None:
+        centre = config.dataset != "libsvm"  # LIBSVM rows are sparse: scale, do not centre
+        transform = Standardizer.fit([x_train.reshape(len(x_train), -1)], centre=centre)
         x_train, x_test = _apply(transform, x_train), _apply(transform, x_test)
     return LocalData(
         x_train=np.ascontiguousarray(x_train[rows]),
@@ -148,6 +151,7 @@ def _partitioned_data(config: TrainConfig, local_parties: list[int], data: Datas
         test_split=data.test_split,
         description=data.describe(),
         preprocessing=transform,
+        notes=list(data.notes),
     )
 
 
@@ -163,12 +167,13 @@ class _PartyFiles:
     """One party's own files, read: arrays, its column names, its schema."""
 
     rank: int
-    x_train: np.ndarray
+    x_train: np.ndarray | None  # None for CSV until the parties' encoder is fitted
     y_train: np.ndarray
-    x_test: np.ndarray
+    x_test: np.ndarray | None
     y_test: np.ndarray
     test_split: str
     schema: Schema
+    tables: tuple[Any, Any] | None = None  # CSV: the raw training and test tables
 
 
 def _party_file_data(config: TrainConfig, local_parties: list[int], exchange) -> LocalData:
@@ -190,10 +195,15 @@ def _party_file_data(config: TrainConfig, local_parties: list[int], exchange) ->
     check_agreement(everyone)
     counts = [s.counts for s in everyone]
     notes = _check_counts(counts, config)
-    files = [_align(read[rank], everyone, config) for rank in local_parties]
+    files = [read[rank] for rank in local_parties]
+    if config.dataset == "csv":
+        transform, files = _encode_tables(files, config, exchange)
+        notes += [w for f in files for w in id_warnings(f.tables[0], column_choice(config))]
+        return _assemble(files, counts, config, transform, notes)
+    files = [_pad_to_common_width(f, everyone, config) for f in files]
     transform = None
     if config.standardize:
-        transform = Standardizer.fit([f.x_train for f in files], exchange.total)
+        transform = Standardizer.fit([f.x_train for f in files], exchange.total, centre=False)
         files = [
             replace(f, x_train=transform.apply(f.x_train), x_test=transform.apply(f.x_test))
             for f in files
@@ -201,61 +211,65 @@ def _party_file_data(config: TrainConfig, local_parties: list[int], exchange) ->
     return _assemble(files, counts, config, transform, notes)
 
 
+def _encode_tables(files: list[_PartyFiles], config: TrainConfig, exchange):
+    """Fit one encoder on every party's training table (federated sums and category names),
+    then encode each party's training and test tables with it."""
+    encoder = TableEncoder.fit(
+        [f.tables[0] for f in files], column_choice(config), bool(config.standardize),
+        exchange.total, exchange.gather_objects,
+    )  # fmt: skip
+    encoded = [
+        replace(f, x_train=encoder.transform(f.tables[0]), x_test=encoder.transform(f.tables[1]))
+        for f in files
+    ]
+    return encoder, encoded
+
+
 def _read_party(config: TrainConfig, rank: int) -> _PartyFiles:
     """Read party ``rank``'s files only; a party without a test file holds out a split."""
     train_path = party_path(config.train, rank)
     test_path = party_path(config.test, rank) if config.test else None
     if config.dataset == "csv":
-        x_train, y_train, x_test, y_test, schema = _read_party_csv(
-            config, rank, train_path, test_path
-        )
-    else:
-        x_train, y_train, x_test, y_test, schema = _read_party_libsvm(
-            config, rank, train_path, test_path
-        )
+        return _read_party_csv(config, rank, train_path, test_path)
+    x_train, y_train, x_test, y_test, schema = _read_party_libsvm(
+        config, rank, train_path, test_path
+    )
+    split = "each party's own test file"
     if x_test is None:
         x_train, x_test, y_train, y_test = split_stratified(
-            x_train,
-            y_train,
-            config.test_fraction,
-            config.split_seed,
+            x_train, y_train, config.test_fraction, config.split_seed,
             f"party {rank}'s {train_path}",
-        )
-        split = f"seeded stratified {config.test_fraction:.0%} split of each party's own file"
-    else:
-        split = "each party's own test file"
+        )  # fmt: skip
+        split = HELD_OUT
     counts = PartyCounts(len(y_train), int(y_train.sum()), len(y_test), int(y_test.sum()))
-    return _PartyFiles(
-        rank, x_train, y_train, x_test, y_test, split, replace(schema, counts=counts)
-    )
+    schema = replace(schema, counts=counts)
+    return _PartyFiles(rank, x_train, y_train, x_test, y_test, split, schema)
+
+
+HELD_OUT = "seeded stratified split of each party's own file (--test-fraction)"
 
 
 def _read_party_csv(config: TrainConfig, rank: int, train_path: str, test_path: str | None):
-    from slate.data.tabular import read_csv_table
-
-    if config.label_column is None or config.positive_label is None:
-        raise ConfigError("--dataset csv needs --label-column C and --positive-label V.")
-
-    def read(path: str):
-        return read_csv_table(
-            path, config.label_column, config.positive_label, single_class_ok=True
-        )
-
-    train = read(train_path)
-    header = train.columns
-    x_test = y_test = None
+    """The party's raw tables (encoded once the parties agree) and its schema."""
+    column_choice(config)  # a contradictory column flag fails here, on every party alike
+    train = read_user_table(config, train_path, labels="single_class_ok")
     values = list(train.label_values)
-    if test_path is not None:
-        test = read(test_path)
-        order = column_order(test.feature_names, train.feature_names, f"--test {test_path}")
-        x_test, y_test = np.ascontiguousarray(test.x[:, order]), test.y
+    if test_path is None:
+        train, test = split_table(
+            train, config.test_fraction, config.split_seed, f"party {rank}'s {train_path}"
+        )
+        split = HELD_OUT
+    else:
+        test = read_user_table(config, test_path, labels="single_class_ok")
         values += [v for v in test.label_values if v not in values]
+        split = "each party's own test file"
     schema = Schema(
-        rank=rank, format="csv", n_features=train.x.shape[1], header=header,
+        rank=rank, format="csv", n_features=len(train.columns), header=train.header,
         label_column=train.label_name, label_values=tuple(values),
-        positive_label=str(config.positive_label).strip(),
+        positive_label=str(config.positive_label).strip(), text_columns=tuple(sorted(train.text)),
+        counts=PartyCounts(train.rows, int(train.y.sum()), test.rows, int(test.y.sum())),
     )  # fmt: skip
-    return train.x, train.y, x_test, y_test, schema
+    return _PartyFiles(rank, None, train.y, None, test.y, split, schema, (train, test))
 
 
 def _read_party_libsvm(config: TrainConfig, rank: int, train_path: str, test_path: str | None):
@@ -271,16 +285,10 @@ def _read_party_libsvm(config: TrainConfig, rank: int, train_path: str, test_pat
     return x_train, y_train, x_test, y_test, schema
 
 
-def _align(files: _PartyFiles, everyone: list[Schema], config: TrainConfig) -> _PartyFiles:
-    """Put the party's columns in party 0's order (CSV) or pad to the common width (LIBSVM)."""
-    if files.schema.format == "csv":
-        reference = everyone[0].feature_columns
-        order = [files.schema.feature_columns.index(c) for c in reference]
-        return replace(
-            files,
-            x_train=np.ascontiguousarray(files.x_train[:, order]),
-            x_test=np.ascontiguousarray(files.x_test[:, order]),
-        )
+def _pad_to_common_width(
+    files: _PartyFiles, everyone: list[Schema], config: TrainConfig
+) -> _PartyFiles:
+    """LIBSVM: pad the party's matrices to the largest index over all parties' files."""
     width = config.n_features or max(s.n_features for s in everyone)
     return replace(files, x_train=_pad(files.x_train, width), x_test=_pad(files.x_test, width))
 
