@@ -37,14 +37,20 @@ def _sum_counts(blocks, bins):
     return sum(binned_counts(torch.tensor(s), torch.tensor(y), bins) for s, y in blocks)
 
 
-@settings(max_examples=150, deadline=None)
-@given(scored_parties())
-def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
+def _pooled(case):
+    """The pooled raw scores, labels and bin indices of all parties, and the summed counts."""
     bins, blocks = case
     scores = np.concatenate([s for s, _ in blocks])
     labels = np.concatenate([y for _, y in blocks])
     index = bin_index(torch.tensor(scores), bins).numpy()
-    found = metrics_from_counts(_sum_counts(blocks, bins))
+    return scores, labels, index, _sum_counts(blocks, bins)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scored_parties())
+def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
+    scores, labels, index, counts = _pooled(case)
+    found = metrics_from_counts(counts)
     assert found["test_ap"] == pytest.approx(average_precision_score(labels, index), abs=1e-12)
     assert found["test_auroc"] == pytest.approx(roc_auc_score(labels, index), abs=1e-12)
     # The raw (unbinned) pooled metrics lie within the stated bounds.
@@ -57,13 +63,8 @@ def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
 @settings(max_examples=50, deadline=None)
 @given(scored_parties())
 def test_binned_pr_curve_is_sklearns_on_the_bin_indices(case):
-    bins, blocks = case
-    scores = np.concatenate([s for s, _ in blocks])
-    labels = np.concatenate([y for _, y in blocks])
-    index = bin_index(torch.tensor(scores), bins).numpy()
-    precision, recall, thresholds = BinnedMetrics(
-        _sum_counts(blocks, bins)
-    ).precision_recall_curve()
+    _, labels, index, counts = _pooled(case)
+    precision, recall, thresholds = BinnedMetrics(counts).precision_recall_curve()
     expected = precision_recall_curve(labels, index)
     np.testing.assert_allclose(precision, expected[0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(recall, expected[1], rtol=0, atol=1e-12)
