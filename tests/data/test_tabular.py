@@ -365,6 +365,8 @@ def test_labels_optional(tmp_path: Path) -> None:
     table = read_table(path, "b", "x", labels="optional")
     np.testing.assert_array_equal(table.y, [1, 0])
     assert table.columns == ("a",)
+    negatives = _write(tmp_path / "neg.csv", "a,b\n1,n\n2,n\n")
+    np.testing.assert_array_equal(read_table(negatives, "b", "p", labels="optional").y, [0, 0])
     single = _write(tmp_path / "one.csv", "a\n1\n2\n")
     assert read_table(single, "y", None, labels="optional").numeric["a"].tolist() == [1, 2]
 
@@ -442,6 +444,14 @@ def test_latin1_encoding(tmp_path: Path) -> None:
         read_table(path, "y", "1", encoding="klingon")
 
 
+def test_utf16_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "u16.csv", "a,y\n1,1\n2,0\n".encode("utf-16"))
+    with pytest.raises(DataError, match=r"u16\.csv, line 1: .*byte offset 0.*--encoding utf-16"):
+        read_table(path, "y", "1")
+    table = read_table(path, "y", "1", encoding="utf-16")
+    np.testing.assert_array_equal(table.numeric["a"], [1, 2])
+
+
 def test_decoding_error_deep_in_a_gzip_file(tmp_path: Path) -> None:
     content = b"x,y\n" + b"1,0\n2,1\n" * 20_000 + b"3,\xff\n"
     path = _write(tmp_path / "deep.csv.gz", content, gz=True)
@@ -482,6 +492,57 @@ def test_rows_spanning_lines_keep_their_first_line(tmp_path: Path) -> None:
     table = read_table(_write(tmp_path / "ml.csv", content), "y", "1")
     np.testing.assert_array_equal(table.first_lines, [2, 5, 8])
     assert table.text["note"].categories == ("two\nlines", "three\r\nline\nnote", "plain")
+
+
+@pytest.mark.parametrize("block_rows", [None, 1, 4])
+def test_line_numbers_with_breaks_inside_cells_and_blank_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_rows: int | None
+) -> None:
+    rng = np.random.default_rng(7)
+    breaks = ["", "", "\n", "\r\n", "\r", "a\nb\r\nc"]
+    text, expected, line = "note,x,y\r\n", [], 2
+    for i in range(120):
+        for _ in range(int(rng.integers(0, 3)) if rng.random() < 0.2 else 0):
+            text += "\r\n" if rng.random() < 0.5 else " \n"  # blank lines
+            line += 1
+        note = f"n{i}{breaks[int(rng.integers(len(breaks)))]}"
+        text += f'"{note}",{i},{i % 2}\r\n'
+        expected.append(line)
+        line += 1 + note.count("\n") + note.count("\r") - note.count("\r\n")
+    path = _write(tmp_path / "breaks.csv", text)
+    if block_rows is not None:
+        monkeypatch.setattr(tabular, "_BLOCK_CELLS", 1)
+        monkeypatch.setattr(tabular, "_MIN_BLOCK_ROWS", block_rows)
+    table = read_table(path, "y", "1")
+    np.testing.assert_array_equal(table.first_lines, expected)
+    np.testing.assert_array_equal(table.numeric["x"], np.arange(120))
+    bad = _write(tmp_path / "late.csv", text + '"x",oops,1,extra\r\n')
+    with pytest.raises(DataError, match=rf"late\.csv, line {line}: expected 3 cells"):
+        read_table(bad, "y", "1")
+
+
+def test_header_then_many_blank_lines(tmp_path: Path) -> None:
+    path = _write(tmp_path / "gap.csv", "a,y\n" + "\n" * 80 + "1,1\n2,0\n")
+    table = read_table(path, "y", "1")
+    np.testing.assert_array_equal(table.first_lines, [82, 83])
+    with pytest.raises(DataError, match="has a header row but no data rows"):
+        read_table(_write(tmp_path / "none.csv", "a,y\n" + "\n" * 80), "y", "1")
+
+
+def test_missing_cells_spelt_differently_across_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spellings = ["", " 1.5 ", "NA", "7", "n/a ", "1e3", "nan", "-2"]
+    rows = [f"{spellings[i % 8]},{i % 2}" for i in range(400)]
+    path = _write(tmp_path / "na.csv", "a,y\n" + "\n".join(rows) + "\n")
+    expected = [np.nan, 1.5, np.nan, 7, np.nan, 1000, np.nan, -2] * 50
+    for block_rows in (None, 3, 64):
+        if block_rows is not None:
+            monkeypatch.setattr(tabular, "_BLOCK_CELLS", 1)
+            monkeypatch.setattr(tabular, "_MIN_BLOCK_ROWS", block_rows)
+        table = read_table(path, "y", "1")
+        np.testing.assert_array_equal(table.numeric["a"], expected)
+        assert table.missing == {"a": 200}
 
 
 def test_duplicate_feature_names(tmp_path: Path) -> None:
@@ -656,6 +717,7 @@ def _expected_column(cells: list[str], kind: str) -> tuple[object, object, int]:
     detect=st.booleans(),
     by_index=st.booleans(),
     gz=st.booleans(),
+    block_rows=st.sampled_from([None, 1, 3]),
 )
 def test_round_trip(
     tmp_path: Path,
@@ -666,6 +728,7 @@ def test_round_trip(
     detect: bool,
     by_index: bool,
     gz: bool,
+    block_rows: int | None,
 ) -> None:
     kinds, cells, labels = spec["kinds"], spec["cells"], spec["labels"]
     names = [f"c{j}" for j in range(len(kinds))]
@@ -679,14 +742,18 @@ def test_round_trip(
     path = _write(tmp_path / "rt.csv", buffer.getvalue(), gz=gz)
 
     coded = [n for n, k in zip(names, kinds, strict=True) if k == "coded"]
-    table = read_table(
-        path,
-        at if by_index else "target",
-        spec["positive"],
-        delimiter=None if detect else delimiter,
-        header=None if detect else True,
-        categorical_columns=coded,
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        if block_rows is not None:  # blocks of 1 or 3 rows instead of ~100 000 cells
+            patch.setattr(tabular, "_BLOCK_CELLS", 1)
+            patch.setattr(tabular, "_MIN_BLOCK_ROWS", block_rows)
+        table = read_table(
+            path,
+            at if by_index else "target",
+            spec["positive"],
+            delimiter=None if detect else delimiter,
+            header=None if detect else True,
+            categorical_columns=coded,
+        )
     assert table.delimiter == delimiter and table.has_header
     assert table.columns == tuple(names) and table.header == tuple(header)
     np.testing.assert_array_equal(table.y, [int(v == spec["positive"]) for v in labels])
@@ -705,3 +772,8 @@ def test_round_trip(
             codes, categories = text
             np.testing.assert_array_equal(table.text[name].codes, codes)
             assert table.text[name].categories == categories
+    if all(table.missing[n] == 0 for n in table.numeric) and not table.text:
+        # Complete numeric data: the strict reader gives the same numbers as one matrix.
+        X, y = read_csv(path, "target", spec["positive"], delimiter=delimiter)
+        np.testing.assert_array_equal(X, np.column_stack([table.numeric[n] for n in names]))
+        np.testing.assert_array_equal(y, table.y)

@@ -47,6 +47,7 @@ _MAX_LISTED = 10
 _NUMERIC_SHARE = 0.9
 #: Cells per block of rows read at once (bounds the Python objects alive at any time).
 _BLOCK_CELLS = 100_000
+_MIN_BLOCK_ROWS = 64
 #: Rows looked at, after the first, to decide whether the first row is a header.
 _HEADER_SAMPLE = 50
 #: Text read ahead, at most, to detect the delimiter.
@@ -60,6 +61,9 @@ _LABEL_MODES = ("required", "optional", "single_class_ok")
 _MISSING_MODES = ("allow", "error")
 _WORD, _NUMBER, _NONFINITE = 0, 1, 2
 _UNSEEN = -2
+_NAN = "nan"
+#: Spellings of missing cells remembered per column for the fast conversion of numeric blocks.
+_MAX_NA_SEEN = 4
 
 
 @dataclass(frozen=True)
@@ -192,10 +196,12 @@ def read_table(
         na_values: Further cells that mean "missing", added to :data:`NA_TOKENS`.
         categorical_columns: Columns read as text even if every cell is a number (codes such as
             ``1``/``2``/``3``). Each must name a column of the file.
-        labels: ``"required"``: the label column must exist; ``"optional"``: a label column
-            name that the header lacks (or ``label_column=None``) gives ``y=None`` and every
-            column is a feature; ``"single_class_ok"``: as required, but a file whose rows all
-            carry one label is accepted (one party's share may).
+        labels: ``"required"``: the label column must exist; ``"single_class_ok"``: as
+            required, but a file whose rows all carry one label is accepted (one party's share
+            may); ``"optional"``: a label column name that the header lacks (or
+            ``label_column=None``) gives ``y=None`` and every column is a feature, and a label
+            column that is present is read as with ``"single_class_ok"`` (a file to score may
+            hold one class).
         missing: ``"allow"`` or ``"error"`` (every missing feature cell is a problem).
 
     Returns:
@@ -459,26 +465,26 @@ def _read(
     forced = {str(c).strip() for c in categorical_columns}
 
     with _Records(name, encoding, delimiter) as records:
-        stream = iter(records)
-        first = next(stream, None)
-        if first is None:
+        lines, rows = records.block(_HEADER_SAMPLE + 1)
+        if not rows:
             raise DataError(
                 f"CSV file {name} is empty (no non-blank lines). Expected a table with a label "
                 "column and at least one feature column."
             )
-        sample = list(itertools.islice(stream, _HEADER_SAMPLE))
-        n_cols = len(first[1])
+        first = rows[0]
+        n_cols = len(first)
         if header is None:
-            header = _detect_header(first[1], [row for _, row in sample], label_column, context)
+            header = _detect_header(first, rows[1:], label_column, context)
         if header:
-            names = [cell.strip() or f"column {j}" for j, cell in enumerate(first[1])]
-            data: Iterable[tuple[int, list[str]]] = itertools.chain(sample, stream)
+            names = [cell.strip() or f"column {j}" for j, cell in enumerate(first)]
+            lines, rows = lines[1:], rows[1:]
+            if not rows:
+                lines, rows = records.block(_block_rows(n_cols))
         else:
             names = [f"column {j}" for j in range(n_cols)]
-            data = itertools.chain([first], sample, stream)
         label_idx = _find_label(name, label_column, names, header, n_cols, labels)
         label_name = None if label_idx is None else names[label_idx]
-        if header and not sample:
+        if not rows:
             raise DataError(
                 f"CSV file {name} has a header row but no data rows. Expected at least one row "
                 "of data after the header."
@@ -508,18 +514,19 @@ def _read(
         features = [
             _Column(n, j, n in forced, dtype) for j, n in enumerate(names) if j != label_idx
         ]
-        rows, lines = _scan(
-            name, data, n_cols, header, records.delimiter, label_idx, label_state, features,
-            context,
-        )  # fmt: skip
+        n_rows, line_numbers = _scan(
+            records, (lines, rows), n_cols, header, label_idx, label_state, features, context
+        )
+        del lines, rows
         delimiter = records.delimiter
 
-    first_lines = lines.take()
+    first_lines = line_numbers.take()
     problems: list[_Problem] = []
     y = None
     values: tuple[str, ...] = ()
     if label_state is not None:
-        problems += label_state.problems(positive, labels == "single_class_ok", first_lines)
+        one_class_ok = labels in ("single_class_ok", "optional")
+        problems += label_state.problems(positive, one_class_ok, first_lines)
     for column in features:
         column.finish_counts()
         problems += column.problems(strict, missing == "error")
@@ -529,49 +536,45 @@ def _read(
         y, values = label_state.result(positive), tuple(label_state.values)
     rescan = [c for c in features if c.rescan]
     if rescan:
-        _rescan(name, encoding, delimiter, header, n_cols, rescan, context, rows)
+        _rescan(name, encoding, delimiter, header, n_cols, rescan, context, n_rows)
     return _Result(
-        features, y, label_name, values, tuple(names), bool(header), delimiter, rows,
+        features, y, label_name, values, tuple(names), bool(header), delimiter, n_rows,
         first_lines,
     )  # fmt: skip
 
 
 def _scan(
-    name: str,
-    data: Iterable[tuple[int, list[str]]],
+    records: _Records,
+    pending: tuple[Sequence[int], list[list[str]]],
     n_cols: int,
     header: bool,
-    delimiter: str,
     label_idx: int | None,
     label_state: _Labels | None,
     features: list[_Column],
     context: _Context,
 ) -> tuple[int, _Growing]:
     """Read every data row, block by block, into the label and feature columns."""
-    per_block = max(64, _BLOCK_CELLS // n_cols)
-    rows = 0
+    name = records.name
+    per_block = _block_rows(n_cols)
+    n_rows = 0
     line_numbers = _Growing(np.int64)
-    iterator = iter(data)
-    while batch := list(itertools.islice(iterator, per_block)):
-        lines = [line for line, _ in batch]
-        cells_by_row = [row for _, row in batch]
-        del batch
-        _check_widths(name, cells_by_row, lines, n_cols, header, delimiter)
-        rows += len(lines)
-        if rows * len(features) > MAX_ELEMENTS:
+    for lines, rows in _blocks(records, pending, per_block):
+        _check_widths(name, rows, lines, n_cols, header, records.delimiter)
+        n_rows += len(rows)
+        if n_rows * len(features) > MAX_ELEMENTS:
             raise DataError(
-                f"CSV file {name}: more than {rows - len(lines)} rows x {len(features)} "
+                f"CSV file {name}: more than {n_rows - len(rows)} rows x {len(features)} "
                 f"features exceed the limit of {MAX_ELEMENTS} matrix elements. Use a smaller "
                 "file."
             )
-        columns = list(zip(*cells_by_row, strict=True))
-        del cells_by_row
-        line_numbers.append(lines)
+        columns = list(zip(*rows, strict=True))
+        line_numbers.append(_as_array(lines))
         if label_state is not None and label_idx is not None:
             label_state.add(columns[label_idx], lines)
         for column in features:
             column.add(columns[column.position], lines, context)
-    return rows, line_numbers
+        del columns
+    return n_rows, line_numbers
 
 
 def _rescan(
@@ -582,35 +585,59 @@ def _rescan(
     n_cols: int,
     columns: list[_Column],
     context: _Context,
-    rows: int,
+    n_rows: int,
 ) -> None:
     """Read the text codes of columns that turned out to be text after blocks of numbers."""
     for column in columns:
         column.restart_text()
+    seen = 0
     with _Records(name, encoding, delimiter) as records:
-        stream = iter(records)
+        per_block = _block_rows(n_cols)
+        start_lines, start_rows = records.block(per_block)
         if header:
-            next(stream, None)
-        seen = 0
-        per_block = max(64, _BLOCK_CELLS // n_cols)
-        while batch := list(itertools.islice(stream, per_block)):
-            lines = [line for line, _ in batch]
-            _check_widths(name, [row for _, row in batch], lines, n_cols, header, delimiter)
-            seen += len(batch)
+            start_lines, start_rows = start_lines[1:], start_rows[1:]
+        for lines, rows in _blocks(records, (start_lines, start_rows), per_block):
+            _check_widths(name, rows, lines, n_cols, header, delimiter)
+            seen += len(rows)
             for column in columns:
-                column.add_text([row[column.position] for _, row in batch], lines, context)
-    if seen != rows:
+                column.add_text([row[column.position] for row in rows], lines, context)
+    if seen != n_rows:
         raise DataError(
-            f"CSV file {name} changed while it was read ({rows} data rows, then {seen}). "
+            f"CSV file {name} changed while it was read ({n_rows} data rows, then {seen}). "
             "Read it again once it is complete."
         )
 
 
+def _blocks(
+    records: _Records, pending: tuple[Sequence[int], list[list[str]]], size: int
+) -> Iterator[tuple[Sequence[int], list[list[str]]]]:
+    """The rows already read (in blocks of ``size``), then the rest of the file's."""
+    lines, rows = pending
+    for start in range(0, len(rows), size):
+        yield lines[start : start + size], rows[start : start + size]
+    while True:
+        lines, rows = records.block(size)
+        if not rows:
+            return
+        yield lines, rows
+
+
+def _block_rows(n_cols: int) -> int:
+    """Rows per block: about :data:`_BLOCK_CELLS` cells."""
+    return max(_MIN_BLOCK_ROWS, _BLOCK_CELLS // n_cols)
+
+
+def _as_array(lines: Sequence[int]) -> np.ndarray:
+    if isinstance(lines, range):
+        return np.arange(lines.start, lines.stop, dtype=np.int64)
+    return np.array(lines, dtype=np.int64)
+
+
 def _check_widths(
-    name: str, rows: list[list[str]], lines: list[int], n_cols: int, header: bool, delim: str
+    name: str, rows: list[list[str]], lines: Sequence[int], n_cols: int, header: bool, delim: str
 ) -> None:
     """Raise a DataError for the first row whose number of cells differs from ``n_cols``."""
-    if all(len(row) == n_cols for row in rows):
+    if min(map(len, rows)) == max(map(len, rows)) == n_cols:
         return
     for row, line in zip(rows, lines, strict=True):
         if len(row) != n_cols:
@@ -664,6 +691,7 @@ class _Column:
         self.rescan = False  # turned to text after numeric blocks were stored and dropped
         self.missing = 0
         self.first_missing: tuple[int, str] | None = None
+        self.na_seen: list[str] = []  # missing cells as written in this column, e.g. ""
         # Non-missing cells: finite float32 numbers, other numbers (inf, 1e39), and words.
         self.numbers = 0
         self.nonfinite = 0
@@ -685,7 +713,7 @@ class _Column:
         self.missing = 0
         self.first_missing = None
 
-    def add(self, cells: Sequence[str], lines: list[int], context: _Context) -> None:
+    def add(self, cells: Sequence[str], lines: Sequence[int], context: _Context) -> None:
         if self.kind == "numeric":
             values = self._numbers(cells, lines, context)
             if values is not None:
@@ -699,12 +727,14 @@ class _Column:
         self.add_text(cells, lines, context)
 
     def _numbers(
-        self, cells: Sequence[str], lines: list[int], context: _Context
+        self, cells: Sequence[str], lines: Sequence[int], context: _Context
     ) -> np.ndarray | None:
         """The block as numbers (NaN for missing cells), or None if a cell is a word."""
         try:
             values = np.array(cells, dtype=np.float64)
         except ValueError:
+            values = self._numbers_with_missing(cells)
+        if values is None:
             check: Iterable[int] = range(len(cells))
             values = np.empty(len(cells), dtype=np.float64)
         else:
@@ -724,6 +754,8 @@ class _Column:
             if cell.strip().casefold() in context.na:
                 values[i] = np.nan
                 missing.append(i)
+                if cell not in self.na_seen and len(self.na_seen) < _MAX_NA_SEEN:
+                    self.na_seen.append(cell)
                 continue
             value = _to_float(cell)
             if value is None:
@@ -745,7 +777,24 @@ class _Column:
                 self._note_bad(lines[i], cells[i].strip())
         return values.astype(context.dtype, copy=False)
 
-    def add_text(self, cells: Sequence[str], lines: list[int], context: _Context) -> None:
+    def _numbers_with_missing(self, cells: Sequence[str]) -> np.ndarray | None:
+        """The block converted in one call once the missing cells spelt as in earlier blocks
+        (most often ``""``) are replaced by ``nan``; None if that is not enough."""
+        if not self.na_seen:
+            return None
+        block = np.array(cells, dtype=object)
+        missing = block == self.na_seen[0]
+        for spelling in self.na_seen[1:]:
+            missing |= block == spelling
+        if not missing.any():
+            return None
+        block[missing] = _NAN
+        try:
+            return block.astype(np.float64)
+        except ValueError:
+            return None
+
+    def add_text(self, cells: Sequence[str], lines: Sequence[int], context: _Context) -> None:
         get = self.lookup.get
         codes = [get(cell, _UNSEEN) for cell in cells]
         if _UNSEEN in codes:
@@ -867,7 +916,7 @@ class _Labels:
         self.missing = 0
         self.first_missing: tuple[int, str] | None = None
 
-    def add(self, cells: Sequence[str], lines: list[int]) -> None:
+    def add(self, cells: Sequence[str], lines: Sequence[int]) -> None:
         get = self.lookup.get
         codes = [get(cell, _UNSEEN) for cell in cells]
         if _UNSEEN in codes:
@@ -991,7 +1040,7 @@ def _report(name: str, problems: list[_Problem]) -> str:
 
 
 class _Records:
-    """The non-blank records of a delimited text file, streamed as ``(first line, cells)``.
+    """The non-blank records of a delimited text file, read in blocks with their first lines.
 
     The file may be plain or gzip (recognised by its magic bytes). With ``delimiter=None`` the
     delimiter is detected from the first lines, which are read ahead and then parsed as usual.
@@ -1038,7 +1087,9 @@ class _Records:
             self.close()
             raise self._failure(exc, None) from None
         self.delimiter: str = delimiter
-        self._lines = itertools.chain(head, self._text)
+        self._reader = csv.reader(
+            itertools.chain(head, self._text), delimiter=delimiter, strict=True
+        )
 
     def __enter__(self) -> _Records:
         return self
@@ -1051,23 +1102,38 @@ class _Records:
             self._text.close()
         self._raw.close()
 
-    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        reader = csv.reader(self._lines, delimiter=self.delimiter, strict=True)
-        previous = 0
-        try:
-            for row in reader:
-                first, previous = previous + 1, reader.line_num
+    def block(self, size: int) -> tuple[Sequence[int], list[list[str]]]:
+        """The non-blank records among the next ``size`` (more if all are blank), with the line
+        on which each starts; empty lists at the end of the file."""
+        reader = self._reader
+        while True:
+            before = reader.line_num
+            try:
+                rows = list(itertools.islice(reader, size))
+            except csv.Error as exc:
+                raise DataError(
+                    f"CSV file {self.name}, line {reader.line_num}: the line cannot be parsed as "
+                    f"CSV ({exc}). Expected delimiter-separated cells ({self.delimiter!r}) with "
+                    "balanced quotes."
+                ) from None
+            except (UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
+                raise self._failure(exc, reader.line_num + 1) from None
+            if not rows:
+                return [], []
+            if reader.line_num - before == len(rows) and min(map(len, rows)) > 1:
+                return range(before + 1, before + 1 + len(rows)), rows  # one line per record
+            lines: list[int] = []
+            kept: list[list[str]] = []
+            line = before
+            for row in rows:  # blank lines, or cells holding line breaks
+                first = line + 1
+                line = first + sum(map(_line_breaks, row))
                 if len(row) <= 1 and (not row or not row[0].strip()):
                     continue
-                yield first, row
-        except csv.Error as exc:
-            raise DataError(
-                f"CSV file {self.name}, line {reader.line_num}: the line cannot be parsed as "
-                f"CSV ({exc}). Expected delimiter-separated cells ({self.delimiter!r}) with "
-                "balanced quotes."
-            ) from None
-        except (UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
-            raise self._failure(exc, reader.line_num + 1) from None
+                lines.append(first)
+                kept.append(row)
+            if kept:
+                return lines, kept
 
     def _failure(self, exc: BaseException, line: int | None) -> DataError:
         if not isinstance(exc, UnicodeDecodeError):
@@ -1080,16 +1146,20 @@ class _Records:
             return DataError(f"Cannot read data file {self.name}: {exc}.")
         label = "UTF-8" if self.codec == "utf-8-sig" else self.encoding
         found = _decode_position(self.name, self.gzipped, self.codec)
+        hint = (
+            "If it was saved in another encoding (spreadsheets on Windows often write cp1252), "
+            "pass it, e.g. --encoding latin-1."
+        )
         if found is None:
             where, detail = (f", line {line}" if line else ""), f"({exc.reason})"
         else:
             position, found_line, byte = found
             where = f", line {found_line}"
             detail = f"(byte 0x{byte:02x} at byte offset {position} cannot be decoded)"
+            if position <= 1 and byte in (0xFE, 0xFF):
+                hint = "It starts like UTF-16 text: pass --encoding utf-16."
         return DataError(
-            f"CSV file {self.name}{where}: the file is not valid {label} text {detail}. If it "
-            "was saved in another encoding (spreadsheets on Windows often write cp1252), pass "
-            "it, e.g. --encoding latin-1."
+            f"CSV file {self.name}{where}: the file is not valid {label} text {detail}. {hint}"
         )
 
 
@@ -1155,6 +1225,13 @@ def _sniff_delimiter(lines: list[str], complete: bool) -> str:
 
 
 # ----------------------------------------------------------------------------- cells and header
+
+
+def _line_breaks(cell: str) -> int:
+    """How many line breaks (``\\n``, ``\\r`` or ``\\r\\n``) a quoted cell holds."""
+    if "\n" not in cell and "\r" not in cell:
+        return 0
+    return cell.count("\n") + cell.count("\r") - cell.count("\r\n")
 
 
 def _count(n: int, noun: str) -> str:
