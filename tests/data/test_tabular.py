@@ -167,10 +167,28 @@ def _parse_or_data_error(path: Path, label_column: str | int) -> None:
         X, y = read_csv(path, label_column, "yes")
     except DataError as exc:
         assert str(exc)
+        _read_table_or_data_error(path, label_column)
         return
     assert X.dtype == np.float32 and y.dtype == np.int64
     assert X.shape[0] == y.shape[0] >= 2
     assert np.isfinite(X).all() and set(np.unique(y)) == {0, 1}
+    _read_table_or_data_error(path, label_column)
+
+
+def _read_table_or_data_error(path: Path, label_column: str | int) -> None:
+    """The lenient reader, delimiter detected, on the same bytes: a table or a DataError."""
+    try:
+        table = read_table(path, label_column, "yes", delimiter=None, labels="optional")
+    except DataError as exc:
+        assert str(exc)
+        return
+    assert table.rows == len(table.first_lines) >= 1
+    assert set(table.numeric) | set(table.text) == set(table.columns)
+    for values in table.numeric.values():
+        assert values.shape == (table.rows,) and not np.isinf(values).any()
+    for column in table.text.values():
+        assert column.codes.shape == (table.rows,)
+        assert column.codes.min() >= -1 and column.codes.max() < len(column.categories)
 
 
 @FUZZ
