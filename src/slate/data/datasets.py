@@ -161,9 +161,19 @@ def _user_files(config: TrainConfig, reader) -> Dataset:
 
 
 def _load_libsvm(config: TrainConfig) -> Dataset:
-    from slate.data.libsvm import read_libsvm
+    from slate.data.libsvm import read_libsvm_file
 
-    return _user_files(config, lambda path: read_libsvm(path, n_features=config.n_features))
+    notes: list[str] = []
+
+    def read(path: str):
+        read = read_libsvm_file(path, n_features=config.n_features, zero_based=config.zero_based)
+        if read.note:
+            notes.append(read.note)
+        return read.x, read.y
+
+    data = _user_files(config, read)
+    data.notes.extend(notes)
+    return data
 
 
 def _load_csv(config: TrainConfig) -> Dataset:

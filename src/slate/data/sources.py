@@ -275,11 +275,14 @@ def _read_party_csv(config: TrainConfig, rank: int, train_path: str, test_path: 
 def _read_party_libsvm(config: TrainConfig, rank: int, train_path: str, test_path: str | None):
     from slate.data.libsvm import read_libsvm
 
-    x_train, y_train = read_libsvm(train_path, n_features=config.n_features)
+    def read(path: str):
+        return read_libsvm(path, n_features=config.n_features, zero_based=config.zero_based)
+
+    x_train, y_train = read(train_path)
     x_test = y_test = None
     width = x_train.shape[1]
     if test_path is not None:
-        x_test, y_test = read_libsvm(test_path, n_features=config.n_features)
+        x_test, y_test = read(test_path)
         width = max(width, x_test.shape[1])
     schema = Schema(rank=rank, format="libsvm", n_features=width)
     return x_train, y_train, x_test, y_test, schema
