@@ -1,0 +1,67 @@
+r"""Network topologies: the doubly stochastic mixing matrix :math:`\underline{\mathbf{W}}`.
+
+Section 3.1 of the SLATE paper describes the network of :math:`N` parties by a matrix
+:math:`\underline{\mathbf{W}} = \{w_{ij}\} \in \mathbb{R}^{N \times N}` with
+
+1. :math:`w_{ij} > 0` iff nodes :math:`i` and :math:`j` are linked (or :math:`i = j`),
+2. :math:`\underline{\mathbf{W}} = \underline{\mathbf{W}}^\top`,
+3. :math:`\underline{\mathbf{W}} \mathbf{1} = \mathbf{1}` and
+   :math:`\mathbf{1}^\top \underline{\mathbf{W}} = \mathbf{1}^\top`,
+
+and measures how well it mixes by :math:`\lambda = \|\underline{\mathbf{W}} - \mathbf{J}\|_2`
+with :math:`\mathbf{J} = \frac1N \mathbf{1}\mathbf{1}^\top`; for a symmetric doubly stochastic
+matrix this is the second largest absolute eigenvalue. Gossip converges to the average iff
+:math:`\lambda < 1`, i.e. the graph is connected (and not periodic).
+
+Builders return plain ``float64`` arrays; :func:`build_topology` wraps them, validated, in a
+:class:`Topology`, which also handles the time-varying federated schedule
+(:math:`\mathbf{W} = \mathbf{I}` on ordinary rounds and :math:`\mathbf{J}` every ``period``-th).
+
+The package is split along these seams:
+
+- :mod:`slate.topology.graph`: graph primitives (size check, :math:`\mathbf{J}`,
+  Metropolis-Hastings weights, connected components);
+- :mod:`slate.topology.validation`: :func:`validate`, :func:`mixing_rate`, :func:`spectral_gap`;
+- :mod:`slate.topology.builders`: the named graphs;
+- :mod:`slate.topology.files`: :func:`from_file` (``file:W.csv``, ``.txt``, ``.npy``);
+- :mod:`slate.topology.schedule`: the time-varying :class:`Topology`;
+- :mod:`slate.topology.registry`: :func:`build_topology` by name;
+- :mod:`slate.topology.printing`: :func:`describe`, :func:`format_matrix`.
+"""
+
+from __future__ import annotations
+
+from slate.topology.builders import (
+    erdos_renyi,
+    exponential,
+    federated,
+    full,
+    ring,
+    star,
+    torus,
+)
+from slate.topology.files import from_file
+from slate.topology.printing import describe, format_matrix
+from slate.topology.registry import FILE_PREFIX, TOPOLOGY_NAMES, build_topology
+from slate.topology.schedule import Topology
+from slate.topology.validation import mixing_rate, spectral_gap, validate
+
+__all__ = [
+    "FILE_PREFIX",
+    "TOPOLOGY_NAMES",
+    "Topology",
+    "build_topology",
+    "describe",
+    "erdos_renyi",
+    "exponential",
+    "federated",
+    "format_matrix",
+    "from_file",
+    "full",
+    "mixing_rate",
+    "ring",
+    "spectral_gap",
+    "star",
+    "torus",
+    "validate",
+]
