@@ -20,13 +20,15 @@ Builders return plain ``float64`` arrays; :func:`build_topology` wraps them, val
 The package is split along these seams:
 
 - :mod:`slate.topology.graph`: graph primitives (size check, :math:`\mathbf{J}`,
-  Metropolis-Hastings weights, connected components);
+  Metropolis-Hastings weights, connected components, :func:`is_connected`);
 - :mod:`slate.topology.validation`: :func:`validate`, :func:`mixing_rate`, :func:`spectral_gap`;
 - :mod:`slate.topology.builders`: the named graphs;
 - :mod:`slate.topology.files`: :func:`from_file` (``file:W.csv``, ``.txt``, ``.npy``);
 - :mod:`slate.topology.schedule`: the time-varying :class:`Topology`;
 - :mod:`slate.topology.registry`: :func:`build_topology` by name;
-- :mod:`slate.topology.printing`: :func:`describe`, :func:`format_matrix`.
+- :mod:`slate.topology.printing`: :func:`describe`, :func:`format_matrix`;
+- :mod:`slate.topology.survivors`: :func:`surviving_graph` and :func:`surviving_topology`, the
+  mixing matrix over the parties left after some are lost, and its disconnection rule.
 """
 
 from __future__ import annotations
@@ -41,14 +43,23 @@ from slate.topology.builders import (
     torus,
 )
 from slate.topology.files import from_file
+from slate.topology.graph import is_connected
 from slate.topology.printing import describe, format_matrix
 from slate.topology.registry import FILE_PREFIX, TOPOLOGY_NAMES, build_topology
 from slate.topology.schedule import Topology
+from slate.topology.survivors import (
+    Bridge,
+    SurvivorGraph,
+    surviving_graph,
+    surviving_topology,
+)
 from slate.topology.validation import mixing_rate, spectral_gap, validate
 
 __all__ = [
     "FILE_PREFIX",
     "TOPOLOGY_NAMES",
+    "Bridge",
+    "SurvivorGraph",
     "Topology",
     "build_topology",
     "describe",
@@ -58,10 +69,13 @@ __all__ = [
     "format_matrix",
     "from_file",
     "full",
+    "is_connected",
     "mixing_rate",
     "ring",
     "spectral_gap",
     "star",
+    "surviving_graph",
+    "surviving_topology",
     "torus",
     "validate",
 ]

@@ -2,7 +2,8 @@ r"""Graph primitives shared by the topology modules.
 
 A network of :math:`N` parties is an undirected graph; these helpers check :math:`N`, build
 :math:`\mathbf{J} = \frac1N \mathbf{1}\mathbf{1}^\top`, put Metropolis-Hastings weights on a
-boolean adjacency matrix and list the connected components of a weight matrix.
+boolean adjacency matrix, list the connected components of a weight matrix and say whether it
+is connected.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ import numpy as np
 
 from slate.errors import TopologyError
 
-__all__ = ["averaging_matrix", "check_n", "connected_components", "metropolis_hastings"]
+__all__ = [
+    "averaging_matrix",
+    "check_n",
+    "connected_components",
+    "is_connected",
+    "metropolis_hastings",
+]
 
 
 def check_n(n: object, what: str = "the number of nodes") -> int:
@@ -79,3 +86,36 @@ def connected_components(W: np.ndarray) -> list[list[int]]:
                 members.append(int(other))
         components.append(sorted(members))
     return components
+
+
+def is_connected(W: object) -> bool:
+    r"""Whether the graph of ``W`` is connected.
+
+    The graph has the nodes :math:`0, \dots, N - 1` and an undirected edge :math:`\{i, j\}`
+    wherever :math:`w_{ij} > 0` or :math:`w_{ji} > 0` (:math:`i \ne j`); the diagonal is
+    ignored. It is connected when every node reaches every other along edges (breadth-first
+    search from node 0). A single node is connected. For a symmetric doubly stochastic ``W``
+    with a positive diagonal this is equivalent to :math:`\lambda = \|\mathbf{W} - \mathbf{J}\|_2
+    < 1`, but it is decided combinatorially, without a tolerance.
+
+    Args:
+        W: an (N, N) weight matrix, or a boolean adjacency matrix, :math:`N \ge 1`.
+
+    Returns:
+        True iff the graph has exactly one connected component.
+
+    Raises:
+        TopologyError: if ``W`` is not a non-empty square 2-D array of real numbers or booleans.
+    """
+    arr = np.asarray(W)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
+        raise TopologyError(
+            f"Cannot tell whether a graph is connected from an array of shape "
+            f"{tuple(arr.shape)}: it must be a non-empty square (N x N) matrix."
+        )
+    if arr.dtype.kind not in "biuf":
+        raise TopologyError(
+            f"Cannot tell whether a graph is connected from entries of dtype {arr.dtype}: the "
+            "matrix must hold real numbers or booleans."
+        )
+    return len(connected_components(arr)) == 1
