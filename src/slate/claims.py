@@ -563,7 +563,7 @@ def tracking_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
                 consensus[label] = outcome.mean_curve("consensus_distance")
         rows.append(row)
         heat.append([stats[False][0].mean, stats[True][0].mean])
-        heat_labels.append(setting)
+        heat_labels.append(f"N={n} " + ("IID" if alpha is None else f"α={alpha:g}"))
         cells.append([
             setting, f"{row['lambda']:.4f}", stats[False][0].format(".4f"),
             stats[True][0].format(".4f"), stats[False][1].format(".0f"),
@@ -575,8 +575,8 @@ def tracking_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
     if heat:
         plots.plot_heatmap(
             np.array(heat), heat_labels, ["without", "with"],
-            ctx.figures / "claims_tracking.png", title="SLATE final test AP (mean over seeds)",
-            xlabel="gradient tracking", ylabel="parties and partition",
+            ctx.figures / "claims_tracking.png", title="final test AP",
+            xlabel="gradient tracking", ylabel="parties, partition",
         )  # fmt: skip
         figures += "![final AP with and without tracking](figures/claims_tracking.png)\n"
     if consensus:
