@@ -3,10 +3,19 @@
 The public PyTorch-native pieces are importable from here; the rest lives in submodules:
 ``slate.topology`` (mixing matrices), ``slate.algorithms`` (update rules), ``slate.engines``
 (simulator), ``slate.data`` (readers, partitions, samplers), ``slate.train`` (the run loop).
+``slate.load_model(run_dir)`` rebuilds a run's trained model with its preprocessing.
 """
 
 from slate.objectives.ap import APLoss
 
 __version__ = "0.1.0"
 
-__all__ = ["APLoss", "__version__"]
+__all__ = ["APLoss", "__version__", "load_model"]
+
+
+def load_model(run_dir, device="cpu"):
+    """``model, preprocessing = slate.load_model(run_dir)``: the run's model in eval mode and
+    its :class:`slate.model_file.Preprocessing` (see :func:`slate.model_file.load_model`)."""
+    from slate.model_file import load_model as _load_model
+
+    return _load_model(run_dir, device)

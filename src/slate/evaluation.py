@@ -22,17 +22,36 @@ import numpy as np
 from torch import Tensor
 
 from slate import metrics
-from slate.histogram_metrics import DEFAULT_BINS, BinnedMetrics, binned_counts, metrics_from_counts
+from slate.histogram_metrics import (
+    DEFAULT_BINS,
+    LOGIT_RANGE,
+    BinnedMetrics,
+    binned_counts,
+    metrics_from_counts,
+)
 
-__all__ = ["Evaluation", "FederatedEvaluation", "PooledEvaluation", "TestScores", "evaluation_for"]
+__all__ = [
+    "Evaluation",
+    "FederatedEvaluation",
+    "PooledEvaluation",
+    "TestScores",
+    "bin_edges",
+    "evaluation_for",
+]
 
 
 @dataclass
 class TestScores:
-    """The test metrics of one model, and how to draw its precision-recall curve."""
+    r"""The test metrics of one model, and how to draw its precision-recall curve.
+
+    ``thresholds`` are the logit thresholds of the curve's points: point ``k`` is the precision
+    and recall of the decision "positive when logit >= thresholds[k]". The last point,
+    :math:`(P, R) = (1, 0)`, flags nothing: its threshold is :math:`+\infty`.
+    """
 
     values: dict[str, float]
     curve: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    thresholds: np.ndarray | None = field(default=None, repr=False)
 
     def pr_curve(self) -> tuple[np.ndarray, np.ndarray]:
         if self.curve is None:
@@ -67,12 +86,13 @@ class PooledEvaluation(Evaluation):
         del total
         if not is_main:
             return TestScores({"test_ap": math.nan, "test_auroc": math.nan})
-        precision, recall, _ = metrics.precision_recall_curve(logits, labels)
+        precision, recall, thresholds = metrics.precision_recall_curve(logits, labels)
         values = {
             "test_ap": metrics.average_precision(logits, labels),
             "test_auroc": metrics.auroc(logits, labels),
         }
-        return TestScores(values, (precision, recall))
+        edges = np.append(thresholds.astype(np.float64), np.inf)
+        return TestScores(values, (precision, recall), edges)
 
 
 class FederatedEvaluation(Evaluation):
@@ -88,8 +108,9 @@ class FederatedEvaluation(Evaluation):
         del is_main
         counts = total(binned_counts(logits, labels, self.bins))
         binned = BinnedMetrics(counts)
-        precision, recall, _ = binned.precision_recall_curve()
-        return TestScores(metrics_from_counts(counts), (precision, recall))
+        precision, recall, bins = binned.precision_recall_curve()
+        edges = np.append(bin_edges(bins, self.bins), np.inf)
+        return TestScores(metrics_from_counts(counts), (precision, recall), edges)
 
     def party_test_aps(self, logits: Tensor, labels: Tensor) -> list[float | None]:
         aps: list[float | None] = []
@@ -100,6 +121,20 @@ class FederatedEvaluation(Evaluation):
 
     def describe(self) -> dict[str, object]:
         return {"evaluation": self.name, "evaluation_bins": self.bins}
+
+
+def bin_edges(bins: np.ndarray, n_bins: int, limit: float = LOGIT_RANGE) -> np.ndarray:
+    r"""The logit threshold of each bin: its lower edge :math:`-L + 2 L k / B`, and
+    :math:`-\infty` for bin 0, which also holds every logit below :math:`-L`.
+
+    A logit :math:`s` falls in a bin :math:`\ge k` when :math:`s \ge` the edge of :math:`k`
+    (:func:`slate.histogram_metrics.bin_index`; up to float64 rounding of a logit on the edge
+    itself), so "positive when logit >= edge" flags the rows counted in bins :math:`k` and
+    above: the precision and recall of bin :math:`k`'s point on the binned curve.
+    """
+    k = np.asarray(bins, dtype=np.float64)
+    edges = -limit + k * (2 * limit / n_bins)
+    return np.where(k == 0, -np.inf, edges)
 
 
 def evaluation_for(test_parts: list[np.ndarray] | None) -> Evaluation:

@@ -62,7 +62,9 @@ def _require_nonempty(mapping: Mapping[str, object], what: str) -> None:
 
 
 def pr_curves_figure(
-    curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], title: str
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]],
+    title: str,
+    points: Sequence[tuple[float, float, str]] = (),
 ) -> Figure:
     """Build a figure with one precision-recall curve per method.
 
@@ -74,10 +76,13 @@ def pr_curves_figure(
         curves: maps a method name to ``(precision, recall, ap)``, e.g. the first two
             outputs of :func:`slate.metrics.precision_recall_curve` and the AP.
         title: figure title.
+        points: operating points to mark, ``(recall, precision, label)`` each (e.g. from
+            :mod:`slate.operating_points`): one marker per point, its label written beside it.
 
     Returns:
         The figure; its single axes holds one line per method, labelled
-        ``"name (AP=0.xxxx)"``.
+        ``"name (AP=0.xxxx)"``, and one marker line ``"operating points"`` when ``points``
+        is not empty.
 
     Raises:
         ValueError: ``curves`` is empty, or a precision and recall differ in length.
@@ -93,6 +98,13 @@ def pr_curves_figure(
                 f"curve {name!r}: precision and recall lengths differ ({p.size} vs {r.size})"
             )
         ax.plot(r, p, drawstyle="steps-post", label=f"{name} (AP={float(ap):.4f})")
+    if points:
+        xs = [float(r) for r, _, _ in points]
+        ys = [float(p) for _, p, _ in points]
+        ax.plot(xs, ys, linestyle="none", marker="o", markersize=5, color="black",
+                label="operating points")  # fmt: skip
+        for x, y, (_, _, text) in zip(xs, ys, points, strict=True):
+            ax.annotate(text, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7)
     ax.set_xlabel("recall")
     ax.set_ylabel("precision")
     ax.set_xlim(0.0, 1.0)
@@ -105,7 +117,10 @@ def pr_curves_figure(
 
 
 def plot_pr_curves(
-    curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], path: PathLike, title: str
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]],
+    path: PathLike,
+    title: str,
+    points: Sequence[tuple[float, float, str]] = (),
 ) -> Path:
     """Write precision-recall curves, one per method, as a PNG.
 
@@ -113,6 +128,7 @@ def plot_pr_curves(
         curves: maps a method name to ``(precision, recall, ap)``.
         path: destination PNG file; parent folders are created.
         title: figure title.
+        points: operating points to mark, ``(recall, precision, label)`` each.
 
     Returns:
         The path written.
@@ -120,7 +136,7 @@ def plot_pr_curves(
     Raises:
         ValueError: see :func:`pr_curves_figure`.
     """
-    return _save(pr_curves_figure(curves, title), path)
+    return _save(pr_curves_figure(curves, title, points), path)
 
 
 # --------------------------------------------------------------------------- AP curves

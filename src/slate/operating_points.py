@@ -1,0 +1,161 @@
+r"""Operating points: the decision threshold that gives a required recall or precision.
+
+A scored set with labels gives a precision-recall curve with one point per distinct score
+threshold :math:`t_k` (:func:`slate.metrics.precision_recall_curve`): flagging every row whose
+logit is :math:`\ge t_k` has precision :math:`P_k = \mathrm{TP}_k / (\mathrm{TP}_k +
+\mathrm{FP}_k)` and recall :math:`R_k = \mathrm{TP}_k / n_+`. Lowering the threshold flags more
+rows, so recall never decreases while precision may go either way. Two questions pick a point:
+
+* **precision at recall** :math:`\ge R` (a fraud team's "90% recall, at the best precision"):
+  among the thresholds with :math:`R_k \ge R`, the one with the highest :math:`P_k`; ties go to
+  the higher recall, then to the higher threshold. Always reachable for :math:`R \le 1`: the
+  lowest threshold flags every row (recall 1).
+* **recall at precision** :math:`\ge P` (a screening program's "precision at least 0.5"):
+  among the thresholds with :math:`P_k \ge P`, the one with the highest :math:`R_k`; ties go
+  to the higher precision, then the higher threshold. Unreachable when no threshold has
+  :math:`P_k \ge P`.
+
+The curve's extra point :math:`(P, R) = (1, 0)` flags nothing and is never chosen.
+
+A point's ``logit`` is the threshold on the model's logit (exact: a decision "logit >= t" on
+the same rows gives exactly that precision and recall); its ``threshold`` is the same point on
+the probability scale, :math:`\sigma(t)` rounded to float32 like the ``score`` column of
+``slate predict``, so that "score >= threshold" takes the same decisions except between rows
+whose probabilities float32 cannot tell apart (beyond about :math:`\pm 17` in logit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "PRECISION_TARGETS",
+    "RECALL_TARGETS",
+    "OperatingPoint",
+    "at_precision",
+    "at_recall",
+    "marks",
+    "operating_points",
+    "probability",
+]
+
+RECALL_TARGETS = (0.5, 0.8, 0.9, 0.95)
+PRECISION_TARGETS = (0.5, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One row of the table: the target, and the chosen threshold's precision and recall.
+
+    ``precision``, ``recall``, ``logit`` and ``threshold`` are ``None`` when no threshold
+    reaches the target.
+    """
+
+    kind: str  # "precision_at_recall" or "recall_at_precision"
+    target: float
+    precision: float | None
+    recall: float | None
+    logit: float | None
+    threshold: float | None
+
+    @property
+    def reachable(self) -> bool:
+        return self.logit is not None
+
+    def describe(self) -> str:
+        """``recall >= 0.90`` or ``precision >= 0.50``."""
+        what = "recall" if self.kind == "precision_at_recall" else "precision"
+        return f"{what} >= {self.target:.2f}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "precision": self.precision,
+            "recall": self.recall,
+            "threshold": self.threshold,
+            "logit": self.logit,
+        }
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> OperatingPoint:
+        return cls(
+            saved["kind"], float(saved["target"]), saved["precision"], saved["recall"],
+            saved["logit"], saved["threshold"],
+        )  # fmt: skip
+
+
+def probability(logit: float) -> float:
+    """:math:`\\sigma(t)` in float32, as a Python float (the ``score`` column's rounding)."""
+    return float(torch.sigmoid(torch.tensor(logit, dtype=torch.float32)))
+
+
+def _curve(precision, recall, logits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The curve's real thresholds (the ``+inf`` point that flags nothing left out)."""
+    p = np.asarray(precision, dtype=np.float64).ravel()
+    r = np.asarray(recall, dtype=np.float64).ravel()
+    t = np.asarray(logits, dtype=np.float64).ravel()
+    if not (p.shape == r.shape == t.shape):
+        raise ValueError(
+            f"precision, recall and thresholds differ in length ({p.size}, {r.size}, {t.size})"
+        )
+    real = t < np.inf
+    return p[real], r[real], t[real]
+
+
+def _point(
+    kind: str, target: float, p, r, t, candidates: np.ndarray, primary, secondary
+) -> OperatingPoint:
+    if not candidates.any():
+        return OperatingPoint(kind, float(target), None, None, None, None)
+    rows = np.flatnonzero(candidates)
+    # The largest (primary, secondary, threshold); np.lexsort sorts by its last key first.
+    best = rows[np.lexsort([t[rows], secondary[rows], primary[rows]])[-1]]
+    logit = float(t[best])
+    return OperatingPoint(
+        kind, float(target), float(p[best]), float(r[best]), logit, probability(logit)
+    )
+
+
+def at_recall(precision, recall, logits, target: float) -> OperatingPoint:
+    """The highest-precision threshold with recall :math:`\\ge` ``target`` (module doc)."""
+    p, r, t = _curve(precision, recall, logits)
+    return _point("precision_at_recall", target, p, r, t, r >= target, primary=p, secondary=r)
+
+
+def at_precision(precision, recall, logits, target: float) -> OperatingPoint:
+    """The highest-recall threshold with precision :math:`\\ge` ``target`` (module doc)."""
+    p, r, t = _curve(precision, recall, logits)
+    return _point("recall_at_precision", target, p, r, t, p >= target, primary=r, secondary=p)
+
+
+def operating_points(
+    precision,
+    recall,
+    logits,
+    recalls: tuple[float, ...] = RECALL_TARGETS,
+    precisions: tuple[float, ...] = PRECISION_TARGETS,
+) -> list[OperatingPoint]:
+    """The table: precision at each recall target, then recall at each precision target.
+
+    ``precision``, ``recall`` and ``logits`` are aligned arrays of a curve's points (a point
+    whose logit is ``+inf`` is ignored), e.g. the first two outputs of
+    :func:`slate.metrics.precision_recall_curve` and its thresholds.
+    """
+    table = [at_recall(precision, recall, logits, target) for target in recalls]
+    table += [at_precision(precision, recall, logits, target) for target in precisions]
+    return table
+
+
+def marks(table: list[OperatingPoint]) -> list[tuple[float, float, str]]:
+    """The reachable points as ``(recall, precision, label)`` for a PR plot (``R≥0.90``)."""
+    short = {"precision_at_recall": "R", "recall_at_precision": "P"}
+    return [
+        (point.recall, point.precision, f"{short[point.kind]}≥{point.target:.2f}")
+        for point in table
+        if point.reachable
+    ]

@@ -1,0 +1,533 @@
+r"""Using a trained model: score a file (``slate predict``), measure it (``slate evaluate``).
+
+Both read a file the way the run read its data (``model.json``'s ``input``), apply the run's
+preprocessing (:class:`slate.model_file.Preprocessing`) and score every row with the averaged
+model in eval mode, in the same chunks of rows as the run's own evaluation, so that the run's
+test file gives the same logits, and the same AP, as training reported.
+
+* LIBSVM runs (w7a, w8a, ``--dataset libsvm``, digits): a LIBSVM file read with the model's
+  feature count :math:`d` (an index above :math:`d` is an error, a file with fewer features is
+  padded with zeros), or a ``.npy`` array ``(n, d)``.
+* CSV runs: a table read with the run's options; features are found by header name (so columns
+  may come in any order, extra columns are ignored, a missing one is an error), the label column
+  may be absent (``predict``), and the run's ID columns (``--id-column``) are carried into the
+  predictions.
+* Image runs: the dataset's folder (its test split: ``t10k-*`` for MNIST / Fashion-MNIST,
+  ``test_batch.bin`` for CIFAR-10, ``val/`` for Tiny-ImageNet), one IDX images file (labels
+  from the ``*-labels-idx1-ubyte`` beside it, if any) or CIFAR-10 ``.bin`` batch, or a ``.npy``
+  array of raw pixels ``(n, C, H, W)`` (``(n, H, W)`` for one channel).
+
+A decision threshold (``--at-recall R`` / ``--at-precision P``) is chosen on the run's test set
+(the logit thresholds stored in ``pr_curve.csv``) or on a labelled ``--calibrate`` file, by the
+rules of :mod:`slate.operating_points`; rows with logit :math:`\ge t` get decision 1. With
+``--threshold T`` the decision is ``score >= T`` on the probability.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from slate import metrics, plots
+from slate.errors import ConfigError, DataError
+from slate.model_file import Preprocessing, load_model
+from slate.operating_points import (
+    OperatingPoint,
+    at_precision,
+    at_recall,
+    marks,
+    operating_points,
+)
+
+__all__ = [
+    "Evaluation",
+    "InputFile",
+    "Predictions",
+    "evaluate",
+    "format_evaluation",
+    "logits_of",
+    "predict",
+    "read_input",
+    "run_curve",
+    "write_evaluation",
+    "write_predictions",
+]
+
+SCORE_FORMAT = "{:.9g}"  # float32 values written so that they read back exactly
+CHUNK = 256  # rows per forward pass: slate.engines.compute.EVAL_CHUNK, as in training
+
+
+# --------------------------------------------------------------------------- reading files
+
+
+@dataclass
+class InputFile:
+    """A file read for a model: its model input, labels (if any) and ID columns."""
+
+    path: str
+    features: np.ndarray  # float32 (n, *input_shape)
+    labels: np.ndarray | None  # int64 0/1, or None when the file holds none
+    ids: dict[str, list[str]] = field(default_factory=dict)
+    raw: np.ndarray | None = None  # raw features (the exported program's input)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return len(self.features)
+
+
+def read_input(
+    preprocessing: Preprocessing, path: str | Path, labels: str = "optional", run: str = "the run"
+) -> InputFile:
+    """Read ``path`` as the run read its data and prepare the model input.
+
+    Args:
+        preprocessing: the run's, from :func:`slate.model_file.load_model`.
+        path: the file (or image folder).
+        labels: ``"optional"`` (predict) or ``"required"`` (evaluate, calibrate).
+        run: the run folder, named in errors.
+
+    Raises:
+        DataError: the file cannot be read, or its features do not fit the model (a feature
+            index above the model's width, columns missing, images of another shape), or
+            ``labels="required"`` and it holds none.
+    """
+    path = str(path)
+    kind = preprocessing.input.get("format")
+    if kind == "csv":
+        read = _read_table(preprocessing, path, labels)
+    elif kind == "images":
+        read = _read_images(preprocessing, path, run)
+    elif kind == "libsvm":
+        read = _read_libsvm(preprocessing, path, run)
+    else:
+        raise DataError(f"{run}: model.json names an unknown input format {kind!r}.")
+    if labels == "required" and read.labels is None:
+        raise DataError(
+            f"{path} holds no labels, but they are needed here (to measure the model, or to "
+            "choose a threshold). Give a labelled file."
+        )
+    return read
+
+
+def _read_libsvm(pre: Preprocessing, path: str, run: str) -> InputFile:
+    from slate.data.libsvm import read_libsvm
+
+    d = int(pre.input["n_features"])
+    if path.endswith(".npy"):
+        return _from_array(pre, path, _load_npy(path), run)
+    try:
+        x, y = read_libsvm(path, n_features=d, zero_based=bool(pre.input.get("zero_based")))
+    except DataError as err:
+        raise DataError(
+            f"{err} The model of {run} takes {d} features (LIBSVM indices 1 to {d}); a file "
+            "with other features would get wrong scores, so it is refused."
+        ) from None
+    return InputFile(path, pre(x), y, raw=x)
+
+
+def _from_array(pre: Preprocessing, path: str, raw: np.ndarray, run: str) -> InputFile:
+    want = pre.raw_shape
+    if raw.ndim == len(want) and len(want) == 3 and want[0] == 1:
+        raw = raw[:, None]  # (n, H, W) images of one channel
+    if tuple(raw.shape[1:]) != want:
+        raise DataError(
+            f"{path} holds rows of shape {tuple(raw.shape[1:])}, but the model of {run} takes "
+            f"rows of shape {want}: {_shape_difference(tuple(raw.shape[1:]), want)}."
+        )
+    if not np.issubdtype(raw.dtype, np.number) or np.iscomplexobj(raw):
+        raise DataError(f"{path} holds {raw.dtype} values; expected real numbers.")
+    raw = raw.astype(np.float32)
+    return InputFile(path, pre(raw), None, raw=raw)
+
+
+def _shape_difference(got: tuple[int, ...], want: tuple[int, ...]) -> str:
+    if len(got) == 1 and len(want) == 1:
+        more = "more" if got[0] > want[0] else "fewer"
+        return f"{abs(got[0] - want[0])} {more} features than the model's {want[0]}"
+    return f"{len(got)}-D rows {got} against {want}"
+
+
+def _load_npy(path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist.") from None
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path} cannot be read as a .npy array ({err}).") from None
+
+
+def _read_images(pre: Preprocessing, path: str, run: str) -> InputFile:
+    from slate.data.datasets import IMAGE_SETS
+    from slate.data.imbalance import binarize_classes
+
+    dataset = pre.input["dataset"]
+    if path.endswith(".npy"):
+        return _from_array(pre, path, _load_npy(path), run)
+    where = Path(path)
+    if not where.exists():
+        raise DataError(f"{path} does not exist.")
+    if dataset in ("mnist", "fashion-mnist"):
+        images, classes = _mnist_images(where)
+    elif dataset == "cifar10":
+        images, classes = _cifar_images(where)
+    else:
+        from slate.data.tinyimagenet import read_tiny_imagenet
+
+        images, classes = read_tiny_imagenet(where, image_size=pre.input_shape[-1])[2:4]
+    read = _from_array(pre, path, images, run)
+    if classes is not None:
+        read.labels = binarize_classes(classes, IMAGE_SETS[dataset].n_classes)
+    return read
+
+
+def _mnist_images(where: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    from slate.data.idx import read_idx, read_mnist_split
+
+    if where.is_dir():
+        return read_mnist_split(where, "test")
+    images = read_idx(where)
+    name = where.name
+    for image_part, label_part in (("images-idx3", "labels-idx1"), ("images.idx3", "labels.idx1")):
+        if image_part in name:
+            sibling = where.with_name(name.replace(image_part, label_part))
+            if sibling.is_file():
+                classes = read_idx(sibling).astype(np.int64)
+                if len(classes) != len(images):
+                    raise DataError(
+                        f"{where} holds {len(images)} images but {sibling} holds "
+                        f"{len(classes)} labels."
+                    )
+                return images, classes
+    return images, None
+
+
+def _cifar_images(where: Path) -> tuple[np.ndarray, np.ndarray]:
+    from slate.data.cifar import CIFAR_TEST_FILE, read_cifar_file
+
+    if where.is_dir():
+        nested = where / "cifar-10-batches-bin" / CIFAR_TEST_FILE
+        where = nested if nested.is_file() else where / CIFAR_TEST_FILE
+    return read_cifar_file(where)
+
+
+def _read_table(pre: Preprocessing, path: str, labels: str) -> InputFile:
+    from slate.config import TrainConfig
+    from slate.data.tables import read_user_table
+
+    options = {k: v for k, v in pre.input.items() if k != "format"}
+    for key in ("na_values", "categorical_columns"):
+        options[key] = tuple(options.get(key) or ())
+    config = TrainConfig(dataset="csv", **options)
+    table = read_user_table(
+        config, path, labels="single_class_ok" if labels == "required" else "optional"
+    )
+    encoder = pre.encoder
+    features = pre.table_features(table, encoder)
+    notes = [
+        f"note: column {c!r} of {path} holds {n} cell{'s' if n != 1 else ''} of categories "
+        "training never saw; they are encoded as all zeros"
+        for c, n in sorted(encoder.unseen.items())
+    ]
+    ids = {}
+    for column in encoder.choice.id_columns:
+        if column in table.numeric:
+            ids[column] = [_number_text(v) for v in table.numeric[column]]
+        elif column in table.text:
+            col = table.text[column]
+            names = list(col.categories)
+            ids[column] = [names[c] if c >= 0 else "" for c in col.codes]
+        else:
+            notes.append(f"note: {path} has no ID column {column!r}; it is left out")
+    read = InputFile(path, features, table.y, ids, notes=notes)
+    read.raw = pre.raw_table(table)
+    return read
+
+
+def _number_text(value: float) -> str:
+    if math.isnan(value):
+        return ""
+    if value == int(value) and abs(value) < 2**53:
+        return str(int(value))
+    return repr(float(value))
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def logits_of(model: nn.Module, features: np.ndarray, chunk: int = CHUNK) -> Tensor:
+    """The model's logits on ``features`` (float32, CPU), in chunks of rows as in training."""
+    x = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+    model.eval()
+    with torch.no_grad():
+        if len(x) == 0:
+            return torch.zeros(0)
+        return torch.cat([model(x[i : i + chunk]) for i in range(0, len(x), chunk)]).reshape(-1)
+
+
+def run_curve(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The run's test-set PR curve with its logit thresholds, from ``pr_curve.csv``."""
+    path = Path(run_dir) / "pr_curve.csv"
+    try:
+        with open(path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except FileNotFoundError:
+        raise DataError(
+            f"{path} is missing: the run's test-set curve is needed to choose a threshold. "
+            "Give a labelled file with --calibrate FILE."
+        ) from None
+    if not rows or "logit" not in rows[0]:
+        raise DataError(
+            f"{path} has no logit column (it was written by an older slate), so the run's "
+            "test-set thresholds are unknown. Give a labelled file with --calibrate FILE."
+        )
+    columns = [np.array([float(r[k]) for r in rows]) for k in ("precision", "recall", "logit")]
+    return columns[0], columns[1], columns[2]
+
+
+def _curve_of(logits: Tensor, labels: np.ndarray, path: str):
+    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    positives = int(y.sum())
+    if positives == 0:
+        raise DataError(
+            f"{path} holds no positive row among its {len(y)} rows: precision, recall and AP "
+            "are undefined without positives."
+        )
+    precision, recall, thresholds = metrics.precision_recall_curve(logits, y)
+    return precision, recall, np.append(thresholds.astype(np.float64), np.inf), y
+
+
+# --------------------------------------------------------------------------- predict
+
+
+@dataclass
+class Predictions:
+    """``slate predict``'s output: one score (and decision) per input row, in input order."""
+
+    path: str
+    scores: np.ndarray  # float32 probabilities
+    logits: np.ndarray  # float32
+    ids: dict[str, list[str]]
+    decisions: np.ndarray | None = None  # 0/1
+    point: OperatingPoint | None = None
+    threshold_source: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return len(self.scores)
+
+    def describe_threshold(self) -> str | None:
+        """One line: which threshold made the decisions, and where it came from."""
+        if self.decisions is None:
+            return None
+        flagged = int(self.decisions.sum())
+        share = f"{flagged} of {self.rows} rows flagged"
+        if self.point is None:
+            return f"decision = score >= {self.threshold_source}: {share}"
+        p = self.point
+        return (
+            f"decision = logit >= {p.logit:.9g} (score >= {p.threshold:.9g}), chosen for "
+            f"{p.describe()} on {self.threshold_source}, where it gives precision "
+            f"{p.precision:.4f} and recall {p.recall:.4f}: {share}"
+        )
+
+
+def _check_threshold_options(threshold, recall, precision, calibrate) -> None:
+    given = [
+        flag
+        for flag, value in (
+            ("--threshold", threshold), ("--at-recall", recall), ("--at-precision", precision)
+        )
+        if value is not None
+    ]  # fmt: skip
+    if len(given) > 1:
+        raise ConfigError(f"Give one of --threshold, --at-recall, --at-precision, not {given}.")
+    if calibrate is not None and recall is None and precision is None:
+        raise ConfigError(
+            "--calibrate FILE chooses the threshold for --at-recall R or --at-precision P; give "
+            "one of them (--threshold T needs no calibration)."
+        )
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ConfigError(f"--threshold is a probability in [0, 1], got {threshold}.")
+    for flag, value in (("--at-recall", recall), ("--at-precision", precision)):
+        if value is not None and not 0.0 < value <= 1.0:
+            raise ConfigError(f"{flag} must lie in (0, 1], got {value}.")
+
+
+def predict(
+    run_dir: str | Path,
+    data: str | Path,
+    *,
+    threshold: float | None = None,
+    at_recall_of: float | None = None,
+    at_precision_of: float | None = None,
+    calibrate: str | Path | None = None,
+) -> Predictions:
+    """Score every row of ``data`` with the run's model; with a threshold option, decide.
+
+    Args:
+        run_dir: the run folder (``model.json``, ``model.pt``, ``pr_curve.csv``).
+        data: the file to score (module docstring for the formats).
+        threshold: decision = score >= ``threshold`` (a probability).
+        at_recall_of: decision at the threshold of the highest precision with recall >= R on
+            the calibration set (the run's test set, or ``calibrate``).
+        at_precision_of: decision at the threshold of the highest recall with precision >= P.
+        calibrate: a labelled file in the same format to choose the threshold on.
+    """
+    _check_threshold_options(threshold, at_recall_of, at_precision_of, calibrate)
+    model, pre = load_model(run_dir)
+    read = read_input(pre, data, "optional", str(run_dir))
+    logits = logits_of(model, read.features)
+    scores = torch.sigmoid(logits)
+    out = Predictions(str(data), scores.numpy(), logits.numpy(), read.ids, notes=list(read.notes))
+    if threshold is not None:
+        out.decisions = (scores.numpy().astype(np.float64) >= threshold).astype(np.int8)
+        out.threshold_source = f"{threshold:g}"
+        return out
+    if at_recall_of is None and at_precision_of is None:
+        return out
+    if calibrate is not None:
+        held = read_input(pre, calibrate, "required", str(run_dir))
+        precision, recall, edges, _ = _curve_of(
+            logits_of(model, held.features), held.labels, str(calibrate)
+        )
+        out.threshold_source = f"the calibration file {calibrate} ({held.rows} rows)"
+        out.notes += held.notes
+    else:
+        precision, recall, edges = run_curve(run_dir)
+        out.threshold_source = f"the run's test set ({Path(run_dir) / 'pr_curve.csv'})"
+    if at_recall_of is not None:
+        point = at_recall(precision, recall, edges, at_recall_of)
+    else:
+        point = at_precision(precision, recall, edges, at_precision_of)
+    if not point.reachable:
+        best = int(np.argmax(np.where(edges < np.inf, precision, -1.0)))
+        raise DataError(
+            f"No threshold reaches precision >= {at_precision_of} on "
+            f"{out.threshold_source}: the highest precision there is {precision[best]:.4f} "
+            f"(at recall {recall[best]:.4f}). Ask for a lower precision."
+        )
+    out.point = point
+    out.decisions = (logits.numpy().astype(np.float64) >= point.logit).astype(np.int8)
+    return out
+
+
+def write_predictions(predictions: Predictions, out: str | Path | None) -> None:
+    """The predictions CSV: the ID columns, ``score``, and ``decision`` when decided; to
+    ``out`` or, without it, to stdout."""
+    header = [*predictions.ids, "score"]
+    if predictions.decisions is not None:
+        header.append("decision")
+    columns: list[Any] = list(predictions.ids.values())
+    columns.append([SCORE_FORMAT.format(float(s)) for s in predictions.scores])
+    if predictions.decisions is not None:
+        columns.append([str(int(d)) for d in predictions.decisions])
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(zip(*columns, strict=True))
+    if out is None:
+        sys.stdout.write(buffer.getvalue())
+        return
+    target = Path(out)
+    if target.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file name, e.g. {target}/scores.csv.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(buffer.getvalue())
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+@dataclass
+class Evaluation:
+    """``slate evaluate``'s numbers on one labelled file, and its PR curve."""
+
+    run: str
+    data: str
+    rows: int
+    positives: int
+    ap: float
+    auroc: float | None
+    table: list[OperatingPoint]
+    curve: tuple[np.ndarray, np.ndarray] = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "data": self.data,
+            "rows": self.rows,
+            "positives": self.positives,
+            "positive_rate": self.positives / self.rows,
+            "ap": self.ap,
+            "auroc": self.auroc,
+            "operating_points": [p.to_dict() for p in self.table],
+        }
+
+
+def evaluate(run_dir: str | Path, data: str | Path) -> Evaluation:
+    """AP, AUROC, positive rate and the operating-point table of the run's model on ``data``.
+
+    The metrics are :mod:`slate.metrics`' (equal to scikit-learn's) on the logits, as in
+    training, so the run's own test file gives ``summary.json``'s ``test_ap``.
+    """
+    model, pre = load_model(run_dir)
+    read = read_input(pre, data, "required", str(run_dir))
+    logits = logits_of(model, read.features)
+    precision, recall, edges, y = _curve_of(logits, read.labels, str(data))
+    positives = int(y.sum())
+    auroc = metrics.auroc(logits, y) if positives < len(y) else None
+    return Evaluation(
+        str(run_dir), str(data), len(y), positives, metrics.average_precision(logits, y), auroc,
+        operating_points(precision, recall, edges), (precision, recall), read.notes,
+    )  # fmt: skip
+
+
+def format_evaluation(result: Evaluation) -> str:
+    """The console report: the metrics, then the operating-point table."""
+    auroc = "n/a (no negative row)" if result.auroc is None else f"{result.auroc:.6f}"
+    lines = [
+        f"{result.data}: {result.rows} rows, {result.positives} positive "
+        f"({result.positives / result.rows:.2%})",
+        f"AP {result.ap:.6f}  AUROC {auroc}",
+        f"{'operating point':<18} {'precision':>9} {'recall':>8} {'threshold':>11} {'logit':>9}",
+    ]
+    for point in result.table:
+        name = point.describe()
+        if not point.reachable:
+            lines.append(f"{name:<18} {'not reached':>9}")
+            continue
+        lines.append(
+            f"{name:<18} {point.precision:>9.4f} {point.recall:>8.4f} {point.threshold:>11.6g} "
+            f"{point.logit:>9.4f}"
+        )
+    return "\n".join(lines)
+
+
+def write_evaluation(result: Evaluation, out_dir: str | Path) -> None:
+    """``evaluation.json`` and ``pr_curve.png`` (the operating points marked) in ``out_dir``."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} exists and is a file; give a folder.")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "evaluation.json", "w") as handle:
+        json.dump(result.to_dict(), handle, indent=2)
+    precision, recall = result.curve
+    plots.plot_pr_curves(
+        {Path(result.run).name: (precision, recall, result.ap)},
+        out / "pr_curve.png",
+        title=f"Precision-recall on {Path(result.data).name}",
+        points=marks(result.table),
+    )
