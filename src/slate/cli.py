@@ -1,4 +1,5 @@
-"""The ``slate`` command line: ``slate train`` and ``slate topology``.
+"""The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, and
+``predict``, ``evaluate``, ``export`` for a trained run.
 
 Errors caused by the user's input (:class:`slate.errors.SlateError`) are printed as one paragraph
 with exit code 2; an interrupted run exits with 130. No traceback reaches the user for either.
@@ -206,7 +207,94 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--show", action="store_true", help="also print W")
     _add_reproduce_parser(sub)
     _add_tune_parser(sub)
+    _add_model_parsers(sub)
     return parser
+
+
+def _add_model_parsers(sub) -> None:
+    """``slate predict``, ``slate evaluate`` and ``slate export``: using a trained run."""
+    pred = sub.add_parser("predict", help="score a file with a trained run's model")
+    ev = sub.add_parser("evaluate", help="AP, AUROC and operating points on a labelled file")
+    exp = sub.add_parser("export", help="write the model as a program that runs without slate")
+    for p in (pred, ev, exp):
+        p.add_argument("--run", required=True, metavar="DIR", help="the run folder")
+    for p in (pred, ev):
+        p.add_argument(
+            "--data", required=True, metavar="FILE",
+            help="LIBSVM or CSV file as in training (image runs: the dataset folder, an IDX or "
+            "CIFAR-10 file, or a .npy of raw pixels)",
+        )  # fmt: skip
+    pred.add_argument("--out", metavar="FILE", help="the predictions CSV (default: stdout)")
+    pred.add_argument(
+        "--threshold", type=float, metavar="T", help="add decision = score >= T (a probability)"
+    )
+    pred.add_argument(
+        "--at-recall", type=float, metavar="R",
+        help="add decisions at the threshold with recall >= R and the best precision",
+    )  # fmt: skip
+    pred.add_argument(
+        "--at-precision", type=float, metavar="P",
+        help="add decisions at the threshold with precision >= P and the best recall",
+    )  # fmt: skip
+    pred.add_argument(
+        "--calibrate", metavar="FILE",
+        help="choose the --at-recall/--at-precision threshold on this labelled file (default: "
+        "the run's test set)",
+    )  # fmt: skip
+    ev.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    ev.add_argument("--out", metavar="DIR", help="also write evaluation.json and pr_curve.png")
+    exp.add_argument(
+        "--format", default="torch-export", choices=("torch-export",),
+        help="torch-export: a torch.export program (.pt2) of preprocessing, model and sigmoid",
+    )  # fmt: skip
+    exp.add_argument("--out", metavar="FILE", help="the program file (default: RUN/model.pt2)")
+
+
+def _run_predict(args: argparse.Namespace) -> int:
+    from slate.predict import predict, write_predictions
+
+    result = predict(
+        args.run, args.data, threshold=args.threshold, at_recall_of=args.at_recall,
+        at_precision_of=args.at_precision, calibrate=args.calibrate,
+    )  # fmt: skip
+    write_predictions(result, args.out)
+    say = (lambda line: print(line, file=sys.stderr)) if args.out is None else print
+    for note in result.notes:
+        say(note)
+    decided = result.describe_threshold()
+    if decided:
+        say(decided)
+    if args.out is not None:
+        say(f"{result.rows} predictions written to {args.out}")
+    return 0
+
+
+def _run_evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from slate.predict import evaluate, format_evaluation, write_evaluation
+
+    result = evaluate(args.run, args.data)
+    if args.out is not None:
+        write_evaluation(result, args.out)
+    for note in result.notes:
+        print(note, file=sys.stderr)
+    print(json.dumps(result.to_dict()) if args.json else format_evaluation(result))
+    if args.out is not None and not args.json:
+        print(f"evaluation.json and pr_curve.png written to {args.out}")
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from slate.export import export_run
+
+    exported = export_run(args.run, args.out, args.format)
+    print(
+        f"torch.export program written to {exported.path}: float32 raw features of shape "
+        f"(rows, {', '.join(str(n) for n in exported.input_shape)}) in, probabilities (rows,) "
+        "out. Load it with torch.export.load(path).module(); no slate needed."
+    )
+    return 0
 
 
 def _add_reproduce_parser(sub) -> None:
@@ -506,6 +594,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "topology": _run_topology,
         "reproduce": _run_reproduce,
         "tune": _run_tune,
+        "predict": _run_predict,
+        "evaluate": _run_evaluate,
+        "export": _run_export,
     }
     try:
         if args.command == "train":

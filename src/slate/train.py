@@ -5,8 +5,10 @@
 * ``summary.json``: the final metrics and the whole resolved configuration;
 * ``history.csv``: one row per evaluation (iteration, test_ap, test_auroc, train_loss,
   consensus_distance, elapsed_seconds);
-* ``pr_curve.png`` and ``ap_curve.png``;
-* ``model.pt``: the averaged model's ``state_dict`` (load it with ``weights_only=True``).
+* ``pr_curve.csv`` (with each point's threshold), ``pr_curve.png`` (the operating points
+  marked) and ``ap_curve.png``;
+* ``model.pt``: the averaged model's ``state_dict`` (load it with ``weights_only=True``), and
+  ``model.json``, what rebuilds it (:func:`slate.load_model`).
 
 The hot loop has no Python loop over parties and no host synchronisation: indices are drawn for a
 whole chunk of steps at once, losses are kept on the device, and the host looks at numbers only at
@@ -44,7 +46,9 @@ from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.evaluation import TestScores, evaluation_for
+from slate.model_file import describe_run, save_model
 from slate.models import build_model
+from slate.operating_points import OperatingPoint, marks, operating_points
 from slate.topology import build_topology
 
 __all__ = [
@@ -535,15 +539,14 @@ def _write_outputs(
         writer.writeheader()
         writer.writerows(history)
     precision, recall = scores.pr_curve()
-    np.savetxt(
-        out / "pr_curve.csv", np.column_stack([precision, recall]), delimiter=",",
-        header="precision,recall", comments="", fmt="%.8g",
-    )  # fmt: skip
+    _write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
     label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
+    table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
     plots.plot_pr_curves(
         {label: (precision, recall, summary["test_ap"])},
         out / "pr_curve.png",
         title=f"Precision-recall on {run.config.dataset} test set",
+        points=marks(table),
     )
     plots.plot_ap_curves(
         {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
@@ -551,9 +554,24 @@ def _write_outputs(
         title=f"Test AP of the averaged model on {run.config.dataset}",
     )
     run.compute.layout.load_into(run.model, xbar, buffers)
-    torch.save({k: v.detach().cpu() for k, v in run.model.state_dict().items()}, out / "model.pt")
+    description = describe_run(run.config, run.data.input_shape, run.data.preprocessing)
+    save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)
+
+
+def _write_pr_curve(path: Path, precision, recall, logits) -> None:
+    """``precision,recall,threshold,logit``: each point's decision "logit >= logit" (equally,
+    probability >= threshold); the last point, (1, 0), flags nothing (``inf``). Numbers are
+    written in their shortest exact form, so that thresholds read back select the same rows."""
+    logits = np.full(len(precision), np.nan) if logits is None else np.asarray(logits)
+    probability = torch.sigmoid(torch.from_numpy(logits.astype(np.float32))).double().numpy()
+    probability[np.isposinf(logits)] = np.inf
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["precision", "recall", "threshold", "logit"])
+        for row in zip(precision, recall, probability, logits, strict=True):
+            writer.writerow([repr(float(v)) for v in row])
 
 
 def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
@@ -632,6 +650,10 @@ def _evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[st
             party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
             party_rows=[dataclasses.asdict(c) for c in run.data.counts],
         )
+    if scores.thresholds is not None:  # the test set's operating points (slate.operating_points)
+        precision, recall = scores.pr_curve()
+        table = operating_points(precision, recall, scores.thresholds)
+        out["operating_points"] = [point.to_dict() for point in table]
     transform = run.data.preprocessing
     out["preprocessing"] = transform.to_dict() if transform is not None else None
     return out
