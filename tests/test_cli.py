@@ -205,7 +205,9 @@ def test_non_finite_loss(capsys) -> None:
     err = _user_error(capsys, argv)
     match = re.search(r"party (\d+) at iteration (\d+)", err)
     assert match, err
-    assert 0 <= int(match.group(1)) < 8 and 0 <= int(match.group(2)) < 10
+    # The step-wise check names the step; the overflow of the averaged model's test scores
+    # (saturated sigmoids keep the losses finite) is seen at the evaluation after step 10.
+    assert 0 <= int(match.group(1)) < 8 and 0 <= int(match.group(2)) <= 10
     assert "non-finite" in err or "NaN" in err
     assert "--lr" in err and "lower" in err
 

@@ -60,9 +60,40 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--standardize",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="z-score every feature with the mean and std of all parties' training rows "
-        "(federated sums with per-party files; saved with the model)",
+        default=None,
+        help="z-score the numeric features with the mean and std of all parties' training rows "
+        "(federated sums with per-party files; saved with the model). Default: on for "
+        "--dataset csv, off otherwise (the paper's datasets are used as they are)",
+    )
+    table = p.add_argument_group("tables (--dataset csv)")
+    for flag, text in (
+        ("--id-column", "an ID column: never a feature, carried into predictions (repeatable, "
+                        "or a comma list)"),
+        ("--drop-columns", "columns that are not features (comma list, repeatable)"),
+        ("--feature-columns", "use only these columns as features (comma list, repeatable)"),
+        ("--categorical-columns", "one-hot encode these columns even if they hold numbers "
+                                  "(codes 1/2/3); text columns are one-hot encoded anyway"),
+        ("--na-values", "more cell values that mean 'missing' (comma list); always missing: "
+                        "empty, NA, N/A, NaN, ?, null"),
+    ):  # fmt: skip
+        dest = "id_columns" if flag == "--id-column" else None
+        table.add_argument(
+            flag, action="append", default=None, metavar="A,B", help=text,
+            **({"dest": dest} if dest else {}),
+        )  # fmt: skip
+    table.add_argument(
+        "--missing",
+        default="impute",
+        choices=("impute", "error"),
+        help="missing cells: impute (numeric: the training mean, plus an indicator column where "
+        "at least 1%% are missing; text: a 'missing' category), or error (refuse the file)",
+    )
+    table.add_argument(
+        "--delimiter", help="cell separator (default: detected from the header: , ; or tab)"
+    )
+    table.add_argument("--encoding", default="utf-8", help="text encoding (e.g. latin-1)")
+    table.add_argument(
+        "--zero-based", action="store_true", help="libsvm: feature indices start at 0"
     )
     data.add_argument("--label-column", help="csv: the label column (name or 0-based index)")
     data.add_argument("--positive-label", help="csv: the label value of the positive class")
@@ -386,9 +417,22 @@ def _run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+LIST_FLAGS = ("id_columns", "drop_columns", "feature_columns", "categorical_columns", "na_values")
+
+
+def _comma_items(values: list[str] | None) -> tuple[str, ...]:
+    """A repeatable comma-list flag's values, flattened and stripped."""
+    items = [item.strip() for value in values or () for item in value.split(",")]
+    return tuple(item for item in items if item)
+
+
 def _train_config(args: argparse.Namespace) -> TrainConfig:
     fields = TrainConfig.__dataclass_fields__
-    return TrainConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    for key in LIST_FLAGS:
+        if key in values:
+            values[key] = _comma_items(values[key])
+    return TrainConfig(**values)
 
 
 def _run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -417,7 +461,11 @@ def _explicit_flags(argv: Sequence[str]) -> dict:
     parser = build_parser()
     for action in parser._subparsers._group_actions[0].choices["train"]._actions:
         action.default = argparse.SUPPRESS
-    return {k: v for k, v in vars(parser.parse_args(argv)).items() if k not in NOT_CONFIG}
+    explicit = {k: v for k, v in vars(parser.parse_args(argv)).items() if k not in NOT_CONFIG}
+    for key in LIST_FLAGS:
+        if key in explicit:
+            explicit[key] = _comma_items(explicit[key])
+    return explicit
 
 
 def _resumed_config(folder: str, argv: Sequence[str]) -> TrainConfig:

@@ -22,6 +22,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -70,6 +71,7 @@ HISTORY_COLUMNS = (
     "elapsed_seconds",
 )
 MAX_CHUNK = 1000  # steps of indices drawn at once
+SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
 EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
 
 
@@ -206,8 +208,25 @@ def _check_numbers(config: TrainConfig) -> None:
         raise ConfigError(f"--hidden must be at least 1, got {config.hidden}.")
     if config.threads is not None and config.threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {config.threads}.")
-    if config.out is not None and Path(config.out).exists() and not Path(config.out).is_dir():
-        raise ConfigError(f"--out {config.out} exists and is a file; give a folder.")
+    if config.out is not None:
+        check_out_dir(config.out)
+
+
+def check_out_dir(out: str) -> None:
+    """``--out`` must be a folder that can be created (and written) before any data is read."""
+    path = Path(out.replace("{rank}", "0"))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {out} exists and is a file; give a folder.")
+    ancestor = path
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(
+            f"--out {out} cannot be created: {ancestor} is a file, not a folder. Give a folder "
+            "path."
+        )
+    if not os.access(ancestor, os.W_OK):
+        raise ConfigError(f"--out {out} cannot be created: {ancestor} is not writable.")
 
 
 class Run:
@@ -228,7 +247,9 @@ class Run:
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = resolve_device(config.device)
         # Only this process's parties' examples are kept (and moved to the device).
+        started = time.perf_counter()
         self.data = load_local_data(config, self.engine.local_parties, self.engine, data)
+        self.load_seconds = time.perf_counter() - started
         self.evaluation = evaluation_for(self.data.test_parts)
         config = self.config = with_evaluation_defaults(
             config, self.data.n_test, party_ap_possible=not self.data.federated
@@ -267,6 +288,8 @@ class Run:
         self.loss_steps = 0
         self.stop_requested = False  # set by SIGINT / SIGTERM
         self._last_scores: tuple[int, Tensor | None, TestScores | None] = (-1, None, None)
+        self._previous_average: Tensor | None = None  # the averaged model at the last evaluation
+        self.learning_warning: str | None = None  # set once, when the run stops learning
         self.evaluation_seconds = 0.0  # wall time spent in evaluate() and party_aps()
         self._chunk_start: dict[str, Any] = self.sampler.state_dict()
         self._chunk_used = 0
@@ -435,6 +458,8 @@ class Run:
             self.engine.total(((self.x[:, :size] - xbar[:size]) ** 2).sum()) / self.config.nodes
         )
         logits = self.compute.logits(xbar, self.test_features, self.averaged_buffers())
+        self._guard_finite_scores(logits)
+        self._watch_learning(xbar, logits)
         scores = self._score(logits)
         self._last_scores = (self.iteration, logits, scores)
         distance = float(spread) if self.writes_outputs else math.nan
@@ -443,6 +468,43 @@ class Run:
             "test_auroc": scores.values["test_auroc"],
             "consensus_distance": distance,
         }
+
+    def _guard_finite_scores(self, logits: Tensor) -> None:
+        """Stop when the averaged model's test scores overflow (collective: all stop together).
+
+        A saturated sigmoid keeps the losses finite while the parameters grow without bound, so
+        the step-wise check of losses and parameters cannot see this divergence.
+        """
+        if not self.engine.any(not bool(torch.isfinite(logits).all())):
+            return
+        sizes = self.x.abs().amax(dim=1)
+        row = int(sizes.argmax())
+        raise TrainingDiverged(
+            f"Training diverged: the parameters of party {self.engine.local_parties[row]} at "
+            f"iteration {self.iteration} reach {float(sizes[row]):.1e}, and the averaged model's "
+            f"test scores are non-finite (NaN or inf) with --lr {self.config.lr}. Try a lower "
+            f"learning rate, e.g. --lr {self.config.lr / 10:g}."
+        )
+
+    def _watch_learning(self, xbar: Tensor, logits: Tensor) -> None:
+        """Note, once, a run that has stopped learning: every test score saturated, or the
+        averaged model unchanged over a whole evaluation interval (a zero gradient)."""
+        previous, self._previous_average = self._previous_average, xbar.clone()
+        if self.learning_warning is not None or self.iteration == 0:
+            return
+        if len(logits) and bool((logits.abs() > SATURATED_LOGIT).all()):
+            self.learning_warning = (
+                f"warning: the model is not learning: every test score is saturated (|logit| > "
+                f"{SATURATED_LOGIT:g}, a sigmoid of exactly 0 or 1), so its gradients vanish. "
+                "Likely cause: features on raw scales; try --standardize, or a lower --lr."
+            )
+        elif previous is not None and torch.equal(previous, xbar):
+            self.learning_warning = (
+                f"warning: the model is not learning: the averaged model did not change between "
+                f"iterations {self.iteration - self.config.eval_every} and {self.iteration} (a "
+                "zero gradient). Likely cause: saturated scores from features on raw scales "
+                "(try --standardize) or a learning rate too small for float32."
+            )
 
     def mean_traffic(self) -> dict[str, float]:
         """Bytes and messages sent per party, averaged over all parties (collective)."""
@@ -605,6 +667,8 @@ def _summary(
         "consensus_distance": final["consensus_distance"],
         "wall_seconds": wall,
         "evaluation_seconds": run.evaluation_seconds,
+        "load_seconds": run.load_seconds,
+        "learning_warning": run.learning_warning,
         "test_split": run.data.test_split,
         "seed": config.seed,
         "n_train": run.data.n_train,
@@ -614,6 +678,10 @@ def _summary(
         **traffic,
         "config": config.to_dict(),
     }
+
+
+def _parties(n: int) -> str:
+    return f"{n} part{'y' if n == 1 else 'ies'}"
 
 
 def _report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log) -> None:
@@ -656,6 +724,9 @@ def _evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[st
         out["operating_points"] = [point.to_dict() for point in table]
     transform = run.data.preprocessing
     out["preprocessing"] = transform.to_dict() if transform is not None else None
+    unseen = getattr(transform, "unseen", None)
+    if unseen is not None:  # test cells whose category training never saw (encoded as zeros)
+        out["unseen_categories"] = dict(unseen)
     return out
 
 
@@ -751,9 +822,9 @@ def train(
     for note in run.data.notes:
         say(note)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
-    say(run.data.describe())
+    say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
     say(
-        f"{config.algorithm} on {config.nodes} parties ({run.engine.name}), topology "
+        f"{config.algorithm} on {_parties(config.nodes)} ({run.engine.name}), topology "
         f"{config.topology} (lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
     )
     offset = 0.0
@@ -765,6 +836,7 @@ def train(
     start = time.perf_counter() - offset
     if not resume:
         history = [_evaluation_row(run, 0.0)]
+    warned = False
     bar = tqdm(total=config.iterations, initial=run.iteration, disable=not (progress and main),
                unit="it", dynamic_ncols=True)  # fmt: skip
     with _StopOnSignal(run):
@@ -777,6 +849,9 @@ def train(
                 if done and (t % config.eval_every == 0 or t == config.iterations):
                     history.append(_evaluation_row(run, time.perf_counter() - start))
                     bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
+                    if run.learning_warning and not warned:
+                        warned = True
+                        say(run.learning_warning)
                 # A stop is honoured after this chunk's evaluation, so none is ever skipped.
                 stopping = run.engine.any(run.stop_requested) and t < config.iterations
                 if stopping or (t % config.checkpoint_every == 0 and t < config.iterations):
