@@ -4,7 +4,6 @@ preprocessing steps (numpy for slate predict, torch inside the exported program)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import slate
 from slate.config import TrainConfig, resolve_config
 from slate.data.encoding import ColumnChoice, TableEncoder
 from slate.data.preprocess import Standardizer
+from slate.data.tabular import RawTable
 from slate.errors import DataError
 from slate.model_file import FORMAT_VERSION, describe_run, save_model
 from slate.models import MODEL_NAMES, build_model
@@ -135,36 +135,9 @@ def test_weights_are_read_with_weights_only(tmp_path):
 # --------------------------------------------------------------------------- steps
 
 
-@dataclass(frozen=True)
-class Text:
-    codes: np.ndarray
-    categories: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Table:
-    """The fields of slate.data.tabular.RawTable that the encoder and predict read."""
-
-    path: str
-    columns: tuple[str, ...]
-    numeric: dict = field(default_factory=dict)
-    text: dict = field(default_factory=dict)
-    rows: int = 0
-    y: np.ndarray | None = None
-
-
-def table(path="t.csv", y=None, **columns) -> Table:
-    numeric, text, rows = {}, {}, 0
-    for name, values in columns.items():
-        rows = len(values)
-        if all(v is None or isinstance(v, str) for v in values):
-            categories = tuple(dict.fromkeys(v for v in values if v is not None))
-            codes = np.array([-1 if v is None else categories.index(v) for v in values])
-            text[name] = Text(codes.astype(np.int32), categories)
-        else:
-            numeric[name] = np.asarray(values, dtype=np.float64)
-    labels = None if y is None else np.asarray(y, dtype=np.int64)
-    return Table(path, tuple(columns), numeric, text, rows, labels)
+def table(path: str = "t.csv", y=None, **columns) -> RawTable:
+    """Numbers (NaN = missing) or lists of strings (None = missing) per column."""
+    return RawTable.from_columns(path, y, **columns)
 
 
 NAN = float("nan")

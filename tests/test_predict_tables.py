@@ -9,7 +9,6 @@ fields, so that these tests pin down predict's part; the last test runs real fil
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,42 +18,16 @@ import torch
 from slate.cli import main
 from slate.config import TrainConfig, resolve_config
 from slate.data.encoding import ColumnChoice, TableEncoder
+from slate.data.tabular import RawTable
 from slate.model_file import describe_run, load_model, save_model
 from slate.models import build_model
 
 NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class Text:
-    codes: np.ndarray
-    categories: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Table:
-    """The fields of slate.data.tabular.RawTable that the encoder and predict read."""
-
-    path: str
-    columns: tuple[str, ...]
-    numeric: dict = field(default_factory=dict)
-    text: dict = field(default_factory=dict)
-    rows: int = 0
-    y: np.ndarray | None = None
-
-
-def table(path: str, y=None, **columns) -> Table:
-    numeric, text, rows = {}, {}, 0
-    for name, values in columns.items():
-        rows = len(values)
-        if all(v is None or isinstance(v, str) for v in values):
-            categories = tuple(dict.fromkeys(v for v in values if v is not None))
-            codes = np.array([-1 if v is None else categories.index(v) for v in values])
-            text[name] = Text(codes.astype(np.int32), categories)
-        else:
-            numeric[name] = np.asarray(values, dtype=np.float64)
-    labels = None if y is None else np.asarray(y, dtype=np.int64)
-    return Table(path, tuple(columns), numeric, text, rows, labels)
+def table(path: str = "t.csv", y=None, **columns) -> RawTable:
+    """Numbers (NaN = missing) or lists of strings (None = missing) per column."""
+    return RawTable.from_columns(path, y, **columns)
 
 
 TRAIN = dict(
@@ -79,7 +52,7 @@ def csv_run(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     save_model(run, model, describe_run(config, (encoder.width,), encoder))
-    files: dict[str, Table] = {}
+    files: dict[str, RawTable] = {}
 
     def read_user_table(config, path, labels="required"):
         assert config.label_column == "fraud" and config.positive_label == "yes"

@@ -2,44 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
 
 from slate.data.encoding import ColumnChoice, TableEncoder, looks_like_id
+from slate.data.tabular import RawTable
 from slate.errors import ConfigError, DataError
 
 
-@dataclass(frozen=True)
-class Text:
-    codes: np.ndarray
-    categories: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Table:
-    """The fields of slate.data.tabular.RawTable that the encoder reads."""
-
-    path: str
-    columns: tuple[str, ...]
-    numeric: dict = field(default_factory=dict)
-    text: dict = field(default_factory=dict)
-    rows: int = 0
-
-
-def table(path="t.csv", **columns) -> Table:
+def table(path: str = "t.csv", y=None, **columns) -> RawTable:
     """Numbers (NaN = missing) or lists of strings (None = missing) per column."""
-    numeric, text, rows = {}, {}, 0
-    for name, values in columns.items():
-        rows = len(values)
-        if all(v is None or isinstance(v, str) for v in values):
-            categories = tuple(dict.fromkeys(v for v in values if v is not None))
-            codes = np.array([-1 if v is None else categories.index(v) for v in values])
-            text[name] = Text(codes.astype(np.int32), categories)
-        else:
-            numeric[name] = np.asarray(values, dtype=np.float64)
-    return Table(path, tuple(columns), numeric, text, rows)
+    return RawTable.from_columns(path, y, **columns)
 
 
 NAN = float("nan")

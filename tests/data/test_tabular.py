@@ -795,3 +795,19 @@ def test_round_trip(
         X, y = read_csv(path, "target", spec["positive"], delimiter=delimiter)
         np.testing.assert_array_equal(X, np.column_stack([table.numeric[n] for n in names]))
         np.testing.assert_array_equal(y, table.y)
+
+
+def test_from_columns_equals_reading_the_same_table(tmp_path: Path) -> None:
+    from slate.data.tabular import RawTable, read_table
+
+    path = _write(tmp_path / "t.csv", "age,city,y\n20,a,1\n,b,0\n40,,0\n33.5,a,1\n")
+    read = read_table(path, "y", "1")
+    built = RawTable.from_columns(
+        str(path), [1, 0, 0, 1], age=[20.0, float("nan"), 40.0, 33.5], city=["a", "b", None, "a"]
+    )
+    assert built.columns == read.columns and built.rows == read.rows
+    np.testing.assert_array_equal(built.numeric["age"], read.numeric["age"])
+    np.testing.assert_array_equal(built.text["city"].codes, read.text["city"].codes)
+    assert built.text["city"].categories == read.text["city"].categories
+    np.testing.assert_array_equal(built.y, read.y)
+    assert built.missing == read.missing

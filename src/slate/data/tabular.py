@@ -21,6 +21,7 @@ import os
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,37 @@ class RawTable:
     rows: int
     first_lines: np.ndarray
     missing: dict[str, int]
+
+    @classmethod
+    def from_columns(
+        cls, path: str = "<memory>", y: Sequence[int] | None = None, **columns: Sequence[Any]
+    ) -> RawTable:
+        """A table from Python values, one sequence per column, e.g. to encode in-memory rows.
+
+        A column of strings (``None`` for a missing cell) is text; any other column is numeric
+        (``nan`` for a missing cell). ``y`` holds optional 0/1 labels.
+        """
+        numeric: dict[str, np.ndarray] = {}
+        text: dict[str, TextColumn] = {}
+        rows = len(next(iter(columns.values()), ()))
+        for name, values in columns.items():
+            if len(values) != rows:
+                raise ValueError(f"column {name!r} has {len(values)} values, expected {rows}")
+            if all(v is None or isinstance(v, str) for v in values):
+                categories = tuple(dict.fromkeys(v for v in values if v is not None))
+                lookup = {v: k for k, v in enumerate(categories)}
+                codes = np.array([-1 if v is None else lookup[v] for v in values], np.int32)
+                text[name] = TextColumn(codes, categories)
+            else:
+                numeric[name] = np.asarray(values, dtype=np.float64)
+        missing = {c: int(np.isnan(v).sum()) for c, v in numeric.items()}
+        missing.update({c: int((t.codes < 0).sum()) for c, t in text.items()})
+        return cls(
+            path=path, columns=tuple(columns), numeric=numeric, text=text,
+            y=None if y is None else np.asarray(y, dtype=np.int64), label_name=None,
+            label_values=(), header=tuple(columns), has_header=True, delimiter=",", rows=rows,
+            first_lines=np.arange(2, rows + 2, dtype=np.int64), missing=missing,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
