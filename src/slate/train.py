@@ -18,9 +18,7 @@ evaluation points (every ``--eval-every`` iterations).
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -31,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from slate import checkpoint, metrics, plots
+from slate import checkpoint, metrics
 from slate.algorithms import Algorithm, AlgorithmConfig, build_algorithm
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset, load_dataset
@@ -47,9 +44,16 @@ from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.evaluation import TestScores, evaluation_for
-from slate.model_file import describe_run, save_model
 from slate.models import build_model
-from slate.operating_points import OperatingPoint, marks, operating_points
+from slate.outputs import (
+    HISTORY_COLUMNS,
+    build_summary,
+    default_out_dir,
+    evaluation_summary,
+    parties,
+    report,
+    write_run_folder,
+)
 from slate.topology import build_topology
 
 __all__ = [
@@ -62,14 +66,6 @@ __all__ = [
     "train",
 ]
 
-HISTORY_COLUMNS = (
-    "iteration",
-    "test_ap",
-    "test_auroc",
-    "train_loss",
-    "consensus_distance",
-    "elapsed_seconds",
-)
 MAX_CHUNK = 1000  # steps of indices drawn at once
 SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
 EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
@@ -577,65 +573,6 @@ def _algorithm_config(config: TrainConfig) -> AlgorithmConfig:
     )
 
 
-def default_out_dir(config: TrainConfig) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{config.dataset}-{config.algorithm}-{stamp}"
-    path, k = base, 1
-    while path.exists():
-        k += 1
-        path = base.with_name(f"{base.name}-{k}")
-    return path
-
-
-def _write_outputs(
-    run: Run,
-    summary: dict[str, Any],
-    history: list[dict[str, float]],
-    out: Path,
-    final_model: tuple[Tensor, dict[str, Tensor], TestScores],
-) -> None:
-    xbar, buffers, scores = final_model
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "history.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=HISTORY_COLUMNS)
-        writer.writeheader()
-        writer.writerows(history)
-    precision, recall = scores.pr_curve()
-    _write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
-    label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
-    table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
-    plots.plot_pr_curves(
-        {label: (precision, recall, summary["test_ap"])},
-        out / "pr_curve.png",
-        title=f"Precision-recall on {run.config.dataset} test set",
-        points=marks(table),
-    )
-    plots.plot_ap_curves(
-        {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
-        out / "ap_curve.png",
-        title=f"Test AP of the averaged model on {run.config.dataset}",
-    )
-    run.compute.layout.load_into(run.model, xbar, buffers)
-    description = describe_run(run.config, run.data.input_shape, run.data.preprocessing)
-    save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
-    with open(out / "summary.json", "w") as handle:
-        json.dump(summary, handle, indent=2)
-
-
-def _write_pr_curve(path: Path, precision, recall, logits) -> None:
-    """``precision,recall,threshold,logit``: each point's decision "logit >= logit" (equally,
-    probability >= threshold); the last point, (1, 0), flags nothing (``inf``). Numbers are
-    written in their shortest exact form, so that thresholds read back select the same rows."""
-    logits = np.full(len(precision), np.nan) if logits is None else np.asarray(logits)
-    probability = torch.sigmoid(torch.from_numpy(logits.astype(np.float32))).double().numpy()
-    probability[np.isposinf(logits)] = np.inf
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["precision", "recall", "threshold", "logit"])
-        for row in zip(precision, recall, probability, logits, strict=True):
-            writer.writerow([repr(float(v)) for v in row])
-
-
 def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
     trained = run.loss_steps > 0
     loss = run.take_mean_loss()
@@ -645,89 +582,6 @@ def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
         "train_loss": loss if trained else math.nan,
         "elapsed_seconds": elapsed,
     }
-
-
-def _summary(
-    run: Run, history, party_aps: list[float], wall: float, traffic: dict[str, float]
-) -> dict[str, Any]:
-    config, final = run.config, history[-1]
-    return {
-        "dataset": config.dataset,
-        "algorithm": config.algorithm,
-        "engine": run.engine.name,
-        "topology": config.topology,
-        "nodes": config.nodes,
-        "lambda": run.topology.lam,
-        "spectral_gap": run.topology.spectral_gap,
-        "iterations": run.iteration,
-        "test_ap": final["test_ap"],
-        "test_auroc": final["test_auroc"],
-        "party_ap_min": min(party_aps, default=None),  # None: --no-party-ap
-        "party_ap_max": max(party_aps, default=None),
-        "consensus_distance": final["consensus_distance"],
-        "wall_seconds": wall,
-        "evaluation_seconds": run.evaluation_seconds,
-        "load_seconds": run.load_seconds,
-        "learning_warning": run.learning_warning,
-        "test_split": run.data.test_split,
-        "seed": config.seed,
-        "n_train": run.data.n_train,
-        "n_test": run.data.n_test,
-        "n_parameters": run.compute.layout.size,
-        "device": str(run.device),
-        **traffic,
-        "config": config.to_dict(),
-    }
-
-
-def _parties(n: int) -> str:
-    return f"{n} part{'y' if n == 1 else 'ies'}"
-
-
-def _report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log) -> None:
-    """The closing lines; with per-party files every party prints its own."""
-    prefix = "" if run.engine.is_main else f"party {run.engine.local_parties[0]}: "
-    parties = ""
-    if summary["party_ap_min"] is not None:
-        parties = f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) "
-    bound = summary.get("test_ap_error_bound")
-    within = f" (+-{bound:.1e}, federated)" if bound is not None else ""
-    log(
-        f"{prefix}test AP {summary['test_ap']:.4f}{within}  AUROC {summary['test_auroc']:.4f}  "
-        f"{parties}in {wall:.1f} s"
-    )
-    own = summary.get("party_test_ap")
-    if own:
-        listed = ", ".join(
-            f"party {n} {'n/a' if ap is None else f'{ap:.4f}'}" for n, ap in own.items()
-        )
-        log(f"{prefix}AP of the consensus model on each party's own test rows: {listed}")
-    if out is not None:
-        log(f"{prefix}results written to {out}")
-
-
-def _evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str, Any]:
-    """How the test set was scored; with per-party files the error bounds and each party's own
-    AP; the preprocessing applied to every feature row."""
-    out: dict[str, Any] = dict(run.evaluation.describe())
-    if run.data.federated:
-        own = run.evaluation.party_test_aps(logits, run.test_labels)
-        out.update(
-            test_ap_error_bound=scores.values["test_ap_error_bound"],
-            test_auroc_error_bound=scores.values["test_auroc_error_bound"],
-            party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
-            party_rows=[dataclasses.asdict(c) for c in run.data.counts],
-        )
-    if scores.thresholds is not None:  # the test set's operating points (slate.operating_points)
-        precision, recall = scores.pr_curve()
-        table = operating_points(precision, recall, scores.thresholds)
-        out["operating_points"] = [point.to_dict() for point in table]
-    transform = run.data.preprocessing
-    out["preprocessing"] = transform.to_dict() if transform is not None else None
-    unseen = getattr(transform, "unseen", None)
-    if unseen is not None:  # test cells whose category training never saw (encoded as zeros)
-        out["unseen_categories"] = dict(unseen)
-    return out
 
 
 class _StopOnSignal:
@@ -824,7 +678,7 @@ def train(
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
     say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
     say(
-        f"{config.algorithm} on {_parties(config.nodes)} ({run.engine.name}), topology "
+        f"{config.algorithm} on {parties(config.nodes)} ({run.engine.name}), topology "
         f"{config.topology} (lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
     )
     offset = 0.0
@@ -869,12 +723,12 @@ def train(
     traffic = run.mean_traffic()
     if not run.writes_outputs:
         return RunResult({}, history, None, run.x)
-    summary = _summary(run, history, party_aps, wall, traffic)
-    summary.update(_evaluation_summary(run, logits, scores))
+    summary = build_summary(run, history, party_aps, wall, traffic)
+    summary.update(evaluation_summary(run, logits, scores))
     if out is not None:
-        _write_outputs(run, summary, history, out, final_model)
+        write_run_folder(run, summary, history, out, final_model)
         summary["out_dir"] = str(out)
-    _report(run, summary, wall, out, log)
+    report(run, summary, wall, out, log)
     return RunResult(summary, history, out, run.x)
 
 

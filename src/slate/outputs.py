@@ -1,0 +1,193 @@
+"""A run's folder and closing lines: ``summary.json``, ``history.csv``, the curves, the model.
+
+:func:`write_run_folder` writes what :mod:`slate.train` computed; :func:`build_summary` and
+:func:`evaluation_summary` assemble ``summary.json`` (keys in ``docs/outputs.md``) and
+:func:`report` prints the closing lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from slate import plots
+from slate.config import TrainConfig
+from slate.evaluation import TestScores
+from slate.model_file import describe_run, save_model
+from slate.operating_points import OperatingPoint, marks, operating_points
+
+if TYPE_CHECKING:
+    from slate.train import Run
+
+__all__ = [
+    "HISTORY_COLUMNS",
+    "build_summary",
+    "default_out_dir",
+    "evaluation_summary",
+    "parties",
+    "report",
+    "write_run_folder",
+]
+
+HISTORY_COLUMNS = (
+    "iteration",
+    "test_ap",
+    "test_auroc",
+    "train_loss",
+    "consensus_distance",
+    "elapsed_seconds",
+)
+
+
+def default_out_dir(config: TrainConfig) -> Path:
+    """A fresh ``runs/<dataset>-<algorithm>-<YYYYmmdd-HHMMSS>[-k]`` folder name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{config.dataset}-{config.algorithm}-{stamp}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = base.with_name(f"{base.name}-{k}")
+    return path
+
+
+def write_run_folder(
+    run: Run,
+    summary: dict[str, Any],
+    history: list[dict[str, float]],
+    out: Path,
+    final_model: tuple[Tensor, dict[str, Tensor], TestScores],
+) -> None:
+    """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary."""
+    xbar, buffers, scores = final_model
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "history.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=HISTORY_COLUMNS)
+        writer.writeheader()
+        writer.writerows(history)
+    precision, recall = scores.pr_curve()
+    write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
+    label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
+    table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
+    plots.plot_pr_curves(
+        {label: (precision, recall, summary["test_ap"])},
+        out / "pr_curve.png",
+        title=f"Precision-recall on {run.config.dataset} test set",
+        points=marks(table),
+    )
+    plots.plot_ap_curves(
+        {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
+        out / "ap_curve.png",
+        title=f"Test AP of the averaged model on {run.config.dataset}",
+    )
+    run.compute.layout.load_into(run.model, xbar, buffers)
+    description = describe_run(run.config, run.data.input_shape, run.data.preprocessing)
+    save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
+    with open(out / "summary.json", "w") as handle:
+        json.dump(summary, handle, indent=2)
+
+
+def write_pr_curve(path: Path, precision, recall, logits) -> None:
+    """``precision,recall,threshold,logit``: each point's decision "logit >= logit" (equally,
+    probability >= threshold); the last point, (1, 0), flags nothing (``inf``). Numbers are
+    written in their shortest exact form, so that thresholds read back select the same rows."""
+    logits = np.full(len(precision), np.nan) if logits is None else np.asarray(logits)
+    probability = torch.sigmoid(torch.from_numpy(logits.astype(np.float32))).double().numpy()
+    probability[np.isposinf(logits)] = np.inf
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["precision", "recall", "threshold", "logit"])
+        for row in zip(precision, recall, probability, logits, strict=True):
+            writer.writerow([repr(float(v)) for v in row])
+
+
+def build_summary(
+    run: Run, history, party_aps: list[float], wall: float, traffic: dict[str, float]
+) -> dict[str, Any]:
+    """``summary.json``'s keys up to ``config`` (see :func:`evaluation_summary` for the rest)."""
+    config, final = run.config, history[-1]
+    return {
+        "dataset": config.dataset,
+        "algorithm": config.algorithm,
+        "engine": run.engine.name,
+        "topology": config.topology,
+        "nodes": config.nodes,
+        "lambda": run.topology.lam,
+        "spectral_gap": run.topology.spectral_gap,
+        "iterations": run.iteration,
+        "test_ap": final["test_ap"],
+        "test_auroc": final["test_auroc"],
+        "party_ap_min": min(party_aps, default=None),  # None: --no-party-ap
+        "party_ap_max": max(party_aps, default=None),
+        "consensus_distance": final["consensus_distance"],
+        "wall_seconds": wall,
+        "evaluation_seconds": run.evaluation_seconds,
+        "load_seconds": run.load_seconds,
+        "learning_warning": run.learning_warning,
+        "test_split": run.data.test_split,
+        "seed": config.seed,
+        "n_train": run.data.n_train,
+        "n_test": run.data.n_test,
+        "n_parameters": run.compute.layout.size,
+        "device": str(run.device),
+        **traffic,
+        "config": config.to_dict(),
+    }
+
+
+def parties(n: int) -> str:
+    """``1 party``, ``4 parties``."""
+    return f"{n} part{'y' if n == 1 else 'ies'}"
+
+
+def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log) -> None:
+    """The closing lines; with per-party files every party prints its own."""
+    prefix = "" if run.engine.is_main else f"party {run.engine.local_parties[0]}: "
+    own_models = ""
+    if summary["party_ap_min"] is not None:
+        own_models = f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) "
+    bound = summary.get("test_ap_error_bound")
+    within = f" (+-{bound:.1e}, federated)" if bound is not None else ""
+    log(
+        f"{prefix}test AP {summary['test_ap']:.4f}{within}  AUROC {summary['test_auroc']:.4f}  "
+        f"{own_models}in {wall:.1f} s"
+    )
+    own = summary.get("party_test_ap")
+    if own:
+        listed = ", ".join(
+            f"party {n} {'n/a' if ap is None else f'{ap:.4f}'}" for n, ap in own.items()
+        )
+        log(f"{prefix}AP of the consensus model on each party's own test rows: {listed}")
+    if out is not None:
+        log(f"{prefix}results written to {out}")
+
+
+def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str, Any]:
+    """How the test set was scored; with per-party files the error bounds and each party's own
+    AP; the preprocessing applied to every feature row."""
+    out: dict[str, Any] = dict(run.evaluation.describe())
+    if run.data.federated:
+        own = run.evaluation.party_test_aps(logits, run.test_labels)
+        out.update(
+            test_ap_error_bound=scores.values["test_ap_error_bound"],
+            test_auroc_error_bound=scores.values["test_auroc_error_bound"],
+            party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
+            party_rows=[dataclasses.asdict(c) for c in run.data.counts],
+        )
+    if scores.thresholds is not None:  # the test set's operating points (slate.operating_points)
+        precision, recall = scores.pr_curve()
+        table = operating_points(precision, recall, scores.thresholds)
+        out["operating_points"] = [point.to_dict() for point in table]
+    transform = run.data.preprocessing
+    out["preprocessing"] = transform.to_dict() if transform is not None else None
+    unseen = getattr(transform, "unseen", None)
+    if unseen is not None:  # test cells whose category training never saw (encoded as zeros)
+        out["unseen_categories"] = dict(unseen)
+    return out
