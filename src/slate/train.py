@@ -1,6 +1,6 @@
-"""The training loop on the simulator: data, parties, algorithm, evaluation and run outputs.
+"""The training loop on either engine: data, parties, algorithm, evaluation, checkpoints.
 
-``train(config)`` runs a whole experiment and writes its run folder:
+``train(config)`` runs a whole experiment and writes its run folder (:mod:`slate.outputs`):
 
 * ``summary.json``: the final metrics and the whole resolved configuration;
 * ``history.csv``: one row per evaluation (iteration, test_ap, test_auroc, train_loss,
