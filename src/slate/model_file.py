@@ -1,7 +1,7 @@
 r"""The trained model as a self-describing pair of files in the run folder.
 
-* ``model.pt``: the averaged model's ``state_dict``, tensors only (``torch.load(...,
-  weights_only=True)`` reads it, as before);
+* ``model.pt``: the averaged model's ``state_dict``, tensors only (read with
+  ``weights_only=True``, as before);
 * ``model.json``: what it takes to rebuild and feed the model: the model name, input shape and
   ``hidden``, the preprocessing fitted in training, how input files are read, the label
   mapping, the slate and torch versions, and a format version (:data:`FORMAT_VERSION`).

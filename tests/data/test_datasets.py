@@ -265,9 +265,11 @@ def test_csv_with_and_without_test_file(tmp_path: Path) -> None:
     expected_x = np.array([[a, b] for a, b, _ in rows], dtype=np.float32)
     expected_y = np.array([lab == "yes" for _, _, lab in rows], dtype=np.int64)
 
+    # Raw values here (CSV is standardised by default: see tests/data/test_encoding.py).
     config = TrainConfig(
-        dataset="csv", train=str(train), label_column="label", positive_label="yes"
-    )
+        dataset="csv", train=str(train), label_column="label", positive_label="yes",
+        standardize=False,
+    )  # fmt: skip
     data = load_dataset(config)
     assert data.input_shape == (2,)
     assert len(data.y_train) == 45 and len(data.y_test) == 15
@@ -298,7 +300,8 @@ def test_csv_test_file_with_other_columns(tmp_path: Path) -> None:
     config = TrainConfig(
         dataset="csv", train=str(train), test=str(test), label_column="label", positive_label="a"
     )
-    with pytest.raises(DataError, match="features"):
+    # Columns are matched by name: the test file lacks f2.
+    with pytest.raises(DataError, match=r"lacks the columns \['f2'\]"):
         load_dataset(config)
 
 
