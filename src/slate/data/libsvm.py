@@ -40,6 +40,18 @@ _TOKEN_WITHOUT_COLON = re.compile(r"(?:^| )[^ :]+(?= |$)")
 _MAX_LISTED_LABELS = 5
 
 
+def open_data_file(name: str):
+    """``open(name, "rb")``, or a :class:`DataError` that says why the file cannot be read."""
+    try:
+        return open(name, "rb")  # the caller closes it
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise DataError(
+            f"Cannot read data file {name}: {reason}. Check that the path is correct and that "
+            "the file is readable."
+        ) from None
+
+
 def read_text(path: str | os.PathLike[str]) -> str:
     """Read a whole text file, transparently decompressing gzip, and decode it as UTF-8.
 
@@ -57,15 +69,8 @@ def read_text(path: str | os.PathLike[str]) -> str:
         DataError: If the file cannot be opened, is a corrupt gzip stream, or is not UTF-8.
     """
     name = os.fspath(path)
-    try:
-        with open(name, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise DataError(
-            f"Cannot read data file {name}: {reason}. Check that the path is correct and that "
-            "the file is readable."
-        ) from None
+    with open_data_file(name) as fh:
+        raw = fh.read()
     if raw[:2] == _GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)

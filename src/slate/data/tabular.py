@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from slate.data.libsvm import MAX_ELEMENTS
+from slate.data.libsvm import MAX_ELEMENTS, open_data_file
 from slate.errors import DataError
 
 __all__ = [
@@ -1090,14 +1090,7 @@ class _Records:
                 "name such as utf-8, latin-1 or cp1252."
             ) from None
         self.codec = "utf-8-sig" if info.name == "utf-8" else info.name
-        try:
-            self._raw = open(name, "rb")  # noqa: SIM115 - closed by close()
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise DataError(
-                f"Cannot read data file {name}: {reason}. Check that the path is correct and "
-                "that the file is readable."
-            ) from None
+        self._raw = open_data_file(name)  # closed by close()
         self._text: io.TextIOWrapper | None = None
         self.gzipped = False
         head: list[str] = []
