@@ -47,6 +47,7 @@ HISTORY_COLUMNS = [
     "train_loss",
     "consensus_distance",
     "elapsed_seconds",
+    "parties_alive",
 ]
 
 

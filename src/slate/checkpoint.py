@@ -22,7 +22,12 @@ from typing import Any
 
 import torch
 
+from slate.data.schema import PartyCounts, Schema
 from slate.errors import ConfigError
+
+# A checkpoint records the parties' agreed schemas (slate.recovery.RecordedExchange), so that a
+# returning party can replay them; these two frozen dataclasses of plain fields are allowed.
+torch.serialization.add_safe_globals([PartyCounts, Schema])
 
 __all__ = [
     "RESUMABLE_KEYS",

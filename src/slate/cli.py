@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from slate.config import TrainConfig
+from slate.config import TrainConfig, resolve_config
 from slate.errors import ConfigError, RunInterrupted, SlateError
 from slate.memory import keep_freed_memory
 
@@ -217,7 +217,27 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--rendezvous",
         metavar="HOST:PORT",
-        help="with --rank: where the parties meet; party 0 listens there, the others connect",
+        help="with --rank: where the parties meet; party 0 listens there, the others connect "
+        "(with --external-store, 'slate rendezvous' listens there instead)",
+    )
+    run.add_argument(
+        "--external-store",
+        action="store_true",
+        help="with --rank: the rendezvous store is hosted by 'slate rendezvous --port P', not by "
+        "party 0, so that any party, party 0 included, can be lost without stopping the others",
+    )
+    run.add_argument(
+        "--on-party-loss",
+        choices=("continue", "stop"),
+        help="distributed: when a party is lost, the others continue on the surviving graph "
+        "(default on CPU) or all stop, naming it (default with --device cuda)",
+    )
+    run.add_argument(
+        "--drop-party",
+        action="append",
+        metavar="RANK@ITER",
+        help="simulator: party RANK leaves the run before iteration ITER, as a lost party would "
+        "(repeatable)",
     )
 
 
@@ -236,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--seed", type=int, default=0)
     topo.add_argument("--fed-period", type=int, default=10)
     topo.add_argument("--show", action="store_true", help="also print W")
+    rdv = sub.add_parser(
+        "rendezvous",
+        help="host the rendezvous store of one multi-site run (so that no party hosts it)",
+    )
+    rdv.add_argument("--port", type=int, required=True)
+    rdv.add_argument(
+        "--host", default="0.0.0.0", help="address to listen on (default: every interface)"
+    )
     _add_reproduce_parser(sub)
     _add_tune_parser(sub)
     _add_model_parsers(sub)
@@ -432,6 +460,7 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
     for key in LIST_FLAGS:
         if key in values:
             values[key] = _comma_items(values[key])
+    values["drop_party"] = tuple(values.get("drop_party") or ())
     return TrainConfig(**values)
 
 
@@ -439,20 +468,34 @@ def _run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from slate.train import train
 
     config = _resumed_config(args.resume, argv) if args.resume else _train_config(args)
+    if config.drop_party and (args.engine == "distributed" or _joins_alone(args)):
+        raise ConfigError(
+            "--drop-party injects party losses in the simulator; with the distributed engine, "
+            "stop a party's process instead (docs/reliability.md)."
+        )
     if _joins_alone(args):
         return _run_party(config, args)
     if args.engine == "distributed":
         from slate.engines.launch import in_worker
 
         if in_worker():
-            return _run_worker(config, args.timeout, not args.no_progress, bool(args.resume))
+            return _run_worker(config, args)
         return _launch(config, argv, args.timeout)
     train(config, progress=not args.no_progress, resume=bool(args.resume))
     return 0
 
 
 NOT_CONFIG = frozenset(
-    {"command", "resume", "engine", "timeout", "no_progress", "rank", "rendezvous"}
+    {
+        "command",
+        "resume",
+        "engine",
+        "timeout",
+        "no_progress",
+        "rank",
+        "rendezvous",
+        "external_store",
+    }
 )
 
 
@@ -465,6 +508,8 @@ def _explicit_flags(argv: Sequence[str]) -> dict:
     for key in LIST_FLAGS:
         if key in explicit:
             explicit[key] = _comma_items(explicit[key])
+    if "drop_party" in explicit:
+        explicit["drop_party"] = tuple(explicit["drop_party"])
     return explicit
 
 
@@ -501,39 +546,52 @@ def _launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     return launch_local(forwarded, resolved.nodes, timeout)
 
 
-def _run_worker(config: TrainConfig, timeout: float, progress: bool, resume: bool) -> int:
-    from slate.engines.distributed import backend_for
-    from slate.engines.launch import worker_process_group
+def _run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
+    """A process started by the launcher (or by torchrun): join the others and train."""
+    from slate.engines.launch import worker_rendezvous
+
+    rendezvous = worker_rendezvous(args.timeout)
+    return _train_as_party(config, rendezvous, args, alone=False)
+
+
+def _open_engine(config: TrainConfig, rendezvous, timeout: float):
+    """The distributed engine of this party: recovering from a lost party where it can."""
+    from slate.engines.distributed import DistributedEngine, backend_for
     from slate.train import resolve_device
 
     device = resolve_device(config.device)
-    worker_process_group(backend_for(device), timeout)
-    return _train_as_party(config, progress, resume, alone=False)
+    if rendezvous is None:  # torchrun opened the default group; its agent handles failures
+        return DistributedEngine(device)
+    recover = resolve_config(config).on_party_loss == "continue"
+    return DistributedEngine.open(device, rendezvous, timeout, recover, backend_for(device))
 
 
-def _train_as_party(config: TrainConfig, progress: bool, resume: bool, alone: bool) -> int:
-    """Train as this process's party of the joined process group, then leave together."""
+def _train_as_party(config: TrainConfig, rendezvous, args: argparse.Namespace, alone: bool) -> int:
+    """Train as this process's party, then leave together with the others."""
     import dataclasses
 
     import torch.distributed as dist
 
-    from slate.engines.distributed import DistributedEngine, local_rank
+    from slate.engines.distributed import local_rank
     from slate.train import resolve_device, train
 
     device = resolve_device(config.device)
-    # The process group is not destroyed: the worker leaves with os._exit (see _exit_worker).
-    world = dist.get_world_size()
+    world = rendezvous.world if rendezvous is not None else dist.get_world_size()
     if config.nodes is not None and config.nodes != world:
         raise ConfigError(
             f"--nodes {config.nodes} differs from the {world} processes that were launched."
         )
+    if rendezvous is None and resolve_config(config).on_party_loss == "continue":
+        # torchrun's agent stops (or restarts) every worker when one fails.
+        config = dataclasses.replace(config, on_party_loss="stop")
+    engine = _open_engine(config, rendezvous, args.timeout)
     if device.type == "cuda":
         config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
-    config = dataclasses.replace(config, out=_party_out_dir(config, dist.get_rank(), alone))
+    config = dataclasses.replace(config, out=_party_out_dir(config, engine.rank, alone))
     # One party per process: several processes share the cores, so one thread each.
     config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
-    train(config, engine=DistributedEngine(device), progress=progress, resume=resume)
-    dist.barrier()  # leave together: no party tears down while another still talks to it
+    train(config, engine=engine, progress=not args.no_progress, resume=bool(args.resume))
+    engine.leave()
     return 0
 
 
@@ -564,6 +622,12 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     return out if alone else str(Path(out) / f"party{rank}")
 
 
+def _run_rendezvous(args: argparse.Namespace) -> int:
+    from slate.engines.launch import serve_rendezvous
+
+    return serve_rendezvous(args.port, args.host)
+
+
 def _run_topology(args: argparse.Namespace) -> int:
     from slate.topology import build_topology, describe, format_matrix
 
@@ -592,7 +656,7 @@ def _run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     """``--rank R --rendezvous HOST:PORT``: be party R of --nodes, reading only its own files."""
     import dataclasses
 
-    from slate.engines.launch import join_rendezvous
+    from slate.engines.launch import party_rendezvous
 
     if args.rank is None or args.rendezvous is None:
         raise ConfigError(
@@ -605,13 +669,13 @@ def _run_party(config: TrainConfig, args: argparse.Namespace) -> int:
         raise ConfigError(f"--rank must lie in 0..{config.nodes - 1} (--nodes {config.nodes}), "
                           f"got {args.rank}.")  # fmt: skip
     config = dataclasses.replace(config, party_files=True)
-    from slate.engines.distributed import backend_for
-    from slate.train import check_inputs, resolve_device
+    from slate.train import check_inputs
 
     check_inputs(config)
-    backend = backend_for(resolve_device(config.device))
-    join_rendezvous(backend, args.rank, config.nodes, args.rendezvous, args.timeout)
-    return _train_as_party(config, not args.no_progress, bool(args.resume), alone=True)
+    rendezvous = party_rendezvous(
+        args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store
+    )
+    return _train_as_party(config, rendezvous, args, alone=True)
 
 
 def _exit_worker(code: int) -> int:
@@ -645,6 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "predict": _run_predict,
         "evaluate": _run_evaluate,
         "export": _run_export,
+        "rendezvous": _run_rendezvous,
     }
     try:
         if args.command == "train":

@@ -107,6 +107,8 @@ class TrainConfig:
     threads: int | None = None
     compile: str = "auto"
     party_ap: bool | None = None
+    on_party_loss: str | None = None
+    drop_party: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -127,4 +129,6 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     # which is known once the data is loaded (slate.train.Run).
     if resolved.checkpoint_every is None:
         resolved.checkpoint_every = max(1, resolved.iterations // 10)
+    if resolved.on_party_loss is None:  # docs/reliability.md: why continue, and why not on CUDA
+        resolved.on_party_loss = "stop" if resolved.device.startswith("cuda") else "continue"
     return resolved

@@ -44,6 +44,7 @@ HISTORY_COLUMNS = (
     "train_loss",
     "consensus_distance",
     "elapsed_seconds",
+    "parties_alive",
 )
 
 
@@ -119,8 +120,8 @@ def build_summary(
         "engine": run.engine.name,
         "topology": config.topology,
         "nodes": config.nodes,
-        "lambda": run.topology.lam,
-        "spectral_gap": run.topology.spectral_gap,
+        "lambda": run.base_topology.lam,
+        "spectral_gap": run.base_topology.spectral_gap,
         "iterations": run.iteration,
         "test_ap": final["test_ap"],
         "test_auroc": final["test_auroc"],
@@ -138,6 +139,10 @@ def build_summary(
         "n_parameters": run.compute.layout.size,
         "device": str(run.device),
         **traffic,
+        "parties_alive": run.engine.n_parties,
+        "members": list(run.members),
+        "party_events": run.party_events,
+        "graph_changes": run.graph_changes,
         "config": config.to_dict(),
     }
 

@@ -17,34 +17,23 @@ evaluation points (every ``--eval-every`` iterations).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
-import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from slate import checkpoint, metrics
-from slate.algorithms import Algorithm, AlgorithmConfig, build_algorithm
+from slate import checkpoint
 from slate.config import TrainConfig, resolve_config
-from slate.data.datasets import Dataset, load_dataset
-from slate.data.partition import check_party_counts, make_partition
-from slate.data.sampler import PartySampler, validate_batch_shape
-from slate.data.sources import load_local_data, uses_party_files
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, PartyCompute
-from slate.engines.local import Engine, SimulatorEngine
+from slate.data.datasets import Dataset
+from slate.engines.distributed import ExchangeFailed
+from slate.engines.local import Engine
+from slate.engines.membership import Change
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
-from slate.evaluation import TestScores, evaluation_for
-from slate.models import build_model
 from slate.outputs import (
     HISTORY_COLUMNS,
     build_summary,
@@ -54,21 +43,33 @@ from slate.outputs import (
     report,
     write_run_folder,
 )
-from slate.topology import build_topology
+from slate.run import (
+    EVALUATION_BUDGET,
+    Run,
+    check_inputs,
+    evaluation_cost,
+    evaluation_count,
+    resolve_device,
+    should_compile,
+    with_evaluation_defaults,
+)
 
 __all__ = [
+    "EVALUATION_BUDGET",
     "HISTORY_COLUMNS",
     "Run",
     "RunResult",
     "check_inputs",
     "default_out_dir",
+    "evaluation_cost",
+    "evaluation_count",
     "resolve_device",
+    "should_compile",
     "train",
+    "with_evaluation_defaults",
 ]
 
 MAX_CHUNK = 1000  # steps of indices drawn at once
-SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
-EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
 
 
 @dataclass
@@ -81,498 +82,6 @@ class RunResult:
     parameters: Tensor = field(repr=False)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``--device``: ``cpu``, ``cuda`` or ``cuda:K``; CUDA must be present."""
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ConfigError(f"--device {name!r} is not a device name (use cpu or cuda).") from err
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            f"--device {name} was asked for, but this machine has no CUDA device that torch "
-            f"{torch.__version__} can use. Run with --device cpu."
-        )
-    if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"--device {name!r} is not supported; use cpu or cuda.")
-    return device
-
-
-def check_inputs(config: TrainConfig) -> TrainConfig:
-    """Resolve the config and check flags, topology and data, without building a run.
-
-    The distributed launcher calls it once, so that bad input gives one clear error instead
-    of one per party.
-    """
-    config = resolve_config(config)
-    _check_numbers(config)
-    resolve_device(config.device)
-    build_topology(config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period)
-    build_algorithm(config.algorithm, _algorithm_config(config))
-    if uses_party_files(config):
-        return config  # each party reads and checks its own files; they agree before training
-    data = load_dataset(config)
-    parts = make_partition(
-        data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
-    )
-    check_party_counts(data.y_train, parts, config.positives, config.batch_size)
-    return config
-
-
-COMPILE_CHOICES = ("auto", "on", "off")
-COMPILE_MAX_PARAMETERS = 100_000  # "auto" compiles small models, whose steps are overhead-bound
-COMPILE_MIN_ITERATIONS = 20_000  # ... in runs long enough to repay even a cold compilation
-
-
-def should_compile(
-    config: TrainConfig, engine_name: str, device: torch.device, model: torch.nn.Module
-) -> bool:
-    """Whether to ``torch.compile`` the parties' gradient (``--compile auto|on|off``).
-
-    ``auto`` compiles where it was measured faster (``benchmarks/RESULTS.md``): the simulator on
-    CPU, a model of at most ``COMPILE_MAX_PARAMETERS`` parameters (the w8a MLP's steps: 0.28 ms
-    against 0.95 ms; the MNIST CNN, compute-bound, gains about 1.3x for a 9 s compilation) and at
-    least ``COMPILE_MIN_ITERATIONS`` iterations: compiling costs about 9 s with a cold inductor
-    cache and 2.6 s with a warm one, so the paper's 10 000-iteration w8a run is 3 s slower
-    compiled on a fresh machine and 3 s faster afterwards. Distributed processes stay eager: N
-    compilations at once would share the same cores.
-    """
-    if config.compile == "on":
-        return True
-    if config.compile == "off":
-        return False
-    n_parameters = sum(p.numel() for p in model.parameters())
-    return (
-        engine_name == "simulator"
-        and device.type == "cpu"
-        and n_parameters <= COMPILE_MAX_PARAMETERS
-        and config.iterations >= COMPILE_MIN_ITERATIONS
-    )
-
-
-def evaluation_cost(config: TrainConfig, n_test: int) -> float:
-    """One evaluation of one model on the test set, in iterations' worth of training work.
-
-    An iteration runs a forward and a backward pass (about three forward passes' work) on the
-    N m samples of all parties; an evaluation runs a forward pass on the ``n_test`` test rows.
-    """
-    return n_test / (3 * config.nodes * config.batch_size)
-
-
-def evaluation_count(iterations: int, eval_every: int) -> int:
-    """History rows of a run: iteration 0, every multiple of ``eval_every``, and the last one."""
-    return 1 + math.ceil(iterations / eval_every)
-
-
-def with_evaluation_defaults(
-    config: TrainConfig, n_test: int, party_ap_possible: bool = True
-) -> TrainConfig:
-    """Fill ``eval_every`` and ``party_ap`` so that evaluation costs at most ~10% of training.
-
-    ``eval_every`` defaults to T/20, or to the smallest interval whose evaluations of the averaged
-    model (:func:`evaluation_count` of them) cost at most ``EVALUATION_BUDGET`` of the training
-    work: MNIST's 10 000 test images against 300 iterations of 20 x 20 images give every 150.
-    ``party_ap`` (the AP of each party's own final model: N more evaluations) defaults to on
-    where those, added to the periodic ones, still fit in the budget; it is off where no
-    process holds the whole test set (per-party files).
-    """
-    iterations, cost = config.iterations, evaluation_cost(config, n_test)
-    affordable = EVALUATION_BUDGET * iterations / cost  # evaluations the budget pays for
-    every = config.eval_every
-    if every is None:
-        periodic = math.floor(affordable) - 1  # multiples of eval_every, the final one included
-        every = iterations if periodic < 1 else math.ceil(iterations / periodic)
-        every = min(iterations, max(1, iterations // 20, every))
-    party_ap = config.party_ap if party_ap_possible else False
-    if party_ap is None:
-        party_ap = evaluation_count(iterations, every) + config.nodes <= affordable
-    return dataclasses.replace(config, eval_every=every, party_ap=party_ap)
-
-
-def _check_numbers(config: TrainConfig) -> None:
-    validate_batch_shape(config.batch_size, config.positives)
-    if config.iterations < 1:
-        raise ConfigError(f"--iterations must be at least 1, got {config.iterations}.")
-    if config.compile not in COMPILE_CHOICES:
-        raise ConfigError(
-            f"--compile must be one of {', '.join(COMPILE_CHOICES)}, got {config.compile!r}."
-        )
-    if config.eval_every is not None and config.eval_every < 1:
-        raise ConfigError(f"--eval-every must be at least 1, got {config.eval_every}.")
-    if config.nodes < 1:
-        raise ConfigError(f"--nodes must be at least 1, got {config.nodes}.")
-    if config.hidden < 1:
-        raise ConfigError(f"--hidden must be at least 1, got {config.hidden}.")
-    if config.threads is not None and config.threads < 1:
-        raise ConfigError(f"--threads must be at least 1, got {config.threads}.")
-    if config.out is not None:
-        check_out_dir(config.out)
-
-
-def check_out_dir(out: str) -> None:
-    """``--out`` must be a folder that can be created (and written) before any data is read."""
-    path = Path(out.replace("{rank}", "0"))
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--out {out} exists and is a file; give a folder.")
-    ancestor = path
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(
-            f"--out {out} cannot be created: {ancestor} is a file, not a folder. Give a folder "
-            "path."
-        )
-    if not os.access(ancestor, os.W_OK):
-        raise ConfigError(f"--out {out} cannot be created: {ancestor} is not writable.")
-
-
-class Run:
-    """One experiment's state, built from a resolved config, on the parties this engine runs.
-
-    The simulator runs all N parties here; a distributed process runs one. Everything else
-    (partition, sampling streams, model, algorithm, evaluation) is the same code, so both
-    engines compute the same numbers.
-    """
-
-    def __init__(
-        self, config: TrainConfig, data: Dataset | None = None, engine: Engine | None = None
-    ) -> None:
-        self.config = config
-        _check_numbers(config)
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        self.engine = engine or SimulatorEngine(config.nodes)
-        self.device = resolve_device(config.device)
-        # Only this process's parties' examples are kept (and moved to the device).
-        started = time.perf_counter()
-        self.data = load_local_data(config, self.engine.local_parties, self.engine, data)
-        self.load_seconds = time.perf_counter() - started
-        self.evaluation = evaluation_for(self.data.test_parts)
-        config = self.config = with_evaluation_defaults(
-            config, self.data.n_test, party_ap_possible=not self.data.federated
-        )
-        self.n_local = len(self.engine.local_parties)
-        local_parts = self.data.parts
-        self.features = torch.from_numpy(self.data.x_train).to(self.device)
-        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
-        self.sampler = PartySampler(
-            local_parts, self.data.y_train, config.batch_size, config.positives,
-            config.seed, parties=self.engine.local_parties,
-        )  # fmt: skip
-        self.topology = build_topology(
-            config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period
-        )
-        self.algorithm: Algorithm = build_algorithm(config.algorithm, _algorithm_config(config))
-        model = build_model(
-            config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
-        )
-        self.model = model.to(self.device)
-        self.compute = PartyCompute(
-            self.model,
-            self.algorithm.objective(),
-            self.algorithm.n_extra,
-            n_parties=self.n_local,
-            context=self.algorithm.context([self.labels[p] for p in local_parts]),
-            compile=should_compile(config, self.engine.name, self.device, model),
-        )
-        self.comm: Communicator = self.engine.communicator(self.topology, self.device)
-        self.test_features = torch.from_numpy(self.data.x_test).to(self.device)
-        self.test_labels = torch.from_numpy(self.data.y_test).to(self.device)
-        self.x = self.initial_parameters()
-        self.algorithm.init_state(self.x)
-        self.iteration = 0
-        self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
-        self.loss_steps = 0
-        self.stop_requested = False  # set by SIGINT / SIGTERM
-        self._last_scores: tuple[int, Tensor | None, TestScores | None] = (-1, None, None)
-        self._previous_average: Tensor | None = None  # the averaged model at the last evaluation
-        self.learning_warning: str | None = None  # set once, when the run stops learning
-        self.evaluation_seconds = 0.0  # wall time spent in evaluate() and party_aps()
-        self._chunk_start: dict[str, Any] = self.sampler.state_dict()
-        self._chunk_used = 0
-
-    def initial_parameters(self) -> Tensor:
-        """Alg. 1 line 2: every party starts from the same model (plus algorithm variables)."""
-        x0 = self.compute.layout.flatten(self.model)
-        extra = self.algorithm.initial_extra(1, self.device, x0.dtype)[0]
-        return torch.cat([x0, extra]).expand(self.n_local, -1).clone()
-
-    def batch(self, indices: Tensor) -> Batch:
-        """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
-        return Batch(_rows(self.features, indices), _rows(self.labels, indices))
-
-    def advance(self, steps: int) -> int:
-        """Run up to ``steps`` iterations and return how many ran.
-
-        The simulator stops early, between two iterations, when a stop was requested; the
-        distributed engine finishes the chunk, so that all parties stop at the same iteration.
-        """
-        losses = torch.zeros(steps, self.n_local, device=self.device)
-        done = 0
-        if self.iteration == 0 and self.algorithm.initial_batches(self.config.positives) > 0:
-            losses[0] = self._first_step()
-            done = 1
-        self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
-        indices = self.sampler.draw(steps - done, self.device)
-        for k in range(steps - done):
-            if self.stop_requested and self.engine.stops_between_iterations:
-                break
-            self.comm.set_iteration(self.iteration)
-            self.x, losses[done] = self.algorithm.step(
-                self.x, self.batch(indices[k]), self.comm, self.compute
-            )
-            self.iteration += 1
-            self._chunk_used += 1
-            done += 1
-        # Added step by step, not as one sum: the result must not depend on where chunks
-        # start, so that a run resumed mid-chunk accumulates bit for bit the same numbers.
-        for row in losses[:done]:
-            self.loss_sum += row
-        self.loss_steps += done
-        self._guard_finite(losses[:done], self.iteration - done)
-        return done
-
-    def _first_step(self) -> Tensor:
-        """Iteration 0 of an algorithm with an initial batch (SLATE-M, Alg. 2 lines 3-5)."""
-        blocks = self.algorithm.initial_batches(self.config.positives)
-        indices = self.sampler.draw(blocks, self.device)
-        blocks_batch = self.batch(indices)  # (blocks, P, m, ...)
-        batch = Batch.stack(blocks_batch.features, blocks_batch.labels)
-        self.comm.set_iteration(0)
-        self.x, losses = self.algorithm.first_step(self.x, batch, self.comm, self.compute)
-        self.iteration = 1
-        return losses
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue this run bit for bit (see :mod:`slate.checkpoint`)."""
-        return {
-            "format": 1,
-            "engine": self.engine.name,
-            "parties": self.engine.local_parties,
-            "iteration": self.iteration,
-            "x": self.x.cpu(),
-            "algorithm_state": {k: v.cpu() for k, v in self.algorithm.state.items()},
-            "buffers": {k: v.cpu() for k, v in self.compute.buffers.items()},
-            "sampler": self._chunk_start,
-            "sampler_used": self._chunk_used,
-            "loss_sum": self.loss_sum.cpu(),
-            "loss_steps": self.loss_steps,
-            "evaluation_seconds": self.evaluation_seconds,
-            "traffic": [self.comm.bytes_sent, self.comm.messages_sent],
-            "config": self.config.to_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict`'s output."""
-        if state["parties"] != self.engine.local_parties:
-            raise ConfigError(
-                f"The checkpoint holds parties {state['parties']}, this process runs "
-                f"{self.engine.local_parties}: resume with the same engine and --nodes."
-            )
-        self.iteration = state["iteration"]
-        self.x = state["x"].to(self.device)
-        self.algorithm.state = {k: v.to(self.device) for k, v in state["algorithm_state"].items()}
-        self.compute.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
-        self.sampler.load_state_dict(state["sampler"])
-        self.sampler.draw(state["sampler_used"])  # the steps of that chunk already taken
-        self._chunk_start = self.sampler.state_dict()
-        self.loss_sum = state["loss_sum"].to(self.device)
-        self.loss_steps = state["loss_steps"]
-        self.evaluation_seconds = state.get("evaluation_seconds", 0.0)
-        self.comm.bytes_sent, self.comm.messages_sent = state["traffic"]
-
-    def _guard_finite(self, losses: Tensor, first_iteration: int) -> None:
-        if bool(torch.isfinite(losses).all()) and bool(torch.isfinite(self.x).all()):
-            return
-        bad = (~torch.isfinite(losses)).nonzero()
-        if len(bad):
-            step, row = (int(v) for v in bad[0])
-            where = (
-                f"the loss of party {self.engine.local_parties[row]} at iteration "
-                f"{first_iteration + step}"
-            )
-        else:
-            row = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
-            where = (
-                f"the parameters of party {self.engine.local_parties[row]} by iteration "
-                f"{self.iteration}"
-            )
-        raise TrainingDiverged(
-            f"Training diverged: {where} became non-finite (NaN or inf) with --lr "
-            f"{self.config.lr}. Try a lower learning rate, e.g. --lr {self.config.lr / 10:g}."
-        )
-
-    def averaged_parameters(self) -> Tensor:
-        """The output model of Alg. 1: :math:`\\bar x = \\frac1N \\sum_n x_n` (collective)."""
-        return self.engine.mean(self.x)
-
-    def averaged_buffers(self) -> dict[str, Tensor]:
-        """BatchNorm statistics of the averaged model: the mean over all parties (collective)."""
-        return {
-            name: self.engine.mean(buf) if buf.is_floating_point() else buf[0]
-            for name, buf in self.compute.buffers.items()
-        }
-
-    def test_scores(self) -> tuple[Tensor, TestScores]:
-        """Logits and metrics of the averaged model on this process's test rows (collective
-        unless just evaluated).
-
-        Those of the evaluation at this iteration are reused: every process evaluated at the
-        same iterations, so all take the same branch.
-        """
-        evaluated_at, logits, scores = self._last_scores
-        if evaluated_at == self.iteration:
-            return logits, scores
-        xbar, buffers = self.averaged_parameters(), self.averaged_buffers()
-        logits = self.compute.logits(xbar, self.test_features, buffers)
-        return logits, self._score(logits)
-
-    def _score(self, logits: Tensor) -> TestScores:
-        return self.evaluation.score(
-            logits, self.test_labels, self.engine.total, self.engine.is_main
-        )
-
-    @property
-    def writes_outputs(self) -> bool:
-        """The main process writes the run folder; with per-party files every party does."""
-        return self.engine.is_main or self.data.federated
-
-    def evaluate(self) -> dict[str, float]:
-        """AP and AUROC of the averaged model on the whole test set, and the consensus distance.
-
-        Every process must call it (it averages over all parties); the numbers are meaningful on
-        the main process. AP is computed on the logits: the sigmoid is monotone, so the ranking
-        (and AP) is that of the sigmoid scores, without the ties that float32 saturation of the
-        sigmoid would add.
-        """
-        with self._timing_evaluation():
-            return self._evaluate()
-
-    def _evaluate(self) -> dict[str, float]:
-        size = self.compute.layout.size
-        xbar = self.averaged_parameters()  # one reduction serves both numbers
-        spread = (
-            self.engine.total(((self.x[:, :size] - xbar[:size]) ** 2).sum()) / self.config.nodes
-        )
-        logits = self.compute.logits(xbar, self.test_features, self.averaged_buffers())
-        self._guard_finite_scores(logits)
-        self._watch_learning(xbar, logits)
-        scores = self._score(logits)
-        self._last_scores = (self.iteration, logits, scores)
-        distance = float(spread) if self.writes_outputs else math.nan
-        return {
-            "test_ap": scores.values["test_ap"],
-            "test_auroc": scores.values["test_auroc"],
-            "consensus_distance": distance,
-        }
-
-    def _guard_finite_scores(self, logits: Tensor) -> None:
-        """Stop when the averaged model's test scores overflow (collective: all stop together).
-
-        A saturated sigmoid keeps the losses finite while the parameters grow without bound, so
-        the step-wise check of losses and parameters cannot see this divergence.
-        """
-        if not self.engine.any(not bool(torch.isfinite(logits).all())):
-            return
-        sizes = self.x.abs().amax(dim=1)
-        row = int(sizes.argmax())
-        raise TrainingDiverged(
-            f"Training diverged: the parameters of party {self.engine.local_parties[row]} at "
-            f"iteration {self.iteration} reach {float(sizes[row]):.1e}, and the averaged model's "
-            f"test scores are non-finite (NaN or inf) with --lr {self.config.lr}. Try a lower "
-            f"learning rate, e.g. --lr {self.config.lr / 10:g}."
-        )
-
-    def _watch_learning(self, xbar: Tensor, logits: Tensor) -> None:
-        """Note, once, a run that has stopped learning: every test score saturated, or the
-        averaged model unchanged over a whole evaluation interval (a zero gradient)."""
-        previous, self._previous_average = self._previous_average, xbar.clone()
-        if self.learning_warning is not None or self.iteration == 0:
-            return
-        if len(logits) and bool((logits.abs() > SATURATED_LOGIT).all()):
-            self.learning_warning = (
-                f"warning: the model is not learning: every test score is saturated (|logit| > "
-                f"{SATURATED_LOGIT:g}, a sigmoid of exactly 0 or 1), so its gradients vanish. "
-                "Likely cause: features on raw scales; try --standardize, or a lower --lr."
-            )
-        elif previous is not None and torch.equal(previous, xbar):
-            self.learning_warning = (
-                f"warning: the model is not learning: the averaged model did not change between "
-                f"iterations {self.iteration - self.config.eval_every} and {self.iteration} (a "
-                "zero gradient). Likely cause: saturated scores from features on raw scales "
-                "(try --standardize) or a learning rate too small for float32."
-            )
-
-    def mean_traffic(self) -> dict[str, float]:
-        """Bytes and messages sent per party, averaged over all parties (collective)."""
-        local = torch.tensor(
-            [self.comm.bytes_sent, self.comm.messages_sent], dtype=torch.float64, device=self.device
-        )
-        if self.engine.name == "simulator":  # the simulator's counters are already means
-            return dict(
-                zip(("comm_bytes_per_party", "messages_per_party"), local.tolist(), strict=True)
-            )
-        mean = (self.engine.total(local) / self.config.nodes).tolist()
-        return {"comm_bytes_per_party": mean[0], "messages_per_party": mean[1]}
-
-    def take_mean_loss(self) -> float:
-        """Mean training loss of all parties since the last call (collective), then reset."""
-        steps = max(self.loss_steps, 1)
-        mean = float(self.engine.total(self.loss_sum.sum()) / (steps * self.config.nodes))
-        self.loss_sum.zero_()
-        self.loss_steps = 0
-        return mean
-
-    @contextlib.contextmanager
-    def _timing_evaluation(self) -> Iterator[None]:
-        """Add the wall time of the enclosed evaluation to ``evaluation_seconds``.
-
-        On CUDA, queued training kernels are waited for first, so that they are not counted.
-        """
-        _synchronize(self.device)
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            _synchronize(self.device)
-            self.evaluation_seconds += time.perf_counter() - started
-
-    def party_aps(self) -> list[float]:
-        """AP of every party's own model on the test set (collective; empty off the main)."""
-        with self._timing_evaluation():
-            return self._party_aps()
-
-    def _party_aps(self) -> list[float]:
-        x = self.engine.gather(self.x)
-        buffers = {k: self.engine.gather(v) for k, v in self.compute.buffers.items()}
-        if x is None:
-            return []
-        logits = self.compute.party_logits(x, self.test_features, buffers)
-        return [metrics.average_precision(row, self.test_labels) for row in logits]
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _rows(table: Tensor, indices: Tensor) -> Tensor:
-    """``table[indices]`` by ``index_select`` (3x faster than advanced indexing on CPU)."""
-    return table.index_select(0, indices.reshape(-1)).view(*indices.shape, *table.shape[1:])
-
-
-def _algorithm_config(config: TrainConfig) -> AlgorithmConfig:
-    return AlgorithmConfig(
-        lr=config.lr,
-        margin=config.margin,
-        gradient_tracking=config.gradient_tracking,
-        alpha=config.alpha,
-        initial_batch=config.initial_batch,
-        momentum=config.momentum,
-        lr_dual=config.lr_dual,
-        coda_objective=config.coda_objective,
-    )
-
-
 def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
     trained = run.loss_steps > 0
     loss = run.take_mean_loss()
@@ -581,6 +90,7 @@ def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
         **run.evaluate(),
         "train_loss": loss if trained else math.nan,
         "elapsed_seconds": elapsed,
+        "parties_alive": run.engine.n_parties,
     }
 
 
@@ -607,13 +117,16 @@ class _StopOnSignal:
 
 
 def _chunk_length(run: Run) -> int:
-    """Steps until the next evaluation, checkpoint or end (chunks never straddle them)."""
+    """Steps until the next evaluation, checkpoint, injected drop or end (chunks never straddle
+    them)."""
     config, t = run.config, run.iteration
+    drops = [at - t for at in run.drops if at > t]
     return min(
         MAX_CHUNK,
         config.iterations - t,
         config.eval_every - t % config.eval_every,
         config.checkpoint_every - t % config.checkpoint_every,
+        *drops,
     )
 
 
@@ -623,30 +136,208 @@ def _checkpoint_path(run: Run, out: Path) -> Path:
     return checkpoint.rank_checkpoint(out, run.engine.local_parties[0], run.iteration)
 
 
-def _save(run: Run, out: Path | None, history: list[dict[str, float]], elapsed: float) -> None:
+def _save(run: Run, out: Path | None, elapsed: float) -> None:
     if out is None:
         return
     path = _checkpoint_path(run, out)
-    checkpoint.save_checkpoint(path, {**run.state_dict(), "history": history, "elapsed": elapsed})
+    state = {**run.state_dict(), "history": run.history, "elapsed": elapsed}
+    checkpoint.save_checkpoint(path, state)
     if run.engine.name != "simulator":
         checkpoint.prune_rank_checkpoints(out, run.engine.local_parties[0])
 
 
-def _resume_state(run: Run, out: Path) -> dict[str, Any]:
-    """The checkpoint to continue from: the simulator's, or the newest all parties hold."""
+class _Progress:
+    """The progress bar, on whichever process is the main one now (it moves to the lowest
+    surviving party when party 0 is lost)."""
+
+    def __init__(self, run: Run, enabled: bool) -> None:
+        self.run, self.enabled, self.bar = run, enabled, None
+
+    def show(self, postfix: str | None = None) -> None:
+        if not (self.enabled and self.run.engine.is_main):
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.run.config.iterations, initial=self.run.iteration,
+                            unit="it", dynamic_ncols=True)  # fmt: skip
+        self.bar.n = self.run.iteration
+        if postfix is not None:
+            self.bar.set_postfix(ap=postfix, refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class _Final:
+    """The collectives that end a run: party APs, final scores, model and traffic."""
+
+    party_aps: list[float]
+    wall: float
+    logits: Tensor
+    scores: Any
+    model: tuple[Any, Any, Any]
+    traffic: dict[str, float]
+
+
+class _Loop:
+    """Steps, evaluations, checkpoints, stops and party-set changes, until the run ends.
+
+    Every pass starts at a position the parties agree on (:mod:`slate.recovery`): an evaluation
+    due at this iteration that is not in the history yet is made first, so a pass interrupted by
+    a lost party can be made again from the position the survivors roll back to.
+    """
+
+    def __init__(self, run: Run, out: Path | None, start: float, bar: _Progress, say) -> None:
+        self.run, self.out, self.start, self.bar, self.say = run, out, start, bar, say
+        self.warned = False
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def run_to_end(self) -> _Final:
+        while True:
+            try:
+                final = self._pass()
+            except ExchangeFailed:
+                if not self.run.recovers:
+                    raise
+                self._recover()
+                continue
+            if final is not None:
+                return final
+
+    def _pass(self) -> _Final | None:
+        run, config = self.run, self.run.config
+        t = run.iteration
+        if (t % config.eval_every == 0 or t == config.iterations) and not (
+            run.history and run.history[-1]["iteration"] == t
+        ):
+            run.history.append(_evaluation_row(run, self.elapsed()))
+            self.bar.show(f"{run.history[-1]['test_ap']:.4f}")
+            if run.learning_warning and not self.warned:
+                self.warned = True
+                self.say(run.learning_warning)
+        if t >= config.iterations:
+            return self._finish()
+        # A stop is honoured after this iteration's evaluation, so none is ever skipped.
+        stopping = run.engine.any(run.stop_requested)
+        if stopping or (t > 0 and t % config.checkpoint_every == 0):
+            _save(run, self.out, self.elapsed())
+            if not stopping:
+                self._admit_returning()
+        if stopping:
+            raise RunInterrupted(_interrupted_message(run, self.out))
+        run.snapshot(after_evaluation=True)
+        for rank in run.apply_drops():
+            self._announce_loss(rank, "--drop-party")
+        run.advance(_chunk_length(run))
+        self.bar.show()
+        return None
+
+    def _finish(self) -> _Final:
+        run = self.run
+        party_aps = run.party_aps() if run.config.party_ap else []
+        wall = self.elapsed()  # training and every evaluation, party APs included
+        logits, scores = run.test_scores()
+        model = (run.averaged_parameters(), run.averaged_buffers(), scores)
+        return _Final(party_aps, wall, logits, scores, model, run.mean_traffic())
+
+    def _recover(self) -> None:
+        while True:
+            try:
+                change = self.run.recover()
+                break
+            except ExchangeFailed:  # another party was lost while agreeing: agree again
+                continue
+        for rank in change.lost:
+            self._announce_loss(rank, change.reasons.get(rank, "lost"))
+
+    def _admit_returning(self) -> None:
+        engine = self.run.engine
+        if not getattr(engine, "recovers", False):
+            return
+        change = engine.admit_returning(self.run.iteration)
+        if change is not None:
+            self.run.admit(change, None)
+            for rank in change.joined:
+                self.say(
+                    f"party {rank} rejoined at iteration {self.run.iteration}: "
+                    f"{self.run.engine.n_parties} parties continue on the full graph"
+                    if self.run.engine.n_parties == self.run.config.nodes
+                    else f"party {rank} rejoined at iteration {self.run.iteration}"
+                )
+
+    def _announce_loss(self, rank: int, reason: str) -> None:
+        run = self.run
+        change = run.graph_changes[-1]
+        bridges = change["added_edges"]
+        how = (
+            "; bridges " + ", ".join(f"{e['edge'][0]}-{e['edge'][1]}" for e in bridges)
+            if bridges
+            else ""
+        )
+        self.say(
+            f"party {rank} lost at iteration {change['iteration']} ({reason}): "
+            f"{run.engine.n_parties} parties continue on the surviving graph "
+            f"(lambda = {change['lambda']:.4f}{how})"
+        )
+
+
+def _resume(run: Run, out: Path, say) -> float:
+    """Continue from the folder's checkpoint; returns the elapsed seconds it recorded.
+
+    The simulator reads its one checkpoint. Distributed parties take the newest iteration that
+    every party then in the run holds; the parties that were not in the run then (lost before
+    the crash) return to it there (:meth:`Run.admit`).
+    """
     if run.engine.name == "simulator":
-        return checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(out))
+        state = checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(out))
+        run.load_state_dict(state)
+        run.history = [dict(r) for r in state["history"]]
+        return state["elapsed"]
     rank = run.engine.local_parties[0]
     mine = checkpoint.checkpoint_files(out, rank)
-    newest = max(mine, default=-1)
-    common = int(run.engine.minimum(torch.tensor(float(newest))))
-    if common < 0 or common not in mine:
+    held = {t: checkpoint.load_checkpoint(path) for t, path in mine.items()}
+    offers = {t: state.get("members", run.members) for t, state in held.items()}
+    everyone = run.engine.gather_objects([(rank, offers)])
+    latest, members = _common_checkpoint(everyone)
+    if latest is None:
         raise ConfigError(
             f"--resume {out}: party {rank} holds checkpoints of iterations {sorted(mine)}, but "
-            f"the newest iteration that every party holds is {common}; the parties' "
+            "no iteration is held by every party that was in the run then; the parties' "
             "checkpoints do not line up (were they written by the same run?)."
         )
-    return checkpoint.load_checkpoint(mine[common])
+    own = held.get(latest) if rank in members else (held[max(held)] if held else None)
+    if rank in members:
+        run.load_state_dict(own, members_check=False)
+        run.history = [dict(r) for r in own["history"]]
+    returning = sorted(r for r, _ in everyone if r not in members)
+    if returning:
+        change = Change(run.engine.generation, tuple(run.engine.members), joined=tuple(returning),
+                        position=2 * latest + 1)  # fmt: skip
+        run.admit(change, own if rank in returning else None)
+        say(f"parties {returning} return to the run at iteration {latest}")
+    return float(own["elapsed"]) if own is not None and rank in members else 0.0
+
+
+def _common_checkpoint(
+    everyone: list[tuple[int, dict[int, list[int]]]],
+) -> tuple[int | None, list[int]]:
+    """The newest iteration whose members (as its checkpoints record them) all hold it."""
+    holders: dict[int, set[int]] = {}
+    members_at: dict[int, list[int]] = {}
+    for rank, offers in everyone:
+        for t, members in offers.items():
+            holders.setdefault(t, set()).add(rank)
+            members_at.setdefault(t, list(members))
+    for t in sorted(holders, reverse=True):
+        if set(members_at[t]) <= holders[t]:
+            return t, members_at[t]
+    return None, []
 
 
 def train(
@@ -661,18 +352,26 @@ def train(
 ) -> RunResult:
     """Run one experiment and (by default) write its run folder from the main process.
 
-    With the distributed engine every process calls this; only the main one logs and writes.
-    Checkpoints go to the run folder every ``checkpoint_every`` iterations; ``resume=True``
-    continues from the folder's checkpoint. SIGINT / SIGTERM write a checkpoint and raise
-    :class:`RunInterrupted`.
+    With the distributed engine every process calls this; only the main one (the lowest party
+    in the run) logs and writes. Checkpoints go to the run folder every ``checkpoint_every``
+    iterations; ``resume=True`` continues from the folder's checkpoint. SIGINT / SIGTERM write a
+    checkpoint and raise :class:`RunInterrupted`.
     """
-    from tqdm.auto import tqdm
-
     config = resolve_config(config)
-    run = Run(config, data=data, engine=engine)
+    returning = bool(getattr(engine, "returning", False))
+    if returning and not resume:
+        raise ConfigError(
+            "A run is already in progress at this rendezvous. To return a party to it, restart "
+            "it with --resume and its own run folder; a new run needs a new rendezvous."
+        )
+    own = _own_newest_checkpoint(config, engine) if returning else None
+    run = Run(config, data=data, engine=engine, exchanges=own.get("exchanges") if own else None)
     config = run.config  # with the evaluation defaults filled in
-    main = run.engine.is_main
-    say = log if main else (lambda _: None)
+
+    def say(line: str) -> None:
+        if run.engine.is_main:
+            log(line)
+
     for note in run.data.notes:
         say(note)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
@@ -682,54 +381,39 @@ def train(
         f"{config.topology} (lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
     )
     offset = 0.0
-    if resume and out is not None:
-        state = _resume_state(run, out)
-        run.load_state_dict(state)
-        history, offset = [dict(r) for r in state["history"]], state["elapsed"]
+    if returning:
+        run.admit(run.engine.rejoin(), own)
+        log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")
+    elif resume and out is not None:
+        offset = _resume(run, out, say)
         say(f"resumed from iteration {run.iteration} of {out}")
-    start = time.perf_counter() - offset
-    if not resume:
-        history = [_evaluation_row(run, 0.0)]
-    warned = False
-    bar = tqdm(total=config.iterations, initial=run.iteration, disable=not (progress and main),
-               unit="it", dynamic_ncols=True)  # fmt: skip
+    bar = _Progress(run, progress)
+    loop = _Loop(run, out, time.perf_counter() - offset, bar, say)
     with _StopOnSignal(run):
         try:
-            while run.iteration < config.iterations:
-                done = run.advance(_chunk_length(run))
-                bar.update(done)
-                t = run.iteration
-                # A stop requested just before this chunk leaves done == 0: t was evaluated.
-                if done and (t % config.eval_every == 0 or t == config.iterations):
-                    history.append(_evaluation_row(run, time.perf_counter() - start))
-                    bar.set_postfix(ap=f"{history[-1]['test_ap']:.4f}")
-                    if run.learning_warning and not warned:
-                        warned = True
-                        say(run.learning_warning)
-                # A stop is honoured after this chunk's evaluation, so none is ever skipped.
-                stopping = run.engine.any(run.stop_requested) and t < config.iterations
-                if stopping or (t % config.checkpoint_every == 0 and t < config.iterations):
-                    _save(run, out, history, time.perf_counter() - start)
-                if stopping:
-                    raise RunInterrupted(_interrupted_message(run, out))
+            final = loop.run_to_end()
         except TrainingDiverged as err:
             raise TrainingDiverged(f"{err} {_last_checkpoint_note(run, out)}") from None
         finally:
             bar.close()
-    party_aps = run.party_aps() if config.party_ap else []
-    wall = time.perf_counter() - start  # training and every evaluation, party APs included
-    logits, scores = run.test_scores()
-    final_model = (run.averaged_parameters(), run.averaged_buffers(), scores)
-    traffic = run.mean_traffic()
+    history = run.history
     if not run.writes_outputs:
         return RunResult({}, history, None, run.x)
-    summary = build_summary(run, history, party_aps, wall, traffic)
-    summary.update(evaluation_summary(run, logits, scores))
+    summary = build_summary(run, history, final.party_aps, final.wall, final.traffic)
+    summary.update(evaluation_summary(run, final.logits, final.scores))
     if out is not None:
-        write_run_folder(run, summary, history, out, final_model)
+        write_run_folder(run, summary, history, out, final.model)
         summary["out_dir"] = str(out)
-    report(run, summary, wall, out, log)
+    report(run, summary, final.wall, out, log)
     return RunResult(summary, history, out, run.x)
+
+
+def _own_newest_checkpoint(config: TrainConfig, engine: Engine | None) -> dict[str, Any] | None:
+    """A returning party's own newest checkpoint, or None if it never wrote one."""
+    if config.out is None or engine is None:
+        return None
+    files = checkpoint.checkpoint_files(Path(config.out), engine.local_parties[0])
+    return checkpoint.load_checkpoint(files[max(files)]) if files else None
 
 
 def _last_checkpoint_note(run: Run, out: Path | None) -> str:

@@ -108,12 +108,13 @@ def _children(pid: int) -> dict[int, int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_path):
+def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_path):
     timeout = 15
     launcher = subprocess.Popen(
         slate_command("train", "--dataset", "digits", "--nodes", "3", "--iterations", "1000000",
                       "--eval-every", "1000", "--no-progress", "--engine", "distributed",
-                      "--timeout", str(timeout), "--out", str(tmp_path / "run")),
+                      "--timeout", str(timeout), "--out", str(tmp_path / "run"),
+                      "--on-party-loss", "stop"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

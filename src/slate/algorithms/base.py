@@ -98,6 +98,18 @@ class Algorithm(ABC):
         zeros = x.new_zeros(x.shape)
         self.state = {"u": zeros, "v": zeros.clone()} if self.config.gradient_tracking else {}
 
+    def restart_tracking(self) -> None:
+        r"""Re-anchor the gradient tracker after the party set changed: :math:`v_n \leftarrow u_n`.
+
+        Tracking keeps :math:`\frac1N \sum_n v_n = \frac1N \sum_n u_n` because W is doubly
+        stochastic (Alg. 1 line 8). A lost party takes its :math:`v - u` with it, and a
+        returning one brings another, so the survivors' means would differ by a constant from
+        then on; setting every tracker to the party's own latest estimate restores the
+        equality, as line 1's :math:`u_{-1} = v_{-1}` does at the start.
+        """
+        if "v" in self.state and "u" in self.state:
+            self.state["v"] = self.state["u"]
+
     @abstractmethod
     def step(
         self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute

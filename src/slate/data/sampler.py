@@ -81,6 +81,13 @@ class PartySampler:
                 ]
         return torch.from_numpy(out).to(device)
 
+    def keep(self, rows: list[int]) -> None:
+        """Serve only the parties at these positions of ``parties`` (the others left the run)."""
+        self.parties = [self.parties[k] for k in rows]
+        self.positive_ids = [self.positive_ids[k] for k in rows]
+        self.negative_ids = [self.negative_ids[k] for k in rows]
+        self.streams = [self.streams[k] for k in rows]
+
     def state_dict(self) -> dict[str, Any]:
         """The RNG states of every stream (for checkpoints)."""
         return {"streams": [[g.bit_generator.state for g in pair] for pair in self.streams]}

@@ -232,6 +232,13 @@ class PartyCompute:
             self.buffers[name] = buf[: self.n_parties].clone()
         return losses, grads
 
+    def keep_parties(self, rows: Tensor) -> None:
+        """Compute only for the parties at positions ``rows`` from now on (the others left)."""
+        self.n_parties = len(rows)
+        self.buffers = {k: v.index_select(0, rows) for k, v in self.buffers.items()}
+        if self.context is not None:
+            self.context = self.context.index_select(0, rows)
+
     def averaged_buffers(self) -> dict[str, Tensor]:
         """Float buffers averaged over parties, counters of party 0."""
         return {

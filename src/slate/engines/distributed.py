@@ -8,17 +8,34 @@ algorithm and evaluation; only the communicator differs:
   :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
 * ``average(x)`` is one ``all_reduce``; the ``full`` topology and federated averaging rounds use it.
 
-gloo carries CPU tensors, nccl CUDA tensors. A party that stops answering makes the others fail
-within ``--timeout`` seconds with a :class:`PartyLost` error that names the lost rank.
+gloo carries CPU tensors, nccl CUDA tensors.
+
+**A lost party.** With ``--on-party-loss stop`` every party fails within ``--timeout`` seconds
+with a :class:`PartyLost` error that names the lost rank. With ``continue`` (gloo, with the
+rendezvous store outside the parties), a failed exchange raises :class:`ExchangeFailed` instead;
+the training loop then calls :meth:`DistributedEngine.leave_generation`, which
+
+1. raises the generation's *failed* flag in the store, so that every pending collective of the
+   other parties stops within ``POLL_SECONDS`` (collectives are waited for in slices);
+2. sends each gossip neighbour a *leave* message (a gossip message whose last element is 0), so
+   that a neighbour blocked on a point-to-point receive from this party wakes at once (gloo's
+   point-to-point waits cannot be sliced: a timed-out wait closes the connection);
+3. aborts the process group without joining its threads (a collective stuck on a dead peer
+   would otherwise hold ``destroy_process_group`` for the whole timeout);
+4. agrees with the other survivors on the new party set (:mod:`slate.engines.membership`);
+5. opens a fresh process group over the survivors, ranked in rank order, under a new store
+   prefix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,28 +44,55 @@ from torch import Tensor
 
 from slate.engines.base import Communicator
 from slate.engines.local import Engine
-from slate.errors import SlateError
+from slate.engines.membership import (
+    FINAL_MEMBERS_KEY,
+    LEFT_KEY,
+    Change,
+    Heartbeat,
+    Membership,
+    PartyLost,
+    process_alive,
+)
 from slate.topology import Topology
 
-__all__ = ["DistributedCommunicator", "DistributedEngine", "PartyLost", "init_process_group"]
+__all__ = [
+    "DistributedCommunicator",
+    "DistributedEngine",
+    "ExchangeFailed",
+    "PartyLost",
+    "Rendezvous",
+    "backend_for",
+]
 
 LOST_KEY = "slate/lost_rank"
 PROC_KEY = "slate/process"
 LOOKUP_SECONDS = 3.0
+POLL_SECONDS = 0.2  # a collective is waited for in slices this long, checking the failed flag
+LEAVE = 0.0  # the last element of a gossip message: 1 for parameters, 0 for "I have left"
 
 
-class PartyLost(SlateError):
-    """Another party stopped answering (its process died or its machine became unreachable)."""
+class ExchangeFailed(PartyLost):
+    """An exchange of this generation failed; the survivors can agree on the next one."""
 
 
-def init_process_group(
-    backend: str, rank: int, world_size: int, timeout_s: float, init_method: str | None = None
-) -> None:
-    """Join the process group: from ``init_method``, or from torchrun's environment variables."""
-    kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout_s)}
-    if init_method is not None:
-        kwargs.update(init_method=init_method, rank=rank, world_size=world_size)
-    dist.init_process_group(backend, **kwargs)
+@dataclass
+class Rendezvous:
+    """Where this party meets the others: a store client, and how to open another one.
+
+    ``outside`` is True when the store lives outside every party (the local launcher, or
+    ``slate rendezvous``): only then can any party be lost without stopping the others.
+    """
+
+    store: Any
+    connect: Callable[[], Any]
+    rank: int
+    world: int
+    outside: bool
+
+
+def _pending_timeout(err: Exception) -> bool:
+    text = str(err)
+    return "timed out" in text.lower() and "pair closure" not in text
 
 
 class _Guard:
@@ -60,11 +104,16 @@ class _Guard:
     The first party to find the lost rank records it in the store for the others.
     """
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, store: Any = None, members: tuple[int, ...] = ()) -> None:
         self.rank = rank
+        self._store = store
+        self.members = members
+
+    def store(self):
+        return self._store if self._store is not None else _default_store()
 
     def register(self) -> None:
-        store = _store()
+        store = self.store()
         if store is not None:
             store.set(f"{PROC_KEY}/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
 
@@ -78,12 +127,13 @@ class _Guard:
         lost = self._find_lost(suspects)
         return (
             f"Party {self.rank} lost contact with party (rank) {lost}: its process died or its "
-            f"machine became unreachable, so this party stops too. Restart all parties (with "
-            f"--resume once checkpoints exist). Backend said: {str(err).splitlines()[0][:200]}"
+            f"machine became unreachable, so this party stops too (--on-party-loss stop). "
+            f"Restart all parties (with --resume once checkpoints exist). Backend said: "
+            f"{str(err).splitlines()[0][:200]}"
         )
 
     def _find_lost(self, suspects: list[int]) -> int | str:
-        store = _store()
+        store = self.store()
         if store is None:
             return _describe(suspects)
         try:
@@ -112,7 +162,7 @@ class _Guard:
             if rank == self.rank or not store.check([f"{PROC_KEY}/{rank}"]):
                 continue
             where, _, pid = store.get(f"{PROC_KEY}/{rank}").decode().rpartition(":")
-            if where == host and not _process_alive(int(pid)):
+            if where == host and not process_alive(int(pid)):
                 return rank
         return None
 
@@ -121,32 +171,73 @@ def _describe(suspects: list[int]) -> int | str:
     return suspects[0] if len(suspects) == 1 else f"one of {suspects}"
 
 
-def _process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs on this host; a zombie (exited, not yet reaped) counts as dead."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
-def _store():
+def _default_store():
     try:
         return dist.distributed_c10d._get_default_store()
     except Exception:  # no store: not initialised, or already torn down
         return None
 
 
-class DistributedCommunicator(Communicator):
-    """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce."""
+class _Waiter:
+    """Waits for this process's communication, failing in the way the loss policy asks.
 
-    def __init__(self, topology: Topology, rank: int, group: Any = None) -> None:
+    ``stop``: one blocking wait; a failure is :class:`PartyLost` naming the lost rank.
+    ``continue``: collectives are waited for in ``POLL_SECONDS`` slices, and stop as soon as any
+    member raised the generation's failed flag; a failure is :class:`ExchangeFailed`.
+    """
+
+    def __init__(self, guard: _Guard, membership: Membership | None) -> None:
+        self.guard = guard
+        self.membership = membership
+
+    def collective(self, start: Callable[[], Any], suspects: list[int]) -> None:
+        if self.membership is None:
+            self.guard.run(lambda: start().wait(), suspects)
+            return
+        try:
+            work = start()
+            while True:
+                try:
+                    work.wait(timeout=datetime.timedelta(seconds=POLL_SECONDS))
+                    return
+                except (RuntimeError, dist.DistBackendError) as err:
+                    if not _pending_timeout(err) or self.membership.failed():
+                        raise
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise ExchangeFailed(_first_line(err)) from None
+
+    def post(self, action: Callable[[], Any], suspects: list[int]) -> Any:
+        """Start communication (posting sends and receives can fail on a closed connection)."""
+        if self.membership is None:
+            return self.guard.run(action, suspects)
+        try:
+            return action()
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise ExchangeFailed(_first_line(err)) from None
+
+    def point_to_point(self, work: Any, peer: int) -> None:
+        if self.membership is None:
+            self.guard.run(work.wait, [peer])
+            return
+        try:
+            work.wait()
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise ExchangeFailed(_first_line(err)) from None
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+
+
+class DistributedCommunicator(Communicator):
+    """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce.
+
+    ``rank`` is this party's index in ``topology`` (and in ``group``, or in the default group).
+    """
+
+    def __init__(
+        self, topology: Topology, rank: int, group: Any = None, waiter: _Waiter | None = None
+    ) -> None:
         super().__init__()
         self.topology = topology
         self.rank = rank
@@ -154,7 +245,15 @@ class DistributedCommunicator(Communicator):
         self.n = topology.n
         self.self_weight = float(topology.W[rank, rank])
         self.neighbours = topology.neighbours(rank)
-        self.guard = _Guard(rank)
+        self.waiter = waiter or _Waiter(_Guard(rank), None)
+        # With recovery, every gossip message carries a last element: 1 (parameters) or 0 (the
+        # sender has left this generation), so that a blocked receiver wakes up at once.
+        self.signals_leaving = self.waiter.membership is not None
+        self._message_numel = 0
+        self._unwaited: list[Any] = []  # leave messages are never waited for
+
+    def _peer(self, r: int) -> int:
+        return r if self.group is None else dist.get_global_rank(self.group, r)
 
     def mix(self, x: Tensor) -> Tensor:
         if self.topology.is_full_average_at(self.iteration):
@@ -162,26 +261,47 @@ class DistributedCommunicator(Communicator):
         if not self.neighbours:
             return x
         flat = x.reshape(-1).contiguous()
-        received = {r: torch.empty_like(flat) for r, _ in self.neighbours}
-        ops = []
+        message = torch.cat([flat, flat.new_ones(1)]) if self.signals_leaving else flat
+        self._message_numel = message.numel()
+        received = {r: torch.empty_like(message) for r, _ in self.neighbours}
+        sends, receives = [], []
         for r, _ in self.neighbours:
-            peer = r if self.group is None else dist.get_global_rank(self.group, r)
-            ops.append(dist.P2POp(dist.isend, flat, peer, self.group))
-            ops.append(dist.P2POp(dist.irecv, received[r], peer, self.group))
-        works = self.guard.run(lambda: dist.batch_isend_irecv(ops), [r for r, _ in self.neighbours])
-        for k, work in enumerate(works):
-            peer = self.neighbours[k // 2][0]
-            self.guard.run(work.wait, [peer])
+            sends.append(dist.P2POp(dist.isend, message, self._peer(r), self.group))
+            receives.append(dist.P2POp(dist.irecv, received[r], self._peer(r), self.group))
+        works = self.waiter.post(
+            lambda: dist.batch_isend_irecv(sends + receives), [r for r, _ in self.neighbours]
+        )
+        k = len(sends)
+        # Receives first: a neighbour that has left sends a leave message instead of its
+        # parameters, and a send to it may otherwise block.
+        for (r, _), work in zip(self.neighbours, works[k:], strict=True):
+            self.waiter.point_to_point(work, r)
+            if self.signals_leaving and float(received[r][-1]) == LEAVE:
+                raise ExchangeFailed(f"party {r} of this generation left it")
+        for (r, _), work in zip(self.neighbours, works[:k], strict=True):
+            self.waiter.point_to_point(work, r)
         out = self.self_weight * flat
         for r, w in self.neighbours:
-            out = out + w * received[r]
+            out = out + w * received[r][: flat.numel()]
         self.bytes_sent += len(self.neighbours) * flat.numel() * flat.element_size()
         self.messages_sent += len(self.neighbours)
         return out.view_as(x)
 
+    def signal_leaving(self) -> None:
+        """Send every neighbour a leave message in place of the next parameters."""
+        if not (self.signals_leaving and self._message_numel):
+            return
+        leave = torch.full((self._message_numel,), LEAVE)
+        for r, _ in self.neighbours:
+            # A neighbour whose connection is already gone needs no message.
+            with contextlib.suppress(RuntimeError, dist.DistBackendError):
+                self._unwaited.append(dist.isend(leave, self._peer(r), self.group))
+
     def average(self, x: Tensor) -> Tensor:
         total = x.clone()
-        self.guard.run(lambda: dist.all_reduce(total, group=self.group), list(range(self.n)))
+        self.waiter.collective(
+            lambda: dist.all_reduce(total, group=self.group, async_op=True), list(range(self.n))
+        )
         if self.n > 1:
             payload = x.numel() * x.element_size()
             self.bytes_sent += 2 * (self.n - 1) / self.n * payload
@@ -190,7 +310,12 @@ class DistributedCommunicator(Communicator):
 
 
 class DistributedEngine(Engine):
-    """This process is party ``rank`` of ``world_size``; the process group is already set up."""
+    """This process is party ``rank`` of the run; the other members are other processes.
+
+    Build it with :meth:`open` (it opens the process group itself, and can recover from a lost
+    party), or on an already initialised default group (``DistributedEngine(device)``: torchrun,
+    or a user's own setup; a lost party stops the run).
+    """
 
     name = "distributed"
     stops_between_iterations = False  # parties stop together, at the end of a chunk
@@ -198,42 +323,224 @@ class DistributedEngine(Engine):
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
         self.rank = dist.get_rank()
-        self.n_parties = dist.get_world_size()
-        self.local_parties = [self.rank]
-        self.is_main = self.rank == 0
+        self.members: tuple[int, ...] = tuple(range(dist.get_world_size()))
+        self.membership: Membership | None = None
+        self.rendezvous: Rendezvous | None = None
+        self.timeout_s = 60.0
+        self._aborted: list[Any] = []  # process groups left behind, never destroyed
+        self._communicator: DistributedCommunicator | None = None
+        self._heartbeat: Heartbeat | None = None
         self.guard = _Guard(self.rank)
         self.guard.register()
+        self.waiter = _Waiter(self.guard, None)
+
+    @classmethod
+    def open(
+        cls,
+        device: torch.device,
+        rendezvous: Rendezvous,
+        timeout_s: float,
+        recover: bool,
+        backend: str,
+    ) -> DistributedEngine:
+        """Open the process group of all ``world`` parties at ``rendezvous``.
+
+        With ``recover``, a party that finds a run in progress at the store is *returning*: it
+        opens no group yet, and joins with :meth:`rejoin` once its run is built.
+        """
+        engine = cls.__new__(cls)
+        engine.device = torch.device(device)
+        engine.rank = rendezvous.rank
+        engine.rendezvous = rendezvous
+        engine.timeout_s = timeout_s
+        engine.backend = backend
+        engine._aborted = []
+        engine._communicator = None
+        engine.members = tuple(range(rendezvous.world))
+        membership = Membership(rendezvous.store, rendezvous.rank, list(engine.members), timeout_s)
+        engine.membership = membership if recover else None
+        engine.guard = _Guard(engine.rank, rendezvous.store)
+        engine.waiter = _Waiter(engine.guard, engine.membership)
+        engine._heartbeat = Heartbeat(rendezvous.connect, engine.rank) if recover else None
+        engine.returning = recover and membership.running_generation() is not None
+        if not engine.returning:
+            engine._open_group(0)
+            if recover:
+                membership.announce()
+        return engine
+
+    def rejoin(self) -> Change:
+        """A returning party: ask to be admitted, wait for the members' next checkpoint, and
+        open the group of the admitted generation."""
+        assert self.membership is not None
+        change = self._with_store(lambda: self.membership.request_join())
+        self.members = change.members
+        self.returning = False
+        self._open_group(change.generation)
+        return change
+
+    @property
+    def generation(self) -> int:
+        return self.membership.generation if self.membership is not None else 0
+
+    # -- membership ---------------------------------------------------------------------------
+
+    @property
+    def n_parties(self) -> int:
+        return len(self.members)
+
+    @property
+    def local_parties(self) -> list[int]:
+        return [self.rank]
+
+    @property
+    def is_main(self) -> bool:
+        """The lowest-ranked member keeps the log and writes a shared run folder."""
+        return self.rank == self.members[0]
+
+    @property
+    def recovers(self) -> bool:
+        """Whether a lost party leaves the others running (``--on-party-loss continue``)."""
+        return self.membership is not None
+
+    def _open_group(self, generation: int) -> None:
+        assert self.rendezvous is not None
+        prefix = dist.PrefixStore(f"slate/pg{generation}", self.rendezvous.store)
+        try:
+            dist.init_process_group(
+                self.backend,
+                store=prefix,
+                rank=self.members.index(self.rank),
+                world_size=len(self.members),
+                timeout=datetime.timedelta(seconds=self.timeout_s),
+            )
+        except (RuntimeError, dist.DistBackendError) as err:
+            if self.membership is None:
+                raise PartyLost(
+                    f"Party {self.rank} could not open the process group: {_first_line(err)}"
+                ) from None
+            raise ExchangeFailed(_first_line(err)) from None
+
+    def leave_generation(self, position: int) -> Change:
+        """After :class:`ExchangeFailed`: leave this generation and join the agreed next one.
+
+        ``position`` is the earliest point this party can resume from. The returned change
+        names the lost parties and the position every survivor resumes from.
+        """
+        membership = self.membership
+        assert membership is not None
+        self._with_store(membership.raise_failed_flag)
+        if self._communicator is not None:
+            self._communicator.signal_leaving()
+        self._abort_group()
+        change = self._with_store(lambda: membership.agree_on_loss(position))
+        self.members = change.members
+        self._open_group(change.generation)
+        return change
+
+    def admit_returning(self, iteration: int) -> Change | None:
+        """At a checkpoint boundary: admit the parties that asked to return, if any."""
+        membership = self.membership
+        if membership is None:
+            return None
+        change = self._with_store(lambda: membership.agree_on_joins(iteration))
+        if change is None:
+            return None
+        self._abort_group()
+        self.members = change.members
+        self._open_group(change.generation)
+        return change
+
+    def _with_store(self, action: Callable[[], Any]) -> Any:
+        """Run a store exchange; an unreachable store stops this party with a clear message."""
+        try:
+            return action()
+        except (RuntimeError, dist.DistStoreError) as err:
+            assert self.rendezvous is not None
+            where = (
+                "it lived in party 0, which is gone: host it outside the parties with "
+                "'slate rendezvous --port P' and --external-store"
+                if not self.rendezvous.outside
+                else "its host (the launcher or 'slate rendezvous') is gone"
+            )
+            raise PartyLost(
+                f"Party {self.rank} cannot reach the rendezvous store to agree on the parties "
+                f"still running ({where}). Backend said: {_first_line(err)}"
+            ) from None
+
+    def _abort_group(self) -> None:
+        """Drop the default group at once. ``destroy_process_group`` would join gloo's worker
+        threads, and one stuck on a dead peer holds it for the whole timeout; the aborted group
+        is kept referenced so that its destructor never runs (the process ends with os._exit)."""
+        group = dist.group.WORLD
+        if group is None:
+            return
+        self._aborted.append(group)
+        dist.distributed_c10d._abort_process_group()
+
+    # -- communication ------------------------------------------------------------------------
+
+    def _everyone(self) -> list[int]:
+        return list(range(self.n_parties))
 
     def communicator(self, topology: Topology, device: torch.device) -> Communicator:
         del device
-        return DistributedCommunicator(topology, self.rank)
+        comm = DistributedCommunicator(topology, self.members.index(self.rank), waiter=self.waiter)
+        self._communicator = comm
+        return comm
 
     def mean(self, x: Tensor) -> Tensor:
         return self.total(x.sum(dim=0)) / self.n_parties
 
     def total(self, value: Tensor) -> Tensor:
         out = value.clone()
-        self.guard.run(lambda: dist.all_reduce(out), list(range(self.n_parties)))
+        self.waiter.collective(lambda: dist.all_reduce(out, async_op=True), self._everyone())
         return out
 
     def minimum(self, value: Tensor) -> Tensor:
         out = value.to(self.device).clone()
         op = dist.ReduceOp.MIN
-        self.guard.run(lambda: dist.all_reduce(out, op=op), list(range(self.n_parties)))
+        self.waiter.collective(lambda: dist.all_reduce(out, op=op, async_op=True), self._everyone())
         return out
 
     def any(self, flag: bool) -> bool:
         return bool(self.total(torch.tensor(float(flag), device=self.device)) > 0)
 
     def gather_objects(self, items: list[Any]) -> list[Any]:
+        # all_gather_object cannot be waited for in slices: a party lost during one (at start-up
+        # or while admitting a returning party) costs the others up to --timeout.
         everyone: list[Any] = [None] * self.n_parties
-        self.guard.run(lambda: dist.all_gather_object(everyone, items), list(range(self.n_parties)))
+        self.waiter.post(lambda: dist.all_gather_object(everyone, items), self._everyone())
         return [item for process_items in everyone for item in process_items]
+
+    def broadcast_object(self, obj: Any, source: int) -> Any:
+        """``obj`` of party ``source`` on every member (small picklable records only)."""
+        box = [obj]
+        src = self.members.index(source)
+        self.waiter.post(lambda: dist.broadcast_object_list(box, src=src), self._everyone())
+        return box[0]
 
     def gather(self, x: Tensor) -> Tensor | None:
         parts = [torch.empty_like(x) for _ in range(self.n_parties)]
-        self.guard.run(lambda: dist.all_gather(parts, x.contiguous()), list(range(self.n_parties)))
+        self.waiter.collective(
+            lambda: dist.all_gather(parts, x.contiguous(), async_op=True), self._everyone()
+        )
         return torch.cat(parts) if self.is_main else None
+
+    def leave(self) -> None:
+        """Wait for every member before leaving, so that none tears down while another still
+        talks to it; a party lost at this point no longer matters."""
+        with contextlib.suppress(PartyLost):
+            self.waiter.collective(lambda: dist.barrier(async_op=True), self._everyone())
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self.rendezvous is not None:
+            try:
+                if self.is_main:
+                    self.rendezvous.store.set(FINAL_MEMBERS_KEY, str(self.n_parties))
+                self.rendezvous.store.add(LEFT_KEY, 1)
+            except (RuntimeError, dist.DistStoreError):
+                pass  # the store's host is gone; the results are written
 
 
 def backend_for(device: torch.device) -> str:

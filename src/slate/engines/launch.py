@@ -17,18 +17,22 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 import torch.distributed as dist
 
+from slate.engines.distributed import Rendezvous
+from slate.engines.membership import FINAL_MEMBERS_KEY, LEFT_KEY
 from slate.errors import ConfigError
 
 __all__ = [
     "in_worker",
-    "join_rendezvous",
     "launch_local",
     "parse_rendezvous",
-    "worker_process_group",
+    "party_rendezvous",
+    "serve_rendezvous",
+    "worker_rendezvous",
 ]
 
 STORE_PORT_ENV = "SLATE_STORE_PORT"
@@ -74,7 +78,22 @@ def launch_local(argv: Sequence[str], nodes: int, timeout_s: float) -> int:
             if w.poll() is None:
                 w.send_signal(signal.SIGINT)
         codes = [w.wait() for w in workers]
+    finished = bool(store.check([FINAL_MEMBERS_KEY]))
     del store
+    return _exit_code(codes, finished)
+
+
+def _exit_code(codes: list[int], finished: bool) -> int:
+    """0 when the run finished (the surviving parties wrote its results), even if some parties
+    were lost on the way (``summary.json`` records them); otherwise the worst exit code."""
+    lost = [rank for rank, code in enumerate(codes) if code != 0]
+    if finished and lost and len(lost) < len(codes):
+        print(
+            f"slate: the run finished without parties {lost} (exit codes "
+            f"{[codes[r] for r in lost]}); summary.json's party_events records when each left.",
+            file=sys.stderr,
+        )
+        return 0
     return _worst(codes)
 
 
@@ -83,16 +102,29 @@ def _worst(codes: list[int]) -> int:
     return max(128 - c if c < 0 else c for c in codes)
 
 
-def worker_process_group(backend: str, timeout_s: float) -> None:
-    """Join the process group as rank ``RANK`` of ``WORLD_SIZE``."""
+def _client(host: str, port: int, timeout_s: float):
+    """A connection to the rendezvous store at ``host:port`` (waits up to ``timeout_s`` for it)."""
+    return dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def worker_rendezvous(timeout_s: float) -> Rendezvous | None:
+    """This launcher worker's rendezvous (the launcher hosts the store), or None under torchrun.
+
+    Under torchrun the default process group is opened from ``MASTER_ADDR`` / ``MASTER_PORT``
+    here, and torchrun's agent, not slate, decides what a failed worker means.
+    """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    timeout = datetime.timedelta(seconds=timeout_s)
     port = os.environ.get(STORE_PORT_ENV)
-    if port is None:  # torchrun: MASTER_ADDR / MASTER_PORT
-        dist.init_process_group(backend, timeout=timeout)
-        return
-    store = dist.TCPStore("127.0.0.1", int(port), world + 1, False, timeout=timeout)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    if port is None:
+        dist.init_process_group(timeout=datetime.timedelta(seconds=timeout_s))
+        return None
+    return Rendezvous(
+        store=_client("127.0.0.1", int(port), timeout_s),
+        connect=lambda: _client("127.0.0.1", int(port), timeout_s),
+        rank=rank,
+        world=world,
+        outside=True,
+    )
 
 
 def parse_rendezvous(text: str) -> tuple[str, int]:
@@ -124,13 +156,14 @@ INSECURE_WARNING = (
 )
 
 
-def join_rendezvous(
-    backend: str, rank: int, world: int, rendezvous: str, timeout_s: float, warn=print
-) -> None:
-    """Join the process group as party ``rank`` of ``world`` at ``HOST:PORT``.
+def party_rendezvous(
+    rank: int, world: int, rendezvous: str, timeout_s: float, external: bool, warn=print
+) -> Rendezvous:
+    """Party ``rank`` of ``world`` meets the others at ``HOST:PORT``.
 
-    Party 0 hosts torch's TCPStore there; the others connect to it. gloo's own sockets stay on
-    the loopback interface when the rendezvous is a loopback address.
+    With ``external`` a ``slate rendezvous`` process hosts the store there and every party
+    connects to it; otherwise party 0 hosts it, so that losing party 0 stops the run. gloo's own
+    sockets stay on the loopback interface when the rendezvous is a loopback address.
     """
     host, port = parse_rendezvous(rendezvous)
     if is_loopback(host):
@@ -138,11 +171,65 @@ def join_rendezvous(
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     else:
         warn(INSECURE_WARNING.format(host=host, port=port))
-    address = f"[{host}]" if ":" in host else host
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://{address}:{port}",
+    hosts = rank == 0 and not external
+    timeout = datetime.timedelta(seconds=timeout_s)
+    try:
+        store = (
+            dist.TCPStore(host, port, world, True, timeout=timeout, wait_for_workers=False)
+            if hosts
+            else _client(host, port, timeout_s)
+        )
+    except (RuntimeError, dist.DistStoreError) as err:
+        what = "listen" if hosts else "reach the rendezvous store"
+        hint = (
+            "Is another process using that port?"
+            if hosts
+            else "Start it first: party 0 does without --external-store; with --external-store, "
+            f"run 'slate rendezvous --port {port}' on {host}."
+        )
+        raise ConfigError(
+            f"Party {rank} could not {what} at {rendezvous} within --timeout {timeout_s:g} s "
+            f"({str(err).splitlines()[0][:160]}). {hint}"
+        ) from None
+    return Rendezvous(
+        store=store,
+        connect=lambda: _client(host, port, timeout_s),
         rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=timeout_s),
+        world=world,
+        outside=not hosts and external,
     )
+
+
+def serve_rendezvous(port: int, host: str = "0.0.0.0", say=print) -> int:
+    """``slate rendezvous``: host the store of one run until its parties have left.
+
+    The store outlives any party, so that every party, rank 0 included, can be lost without
+    stopping the others. It holds only coordination keys: addresses, heartbeats, membership.
+    """
+    try:
+        store = dist.TCPStore(
+            host, port, 1, True, timeout=datetime.timedelta(seconds=60), wait_for_workers=False
+        )
+    except (RuntimeError, dist.DistStoreError) as err:
+        raise ConfigError(
+            f"slate rendezvous could not listen on {host}:{port} "
+            f"({str(err).splitlines()[0][:160]}). Is another process using that port?"
+        ) from None
+    say(
+        f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
+        f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
+    )
+    try:
+        while not _run_over(store):
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        say("slate rendezvous: stopped.")
+        return 130
+    say("slate rendezvous: every party has left; the run is over.")
+    return 0
+
+
+def _run_over(store) -> bool:
+    if not store.check([FINAL_MEMBERS_KEY]):
+        return False
+    return int(store.add(LEFT_KEY, 0)) >= int(store.get(FINAL_MEMBERS_KEY))

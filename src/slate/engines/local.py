@@ -33,6 +33,10 @@ class Engine(ABC):
     def communicator(self, topology: Topology, device: torch.device) -> Communicator:
         """The mixing implementation for this engine."""
 
+    def set_members(self, members: list[int]) -> None:
+        """The run continues with ``members`` (the distributed engine learns it on its own)."""
+        del members
+
     @abstractmethod
     def mean(self, x: Tensor) -> Tensor:
         """The mean over all N parties of the local rows ``x (P, ...)``, on every process."""
@@ -68,6 +72,10 @@ class SimulatorEngine(Engine):
     def __init__(self, n_parties: int) -> None:
         self.n_parties = n_parties
         self.local_parties = list(range(n_parties))
+
+    def set_members(self, members: list[int]) -> None:
+        self.local_parties = sorted(members)
+        self.n_parties = len(members)
 
     def communicator(self, topology: Topology, device: torch.device) -> Communicator:
         return SimulatorCommunicator(topology, device, torch.float32)

@@ -43,7 +43,7 @@ from slate.topology.builders import (
     torus,
 )
 from slate.topology.files import from_file
-from slate.topology.graph import is_connected
+from slate.topology.graph import diameter, is_connected
 from slate.topology.printing import describe, format_matrix
 from slate.topology.registry import FILE_PREFIX, TOPOLOGY_NAMES, build_topology
 from slate.topology.schedule import Topology
@@ -63,6 +63,7 @@ __all__ = [
     "Topology",
     "build_topology",
     "describe",
+    "diameter",
     "erdos_renyi",
     "exponential",
     "federated",

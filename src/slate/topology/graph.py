@@ -18,6 +18,7 @@ __all__ = [
     "averaging_matrix",
     "check_n",
     "connected_components",
+    "diameter",
     "is_connected",
     "metropolis_hastings",
 ]
@@ -86,6 +87,25 @@ def connected_components(W: np.ndarray) -> list[list[int]]:
                 members.append(int(other))
         components.append(sorted(members))
     return components
+
+
+def diameter(W: np.ndarray) -> int:
+    """The most hops between two nodes of the graph of ``W`` (breadth-first search from each
+    node); the largest component's when the graph is disconnected."""
+    n = W.shape[0]
+    linked = (W > 0) | (W.T > 0)
+    np.fill_diagonal(linked, False)
+    longest = 0
+    for start in range(n):
+        hops = np.full(n, -1)
+        hops[start] = 0
+        frontier = [start]
+        while frontier:
+            reached = np.flatnonzero(linked[frontier].any(axis=0) & (hops < 0))
+            hops[reached] = hops[frontier[0]] + 1
+            frontier = reached.tolist()
+        longest = max(longest, int(hops.max()))
+    return longest
 
 
 def is_connected(W: object) -> bool:
