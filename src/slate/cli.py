@@ -687,9 +687,9 @@ def _exit_worker(code: int) -> int:
     """
     import os
 
-    import torch.distributed as dist
+    from slate.engines.distributed import opened_a_group
 
-    if not dist.is_initialized():  # stopped before joining (a bad flag): a normal exit
+    if not opened_a_group():  # stopped before joining (a bad flag): a normal exit
         return code
     sys.stdout.flush()
     sys.stderr.flush()

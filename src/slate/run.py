@@ -737,13 +737,15 @@ FAULT_ENV = "SLATE_KILL_AT"
 
 
 def _fault_injection(engine: Engine) -> int:
-    """``SLATE_KILL_AT=RANK@ITER``: the distributed party RANK kills itself with SIGKILL just
-    before step ITER (fault injection for tests of --on-party-loss; -1: never)."""
-    text = os.environ.get(FAULT_ENV, "")
-    rank, _, at = text.partition("@")
-    if engine.name != "distributed" or not rank.isdigit() or not at.isdigit():
+    """``SLATE_KILL_AT=RANK@ITER[,RANK@ITER...]``: distributed party RANK kills itself with
+    SIGKILL just before step ITER (fault injection for tests of --on-party-loss; -1: never)."""
+    if engine.name != "distributed":
         return -1
-    return int(at) if int(rank) == engine.local_parties[0] else -1
+    for item in os.environ.get(FAULT_ENV, "").split(","):
+        rank, _, at = item.strip().partition("@")
+        if rank.isdigit() and at.isdigit() and int(rank) == engine.local_parties[0]:
+            return int(at)
+    return -1
 
 
 def _die() -> None:

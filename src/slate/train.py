@@ -194,6 +194,9 @@ class _Loop:
     def __init__(self, run: Run, out: Path | None, start: float, bar: _Progress, say) -> None:
         self.run, self.out, self.start, self.bar, self.say = run, out, start, bar, say
         self.warned = False
+        # A party admitted at a checkpoint boundary joins the others after that boundary's
+        # stop check, checkpoint and admission, which they have already made.
+        self.joined_at: int | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -224,8 +227,10 @@ class _Loop:
         if t >= config.iterations:
             return self._finish()
         # A stop is honoured after this iteration's evaluation, so none is ever skipped.
-        stopping = run.engine.any(run.stop_requested)
-        if stopping or (t > 0 and t % config.checkpoint_every == 0):
+        stopping = False if self.joined_at == t else run.engine.any(run.stop_requested)
+        if self.joined_at == t:
+            pass
+        elif stopping or (t > 0 and t % config.checkpoint_every == 0):
             _save(run, self.out, self.elapsed())
             if not stopping:
                 self._admit_returning()
@@ -389,6 +394,7 @@ def train(
         say(f"resumed from iteration {run.iteration} of {out}")
     bar = _Progress(run, progress)
     loop = _Loop(run, out, time.perf_counter() - offset, bar, say)
+    loop.joined_at = run.iteration if returning else None
     with _StopOnSignal(run):
         try:
             final = loop.run_to_end()

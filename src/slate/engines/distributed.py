@@ -404,6 +404,8 @@ class DistributedEngine(Engine):
         return self.membership is not None
 
     def _open_group(self, generation: int) -> None:
+        global _OPENED
+        _OPENED = True
         assert self.rendezvous is not None
         prefix = dist.PrefixStore(f"slate/pg{generation}", self.rendezvous.store)
         try:
@@ -541,6 +543,15 @@ class DistributedEngine(Engine):
                 self.rendezvous.store.add(LEFT_KEY, 1)
             except (RuntimeError, dist.DistStoreError):
                 pass  # the store's host is gone; the results are written
+
+
+_OPENED = False  # whether this process ever opened a process group (see opened_a_group)
+
+
+def opened_a_group() -> bool:
+    """Whether this process joined a process group, now open or aborted: its gloo threads then
+    make a normal interpreter exit unsafe (the CLI leaves with ``os._exit``)."""
+    return _OPENED or dist.is_initialized()
 
 
 def backend_for(device: torch.device) -> str:
