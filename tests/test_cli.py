@@ -433,3 +433,38 @@ def test_train_default_out_dir(monkeypatch, tmp_path: Path) -> None:
     assert summary["iterations"] == 2
     assert main(["train", "--iterations", "1", "--eval-every", "1", "--no-progress"]) == 0
     assert len(list((tmp_path / "runs").iterdir())) == 2  # a second run gets a fresh folder
+
+
+# --------------------------------------------------------------------------------------------
+# party losses (issue 12)
+
+
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (["--drop-party", "9@10"], ("--drop-party 9@10", "rank 9")),
+        (["--drop-party", "2"], ("RANK@ITER",)),
+        (["--drop-party", "1@5", "--engine", "distributed"], ("simulator",)),
+        (["--drop-party", "1@5", "--drop-party", "1@7"], ("names party 1 twice",)),
+    ],
+)
+def test_drop_party_errors(capsys, flags, needles) -> None:
+    _user_error(capsys, ["train", "--nodes", "4", "--iterations", "20", "--no-progress",
+                         *flags], *needles)  # fmt: skip
+
+
+def test_drop_party_is_reported(capsys, tmp_path: Path) -> None:
+    rc = main(["train", "--nodes", "4", "--iterations", "40", "--drop-party", "2@20",
+               "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "party 2 lost at iteration 20 (--drop-party): 3 parties continue" in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["config"]["on_party_loss"] == "continue"
+    assert summary["config"]["drop_party"] == ["2@20"]
+
+
+def test_on_party_loss_choices(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--on-party-loss", "ignore"])
+    assert "invalid choice" in capsys.readouterr().err

@@ -30,6 +30,16 @@ ALGORITHMS = {
     "slate-m": ["--algorithm", "slate-m"],
     "dpsgd": ["--algorithm", "dpsgd"],
     "coda": ["--algorithm", "coda", "--lr-dual", "0.01"],
+    # Parties dropped before and after the checkpoints: the party set is restored on resume.
+    "slate-drops": [
+        "--algorithm",
+        "slate",
+        "--gradient-tracking",
+        "--drop-party",
+        "1@150",
+        "--drop-party",
+        "3@700",
+    ],
 }
 
 

@@ -191,8 +191,9 @@ class _Loop:
     a lost party can be made again from the position the survivors roll back to.
     """
 
-    def __init__(self, run: Run, out: Path | None, start: float, bar: _Progress, say) -> None:
-        self.run, self.out, self.start, self.bar, self.say = run, out, start, bar, say
+    def __init__(self, run: Run, out: Path | None, start: float, bar: _Progress, say, log) -> None:
+        self.run, self.out, self.start, self.bar = run, out, start, bar
+        self.say, self.log = say, log
         self.warned = False
         # A party admitted at a checkpoint boundary joins the others after that boundary's
         # stop check, checkpoint and admission, which they have already made.
@@ -269,12 +270,21 @@ class _Loop:
         if change is not None:
             self.run.admit(change, None)
             for rank in change.joined:
-                self.say(
+                self.note(
                     f"party {rank} rejoined at iteration {self.run.iteration}: "
                     f"{self.run.engine.n_parties} parties continue on the full graph"
                     if self.run.engine.n_parties == self.run.config.nodes
                     else f"party {rank} rejoined at iteration {self.run.iteration}"
                 )
+
+    def note(self, line: str) -> None:
+        """A change of the party set: logged by the main party, and by every party when each
+        runs at its own site (per-party files), where each site's console is its own."""
+        run = self.run
+        if run.engine.is_main:
+            self.say(line)
+        elif run.data.federated:
+            self.log(f"party {run.engine.local_parties[0]}: {line}")
 
     def _announce_loss(self, rank: int, reason: str) -> None:
         run = self.run
@@ -285,7 +295,7 @@ class _Loop:
             if bridges
             else ""
         )
-        self.say(
+        self.note(
             f"party {rank} lost at iteration {change['iteration']} ({reason}): "
             f"{run.engine.n_parties} parties continue on the surviving graph "
             f"(lambda = {change['lambda']:.4f}{how})"
@@ -393,7 +403,7 @@ def train(
         offset = _resume(run, out, say)
         say(f"resumed from iteration {run.iteration} of {out}")
     bar = _Progress(run, progress)
-    loop = _Loop(run, out, time.perf_counter() - offset, bar, say)
+    loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
     loop.joined_at = run.iteration if returning else None
     with _StopOnSignal(run):
         try:

@@ -39,7 +39,7 @@ __all__ = ["Change", "Heartbeat", "Membership", "PartyLost", "process_alive"]
 PREFIX = "slate/"
 BEAT_SECONDS = 0.5  # a live party's heartbeat counter moves this often
 POLL_SECONDS = 0.05  # how often an agreeing party looks at the store
-MAX_SILENCE_SECONDS = 10.0  # a heartbeat silent this long (at most timeout / 2) means gone
+MAX_SILENCE_SECONDS = 10.0  # a heartbeat silent this long (timeout / 2 if less) means gone
 LEFT_KEY = f"{PREFIX}left"  # parties that finished the run and left
 FINAL_MEMBERS_KEY = f"{PREFIX}final_members"  # how many parties finished it (set by the main)
 
@@ -145,7 +145,7 @@ class _Liveness:
             self.seen[rank] = (counter, now)
             return None
         if now - last[1] >= self.silence_s:
-            return f"no heartbeat for {now - last[1]:.0f} s"
+            return f"no heartbeat for {now - last[1]:.1f} s"
         return None
 
     def _registered(self, rank: int) -> tuple[str, int] | None:
@@ -172,7 +172,7 @@ class Membership:
         self.members = tuple(members)
         self.generation = 0
         self.timeout_s = timeout_s
-        self.silence_s = min(MAX_SILENCE_SECONDS, timeout_s / 2)
+        self.silence_s = max(3 * BEAT_SECONDS, min(MAX_SILENCE_SECONDS, timeout_s / 2))
         store.set(f"{PREFIX}process/{rank}", f"{socket.gethostname()}:{os.getpid()}")
 
     def key(self, name: str, generation: int | None = None) -> str:

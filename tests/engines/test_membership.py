@@ -1,0 +1,160 @@
+"""The agreement on lost and returning parties, on a real TCPStore with one thread per party."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import threading
+import time
+
+import pytest
+import torch.distributed as dist
+
+from slate.engines.membership import (
+    FINAL_MEMBERS_KEY,
+    PREFIX,
+    Change,
+    Heartbeat,
+    Membership,
+    PartyLost,
+)
+
+
+@pytest.fixture
+def store_address():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    master = dist.TCPStore("127.0.0.1", port, 1, True, timeout=datetime.timedelta(seconds=30),
+                           wait_for_workers=False)  # fmt: skip
+    yield port
+    del master
+
+
+def client(port: int):
+    return dist.TCPStore("127.0.0.1", port, is_master=False,
+                         timeout=datetime.timedelta(seconds=30))  # fmt: skip
+
+
+def in_threads(*calls):
+    """Run each call in its own thread; return their results (or the exception each raised)."""
+    results: list = [None] * len(calls)
+
+    def run(k, call):
+        try:
+            results[k] = call()
+        except Exception as err:  # the test looks at it
+            results[k] = err
+
+    threads = [threading.Thread(target=run, args=(k, c)) for k, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+def test_change_round_trips_through_text():
+    change = Change(3, (0, 2, 5), lost=(1, 4), position=17, reasons={1: "gone", 4: "silent"})
+    assert Change.from_text(change.to_text()) == change
+    assert change.iteration == 8
+
+
+def test_survivors_agree_on_a_silent_party_and_on_the_smallest_position(store_address):
+    """Party 2 registers a heartbeat, then falls silent without checking in (a frozen machine);
+    parties 0 and 1 check in at different positions and must adopt one identical change."""
+    port = store_address
+    members = [Membership(client(port), rank, [0, 1, 2], timeout_s=4.0) for rank in range(3)]
+    silent = client(port)
+    silent.add(f"{PREFIX}beat/2", 1)
+    silent.set(f"{PREFIX}process/2", "elsewhere:1")  # on another host: only the heartbeat tells
+    beats = [Heartbeat(lambda: client(port), rank) for rank in (0, 1)]
+    started = time.monotonic()
+    first, second = in_threads(lambda: members[0].agree_on_loss(41),
+                               lambda: members[1].agree_on_loss(40))  # fmt: skip
+    for beat in beats:
+        beat.stop()
+    assert first == second
+    assert first.members == (0, 1) and first.lost == (2,) and first.position == 40
+    assert "no heartbeat" in first.reasons[2]
+    assert time.monotonic() - started < 4.0 + 2  # silence = timeout / 2 = 2 s, plus polling
+    assert members[0].generation == members[1].generation == 1
+
+
+def test_a_dead_local_process_is_seen_at_once(store_address):
+    port = store_address
+    a, b = (Membership(client(port), rank, [0, 1], timeout_s=30.0) for rank in (0, 1))
+    b.store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{2**22 + 12345}")  # no such pid
+    started = time.monotonic()
+    change = a.agree_on_loss(10)
+    assert time.monotonic() - started < 2
+    assert change.lost == (1,) and "exited" in change.reasons[1]
+
+
+def test_a_party_that_checks_in_too_late_learns_it_was_counted_as_lost(store_address):
+    port = store_address
+    a, b = (Membership(client(port), rank, [0, 1], timeout_s=2.0) for rank in (0, 1))
+    Heartbeat(lambda: client(port), 1)  # alive, but never checks in within the timeout
+    change = a.agree_on_loss(5)
+    assert change.lost == (1,) and "did not answer" in change.reasons[1]
+    with pytest.raises(PartyLost, match="counted as lost"):
+        b.agree_on_loss(6)
+
+
+def test_a_failure_where_every_party_is_alive_is_a_network_fault(store_address):
+    port = store_address
+    parties = [Membership(client(port), rank, [0, 1], timeout_s=10.0) for rank in (0, 1)]
+    results = in_threads(lambda: parties[0].agree_on_loss(3), lambda: parties[1].agree_on_loss(3))
+    for result in results:
+        assert isinstance(result, PartyLost) and "network fault" in str(result)
+
+
+def test_members_admit_a_returning_party_at_one_boundary(store_address):
+    port = store_address
+    members = [Membership(client(port), rank, [0, 2], timeout_s=10.0) for rank in (0, 2)]
+    returning = Membership(client(port), 1, [0, 1, 2], timeout_s=10.0)
+    Heartbeat(lambda: client(port), 1)
+    assert members[0].agree_on_joins(100) is None  # nobody asked yet: no change
+    assert members[1].agree_on_joins(100) is None
+
+    def ask() -> None:
+        returning.admitted = returning.request_join()
+
+    asked = threading.Thread(target=ask)
+    asked.start()
+    deadline = time.monotonic() + 10
+    while not members[0].store.add(f"{PREFIX}join_requests", 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    changes = [m.agree_on_joins(200) for m in members]
+    asked.join(timeout=10)
+    assert changes[0] == changes[1] == returning.admitted
+    assert changes[0].members == (0, 1, 2) and changes[0].joined == (1,)
+    assert changes[0].position == 401  # after iteration 200's checkpoint
+    assert returning.generation == members[0].generation
+
+
+def test_a_party_cannot_rejoin_a_finished_run(store_address):
+    port = store_address
+    store = client(port)
+    store.set(FINAL_MEMBERS_KEY, "3")
+    with pytest.raises(PartyLost, match="already finished"):
+        Membership(store, 1, [0, 1, 2], timeout_s=5.0).request_join()
+
+
+def test_heartbeat_moves_and_stops():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    master = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
+    beat = Heartbeat(lambda: client(port), 7)
+    first = int(master.add(f"{PREFIX}beat/7", 0))
+    time.sleep(1.2)
+    second = int(master.add(f"{PREFIX}beat/7", 0))
+    beat.stop()
+    time.sleep(0.7)
+    third = int(master.add(f"{PREFIX}beat/7", 0))
+    time.sleep(0.7)
+    assert second >= first + 2
+    assert int(master.add(f"{PREFIX}beat/7", 0)) == third
+    assert os.getpid()  # the heartbeat is a thread of this process, not a child

@@ -1,0 +1,212 @@
+"""Losing a party, and getting it back: real processes, real SIGKILLs, against the simulator.
+
+Every run is a real launch (``python -m slate train --engine distributed``, or one
+``--rank`` process per party). ``SLATE_KILL_AT=RANK@ITER`` makes party RANK SIGKILL itself just
+before step ITER, so the loss happens mid-gossip at a known step. The survivors' run is compared
+with the simulator's ``--drop-party RANK@ITER`` at the iteration they recorded for the switch.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+FLAGS = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "200",
+         "--eval-every", "50", "--seed", "2", "--no-progress", "--algorithm", "slate",
+         "--gradient-tracking"]  # fmt: skip
+
+
+def slate(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "slate", *args], capture_output=True, text=True, timeout=300,
+        env={**os.environ, **(env or {})}, **kwargs,
+    )  # fmt: skip
+
+
+def summary(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def history(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "history.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def assert_same_model(a: Path, b: Path, tolerance: float = 1e-5) -> None:
+    ours = torch.load(a / "model.pt", weights_only=True)
+    theirs = torch.load(b / "model.pt", weights_only=True)
+    for key in ours:
+        assert torch.allclose(ours[key], theirs[key], atol=tolerance, rtol=0), key
+
+
+def lost_run(tmp_path: Path, kill: str, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / "distributed"
+    done = slate("train", *FLAGS, *flags, "--engine", "distributed", "--timeout", "30",
+                 "--out", str(out), env={"SLATE_KILL_AT": kill})  # fmt: skip
+    return done, out
+
+
+@pytest.mark.parametrize("lost", [2, 0], ids=["rank2", "rank0"])
+def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
+    done, out = lost_run(tmp_path, f"{lost}@77")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"without parties [{lost}]" in done.stderr
+    assert f"party {lost} lost at iteration 77" in done.stdout  # logged by the (new) main party
+    result = summary(out)
+    survivors = [p for p in range(4) if p != lost]
+    assert result["members"] == survivors
+    assert result["parties_alive"] == 3
+    (event,) = result["party_events"]
+    assert event["rank"] == lost and event["event"] == "lost" and event["iteration"] == 77
+    assert "exited" in event["reason"]
+    (change,) = result["graph_changes"]
+    assert change["iteration"] == 77 and change["survivors"] == survivors
+    alive = [int(row["parties_alive"]) for row in history(out)]
+    assert alive == [4, 4, 3, 3, 3]  # evaluations at 0, 50, 100, 150, 200
+    reference = tmp_path / "simulator"
+    sim = slate("train", *FLAGS, "--drop-party", f"{lost}@{event['iteration']}",
+                "--out", str(reference))  # fmt: skip
+    assert sim.returncode == 0, sim.stderr
+    assert summary(reference)["party_events"][0]["iteration"] == 77
+    assert abs(result["test_ap"] - summary(reference)["test_ap"]) < 1e-4
+    assert abs(result["consensus_distance"] - summary(reference)["consensus_distance"]) < 1e-6
+    assert_same_model(out, reference)
+
+
+def test_ring_of_six_losing_two_non_adjacent_parties_is_bridged_into_a_ring(tmp_path):
+    done, out = lost_run(tmp_path, "1@60,4@60", "--nodes", "6")
+    assert done.returncode == 0, done.stderr
+    result = summary(out)
+    assert result["members"] == [0, 2, 3, 5]
+    assert sorted(e["rank"] for e in result["party_events"]) == [1, 4]
+    change = result["graph_changes"][-1]
+    assert change["components_before"] == [[0, 5], [2, 3]]
+    assert [b["edge"] for b in change["added_edges"]] == [[0, 2], [3, 5]]  # the rule's bridges
+    reference = tmp_path / "simulator"
+    drops = [arg for e in result["party_events"] for arg in ("--drop-party", f"{e['rank']}@60")]
+    sim = slate("train", *FLAGS, "--nodes", "6", *drops, "--out", str(reference))
+    assert sim.returncode == 0, sim.stderr
+    assert summary(reference)["graph_changes"][-1]["added_edges"] == change["added_edges"]
+    assert_same_model(out, reference)
+
+
+def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
+    """Party 1 is lost at 60; the run is interrupted later; --resume restarts all four, and
+    party 1 returns at the survivors' newest checkpoint with their average model."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "slate", "train", *FLAGS, "--iterations", "100000",
+               "--eval-every", "50", "--checkpoint-every", "50", "--engine", "distributed",
+               "--timeout", "30", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "SLATE_KILL_AT": "1@60"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(out.glob("checkpoint-rank0-*0150.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=120)
+    saved = torch.load(sorted(out.glob("checkpoint-rank0-*.pt"))[-1], weights_only=True)
+    assert saved["members"] == [0, 2, 3]
+    done = slate("train", "--resume", str(out), "--iterations", str(saved["iteration"] + 50),
+                 "--engine", "distributed", "--no-progress")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"parties [1] return to the run at iteration {saved['iteration']}" in done.stdout
+    result = summary(out)
+    assert result["members"] == [0, 1, 2, 3]
+    assert [(e["rank"], e["event"]) for e in result["party_events"]] == [
+        (1, "lost"),
+        (1, "rejoined"),
+    ]
+    assert int(history(out)[-1]["parties_alive"]) == 4
+
+
+# --------------------------------------------------------------------------- separate sites
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_sites(root: Path, parties: int = 4, rows: int = 600) -> None:
+    """Site r gets every 4th line of the first lines of w7a and of w7a.t."""
+    for source, name in (("w7a.gz", "train.svm"), ("w7a.t.gz", "test.svm")):
+        with gzip.open(SHARED / "w7a" / source, "rt") as handle:
+            lines = [line for line, _ in zip(handle, range(parties * rows), strict=False)]
+        for r in range(parties):
+            (root / f"site{r}").mkdir(parents=True, exist_ok=True)
+            (root / f"site{r}" / name).write_text("".join(lines[r::parties]))
+
+
+SITE_FLAGS = ["--train", "train.svm", "--test", "test.svm", "--out", "run", "--dataset",
+              "libsvm", "--features", "300", "--seed", "1", "--no-progress", "--timeout", "30",
+              "--checkpoint-every", "100"]  # fmt: skip
+
+
+def start_party(root: Path, rank: int, port: int, *flags: str, kill: str = "") -> subprocess.Popen:
+    command = [sys.executable, "-m", "slate", "train", "--rank", str(rank), "--rendezvous",
+               f"127.0.0.1:{port}", *flags]  # fmt: skip
+    env = {**os.environ, "SLATE_KILL_AT": kill}
+    return subprocess.Popen(command, cwd=root / f"site{rank}", env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path):
+    write_sites(tmp_path)
+    port = free_port()
+    serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
+             "127.0.0.1"]  # fmt: skip
+    server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
+    flags = ["--nodes", "4", "--external-store", "--iterations", "4000", *SITE_FLAGS]
+    parties = [start_party(tmp_path, r, port, *flags, kill="2@150") for r in range(4)]
+    parties[2].wait(timeout=120)
+    assert parties[2].returncode == -signal.SIGKILL
+    back = start_party(tmp_path, 2, port, "--resume", "run", "--external-store", "--no-progress",
+                       "--timeout", "30")  # fmt: skip
+    outputs = [p.communicate(timeout=300) for p in (*parties[:2], back, parties[3])]
+    server.communicate(timeout=30)
+    assert server.returncode == 0  # it leaves once every party has left
+    for rank, (process, (_, err)) in enumerate(zip((*parties[:2], back, parties[3]), outputs,
+                                                   strict=True)):  # fmt: skip
+        assert process.returncode == 0, f"party {rank}: {err}"
+        assert "Traceback" not in err
+    assert "party 2 rejoined the run at iteration" in outputs[2][0]
+    results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
+    events = results[0]["party_events"]
+    assert [(e["rank"], e["event"]) for e in events] == [(2, "lost"), (2, "rejoined")]
+    assert events[0]["iteration"] == 150 and events[1]["iteration"] % 100 == 0
+    for result in results:
+        assert result["members"] == [0, 1, 2, 3] and result["parties_alive"] == 4
+        assert result["party_events"] == events
+        assert result["test_ap"] == results[0]["test_ap"]  # one federated number for all
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp_path):
+    port = free_port()
+    flags = ["--nodes", "3", "--iterations", "100000", *SITE_FLAGS]
+    write_sites(tmp_path, parties=3, rows=300)
+    parties = [start_party(tmp_path, r, port, *flags, kill="0@100") for r in range(3)]
+    outputs = [p.communicate(timeout=200) for p in parties]
+    assert parties[0].returncode == -signal.SIGKILL
+    for process, (_, err) in zip(parties[1:], outputs[1:], strict=True):
+        assert process.returncode == 2, err
+        assert "rendezvous store" in err and "slate rendezvous" in err, err
+        assert "Traceback" not in err
