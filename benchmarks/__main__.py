@@ -64,6 +64,31 @@ def slate_run(args: list[str], env: dict[str, str] | None = None) -> dict:
             "evaluations": evaluations}  # fmt: skip
 
 
+def _distributed(w8a: list[str], quick: bool) -> list[str]:
+    """ms per iteration of the distributed engine, with and without party-loss recovery
+    (``--on-party-loss continue``: snapshots, a flag element per gossip message, collectives
+    waited for in slices, a heartbeat thread), against the simulator in the same session."""
+    lines = ["\n## Distributed engine (one process per party, gloo on loopback)\n",
+             "| N | distributed ms / it, continue | distributed ms / it, stop | "
+             "simulator ms / it | continue / stop | distributed (continue) / simulator |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    short = [*w8a, "--iterations", "300" if quick else "1000", "--eval-every", "100000",
+             "--checkpoint-every", "100000"]  # fmt: skip
+
+    def per_iteration(run: dict) -> float:
+        return 1000 * run["summary"]["wall_seconds"] / run["summary"]["iterations"]
+
+    for nodes in (2, 4):
+        distributed = [*short, "--nodes", str(nodes), "--engine", "distributed"]
+        go = per_iteration(slate_run([*distributed, "--on-party-loss", "continue"]))
+        stop = per_iteration(slate_run([*distributed, "--on-party-loss", "stop"]))
+        sim = per_iteration(slate_run([*short, "--nodes", str(nodes)]))
+        lines.append(f"| {nodes} | {go:.2f} | {stop:.2f} | {sim:.2f} | {go / stop:.2f}x | "
+                     f"{go / sim:.1f}x |")  # fmt: skip
+        print(lines[-1], flush=True)
+    return lines
+
+
 def _end_to_end(data_dir: str, quick: bool) -> list[str]:
     """``slate train`` wall times: w8a (eager, compiled) and MNIST, with their evaluation share.
 
@@ -181,18 +206,7 @@ def main() -> None:
     if Path(args.data_dir, "w8a").exists():
         lines += _end_to_end(args.data_dir, args.quick)
 
-        lines += ["\n## Distributed engine (one process per party, gloo on loopback)\n",
-                  "| N | distributed ms / iteration | simulator ms / iteration | ratio |",
-                  "|---|---|---|---|"]  # fmt: skip
-        short = [*w8a, "--iterations", "300" if args.quick else "1000", "--eval-every", "100000",
-                 "--checkpoint-every", "100000"]  # fmt: skip
-        for nodes in (2, 4):
-            dist_run = slate_run([*short, "--nodes", str(nodes), "--engine", "distributed"])
-            sim_run = slate_run([*short, "--nodes", str(nodes)])
-            d = dist_run["summary"]["wall_seconds"] / dist_run["summary"]["iterations"]
-            m = sim_run["summary"]["wall_seconds"] / sim_run["summary"]["iterations"]
-            lines.append(f"| {nodes} | {1000 * d:.2f} | {1000 * m:.2f} | {d / m:.1f}x |")
-            print(lines[-1], flush=True)
+        lines += _distributed(w8a, args.quick)
     lines += ["\n## Headline (w8a MLP, N = 20)\n", headline, NOTES]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'RESULTS.md'}")

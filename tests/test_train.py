@@ -82,8 +82,8 @@ def test_stop_requested_between_chunks_adds_no_second_evaluation(tmp_path, monke
 
     save = loop._save
 
-    def save_then_request_stop(run, out, history, elapsed):
-        save(run, out, history, elapsed)
+    def save_then_request_stop(run, out, elapsed):
+        save(run, out, elapsed)
         run.stop_requested = True  # as the signal handler does
 
     monkeypatch.setattr(loop, "_save", save_then_request_stop)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import math
 import os
 import time
@@ -21,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -35,19 +33,17 @@ from slate.data.sources import load_local_data, uses_party_files
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
-from slate.engines.membership import Change
 from slate.errors import ConfigError, TrainingDiverged
 from slate.evaluation import TestScores, evaluation_for
 from slate.models import build_model
 from slate.recovery import (
+    PartySetChanges,
     RecordedExchange,
-    Snapshot,
     Snapshots,
     parse_drops,
-    party_event,
     snapshot_depth,
 )
-from slate.topology import build_topology, diameter, surviving_topology
+from slate.topology import build_topology, diameter
 
 __all__ = [
     "Run",
@@ -225,7 +221,7 @@ def check_out_dir(out: str) -> None:
         raise ConfigError(f"--out {out} cannot be created: {ancestor} is not writable.")
 
 
-class Run:
+class Run(PartySetChanges):
     """One experiment's state, built from a resolved config, on the parties this engine runs.
 
     The simulator runs all N parties here; a distributed process runs one. Everything else
@@ -315,145 +311,6 @@ class Run:
     def recovers(self) -> bool:
         """Whether a lost party leaves the others running (distributed, ``continue``)."""
         return bool(getattr(self.engine, "recovers", False))
-
-    # -- changes of the party set (slate.recovery) ---------------------------------------------
-
-    def snapshot(self, after_evaluation: bool) -> None:
-        """Remember this position (distributed ``continue`` only): before step ``t`` when
-        ``after_evaluation``, else at iteration ``t`` before its evaluation and checkpoint."""
-        if self.snapshots is None:
-            return
-        self.snapshots.add(
-            Snapshot(
-                position=2 * self.iteration + int(after_evaluation),
-                x=self.x,
-                algorithm_state=dict(self.algorithm.state),
-                buffers=dict(self.compute.buffers),
-                sampler_start=self._chunk_start,
-                sampler_used=self._chunk_used,
-                loss_sum=self.loss_sum,
-                loss_steps=self.loss_steps,
-                traffic=(self.comm.bytes_sent, self.comm.messages_sent),
-                history_length=len(self.history),
-            )
-        )
-
-    def _restore(self, snapshot: Snapshot) -> None:
-        self.iteration = snapshot.iteration
-        self.x = snapshot.x
-        self.algorithm.state = dict(snapshot.algorithm_state)
-        self.compute.buffers = dict(snapshot.buffers)
-        self.sampler.load_state_dict(snapshot.sampler_start)
-        self.sampler.draw(snapshot.sampler_used)
-        self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
-        self.loss_sum, self.loss_steps = snapshot.loss_sum, snapshot.loss_steps
-        self.comm.bytes_sent, self.comm.messages_sent = snapshot.traffic
-        del self.history[snapshot.history_length :]
-        self._last_scores = (-1, None, None)
-
-    def recover(self) -> Change:
-        """After a failed exchange: agree with the survivors on who is lost, roll back to the
-        position all of them hold, and continue on the surviving graph."""
-        assert self.snapshots is not None
-        change = self.engine.leave_generation(self.snapshots.position)
-        self._restore(self.snapshots.at(change.position))
-        for rank in change.lost:
-            self.party_events.append(
-                party_event(rank, change.iteration, "lost", change.reasons.get(rank, "lost"))
-            )
-        self.change_parties(list(change.members))
-        self.snapshot(after_evaluation=bool(change.position % 2))
-        return change
-
-    def apply_drops(self) -> list[int]:
-        """The simulator's ``--drop-party`` losses due before this iteration's step."""
-        due = [r for r in self.drops.get(self.iteration, []) if r in self.members]
-        if due:
-            for rank in due:
-                self.party_events.append(party_event(rank, self.iteration, "lost", "--drop-party"))
-            self.change_parties([p for p in self.members if p not in due])
-        return due
-
-    def change_parties(self, members: list[int]) -> None:
-        """Continue with ``members``: keep their rows, and mix over the surviving graph
-        (:func:`slate.topology.surviving_topology`: Metropolis-Hastings weights over the
-        remaining edges, bridged where the graph fell apart)."""
-        rows = [k for k, p in enumerate(self.engine.local_parties) if p in members]
-        if len(rows) < self.n_local:
-            self._keep_rows(rows)
-        self.engine.set_members(members)
-        self.members = sorted(members)
-        self.topology, graph = surviving_topology(self.base_topology, self.members)
-        traffic = (self.comm.bytes_sent, self.comm.messages_sent)
-        self.comm = self.engine.communicator(self.topology, self.device)
-        self.comm.bytes_sent, self.comm.messages_sent = traffic
-        self.algorithm.restart_tracking()
-        self._last_scores = (-1, None, None)
-        self.graph_changes.append({"iteration": self.iteration, **graph.to_dict()})
-
-    def _keep_rows(self, rows: list[int]) -> None:
-        """Keep only these local parties' rows (the simulator's dropped parties leave)."""
-        index = torch.tensor(rows, device=self.device)
-        self.x = self.x.index_select(0, index)
-        self.algorithm.state = {
-            k: v.index_select(0, index) for k, v in self.algorithm.state.items()
-        }
-        self.compute.keep_parties(index)
-        self.loss_sum = self.loss_sum.index_select(0, index)
-        self.sampler.keep(rows)
-        self.n_local = len(rows)
-        if self.data.federated:
-            self._keep_test_rows(rows)
-
-    def _keep_test_rows(self, rows: list[int]) -> None:
-        parts = [self.evaluation.test_parts[k] for k in rows]
-        kept = torch.from_numpy(np.concatenate(parts)).to(self.device)
-        self.test_features = self.test_features.index_select(0, kept)
-        self.test_labels = self.test_labels.index_select(0, kept)
-        starts = np.cumsum([0, *(len(p) for p in parts)])
-        self.evaluation = evaluation_for([np.arange(a, b) for a, b in itertools.pairwise(starts)])
-
-    def admit(self, change: Change, returning_state: dict[str, Any] | None) -> None:
-        """Welcome the returning parties of ``change`` (collective over the new members).
-
-        A returning party takes the current members' average of the parameters and of every
-        algorithm variable (momentum, tracker), the run's iteration and history; its sampler
-        streams skip ahead to that iteration. ``returning_state`` is this process's own
-        checkpoint when it is the one returning.
-        """
-        staying = [p for p in change.members if p not in change.joined]
-        returning = self.engine.rank in change.joined
-        if returning and returning_state is not None:
-            self.load_state_dict(returning_state, members_check=False)
-        x = self._staying_mean(self.x, returning, len(staying))
-        state = {
-            k: self._staying_mean(v, returning, len(staying))
-            for k, v in self.algorithm.state.items()
-        }
-        record = {
-            "iteration": self.iteration, "history": self.history, "loss_steps": self.loss_steps,
-            "party_events": self.party_events, "graph_changes": self.graph_changes,
-        }  # fmt: skip
-        record = self.engine.broadcast_object(record if not returning else None, staying[0])
-        if returning:
-            self.x, self.algorithm.state = x, state
-            self.sampler.draw(record["iteration"] - self.iteration)
-            self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
-            self.iteration = record["iteration"]
-            self.loss_sum = torch.zeros_like(self.loss_sum)
-            self.loss_steps = record["loss_steps"]
-        self.history = record["history"]
-        self.party_events = record["party_events"] + [
-            party_event(rank, change.iteration, "rejoined", "restarted with --resume")
-            for rank in change.joined
-        ]
-        self.graph_changes = record["graph_changes"]
-        self.change_parties(list(change.members))
-        self.snapshot(after_evaluation=True)
-
-    def _staying_mean(self, value: Tensor, returning: bool, staying: int) -> Tensor:
-        """The mean of ``value`` over the staying members (collective; returners add 0)."""
-        return self.engine.total(value * (0.0 if returning else 1.0)) / staying
 
     def initial_parameters(self) -> Tensor:
         """Alg. 1 line 2: every party starts from the same model (plus algorithm variables)."""

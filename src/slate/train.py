@@ -227,22 +227,26 @@ class _Loop:
                 self.say(run.learning_warning)
         if t >= config.iterations:
             return self._finish()
-        # A stop is honoured after this iteration's evaluation, so none is ever skipped.
-        stopping = False if self.joined_at == t else run.engine.any(run.stop_requested)
-        if self.joined_at == t:
-            pass
-        elif stopping or (t > 0 and t % config.checkpoint_every == 0):
-            _save(run, self.out, self.elapsed())
-            if not stopping:
-                self._admit_returning()
-        if stopping:
-            raise RunInterrupted(_interrupted_message(run, self.out))
+        if self.joined_at != t:  # (a party admitted here joins after this boundary)
+            self._stop_or_checkpoint()
         run.snapshot(after_evaluation=True)
         for rank in run.apply_drops():
             self._announce_loss(rank, "--drop-party")
         run.advance(_chunk_length(run))
         self.bar.show()
         return None
+
+    def _stop_or_checkpoint(self) -> None:
+        """A stop is honoured after this iteration's evaluation, so none is ever skipped;
+        returning parties are admitted after a checkpoint."""
+        run, t = self.run, self.run.iteration
+        stopping = run.engine.any(run.stop_requested)
+        if stopping or (t > 0 and t % run.config.checkpoint_every == 0):
+            _save(run, self.out, self.elapsed())
+        if stopping:
+            raise RunInterrupted(_interrupted_message(run, self.out))
+        if t > 0 and t % run.config.checkpoint_every == 0:
+            self._admit_returning()
 
     def _finish(self) -> _Final:
         run = self.run

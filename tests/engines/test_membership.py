@@ -158,3 +158,15 @@ def test_heartbeat_moves_and_stops():
     assert second >= first + 2
     assert int(master.add(f"{PREFIX}beat/7", 0)) == third
     assert os.getpid()  # the heartbeat is a thread of this process, not a child
+
+
+def test_rejoining_a_run_nobody_runs_any_more_is_refused(store_address):
+    """A stale store (every party gone, e.g. all restarted against an old 'slate rendezvous')."""
+    port = store_address
+    store = client(port)
+    for rank in (0, 2):
+        store.add(f"{PREFIX}beat/{rank}", 5)  # heartbeats that never move again
+    started = time.monotonic()
+    with pytest.raises(PartyLost, match="fresh 'slate rendezvous'"):
+        Membership(store, 1, [0, 1, 2], timeout_s=3.0).request_join()
+    assert time.monotonic() - started < 5

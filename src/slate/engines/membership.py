@@ -258,17 +258,30 @@ class Membership:
         return sorted(set(ranks))
 
     def request_join(self) -> Change:
-        """Ask the running parties to admit this one; wait (up to ``--timeout`` past their next
-        checkpoint) for the admission and return it."""
+        """Ask the running parties to admit this one and wait for their next checkpoint
+        boundary, where they admit it; return the admission.
+
+        Raises :class:`PartyLost` when the run has finished, or when no other party's heartbeat
+        moves (nobody is left to admit it: a full restart needs a fresh rendezvous store).
+        """
         admitted = f"{PREFIX}admitted/{self.rank}"
         self.store.delete_key(admitted)
         slot = int(self.store.add(f"{PREFIX}join_requests", 1)) - 1
         self.store.set(f"{PREFIX}join_request/{slot}", str(self.rank))
+        liveness = _Liveness(self.store, self.silence_s)
+        others = [rank for rank in self.members if rank != self.rank]
         while not self.store.check([admitted]):
             if self.store.check([FINAL_MEMBERS_KEY]):
                 raise PartyLost(
                     f"Party {self.rank} cannot rejoin: the other parties have already finished "
                     "the run."
+                )
+            if all(liveness.gone(rank) is not None for rank in others):
+                raise PartyLost(
+                    f"Party {self.rank} cannot rejoin: no other party of the run at this "
+                    "rendezvous is running (their heartbeats have stopped). To restart every "
+                    "party, start a fresh 'slate rendezvous' first, then all parties with "
+                    "--resume."
                 )
             time.sleep(POLL_SECONDS)
         change = Change.from_text(self.store.get(admitted))
