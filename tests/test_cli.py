@@ -468,3 +468,7 @@ def test_on_party_loss_choices(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["train", "--on-party-loss", "ignore"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_rendezvous_refuses_a_bad_port(capsys) -> None:
+    _user_error(capsys, ["rendezvous", "--port", "99999"], "--port", "1..65535")

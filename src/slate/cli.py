@@ -259,8 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     rdv = sub.add_parser(
         "rendezvous",
         help="host the rendezvous store of one multi-site run (so that no party hosts it)",
+        description="Host torch's TCPStore for one run of 'slate train --rank R --rendezvous "
+        "HOST:PORT --external-store'. It holds coordination keys only (addresses, heartbeats, "
+        "who is in the run) and exits once every party has left, so that any party can be lost "
+        "without stopping the others.",
     )
-    rdv.add_argument("--port", type=int, required=True)
+    rdv.add_argument("--port", type=int, required=True, help="the port the parties connect to")
     rdv.add_argument(
         "--host", default="0.0.0.0", help="address to listen on (default: every interface)"
     )

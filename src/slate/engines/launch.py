@@ -206,6 +206,8 @@ def serve_rendezvous(port: int, host: str = "0.0.0.0", say=print) -> int:
     The store outlives any party, so that every party, rank 0 included, can be lost without
     stopping the others. It holds only coordination keys: addresses, heartbeats, membership.
     """
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must lie in 1..65535, got {port}.")
     try:
         store = dist.TCPStore(
             host, port, 1, True, timeout=datetime.timedelta(seconds=60), wait_for_workers=False
