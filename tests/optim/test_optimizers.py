@@ -65,7 +65,7 @@ def worker(rank, world, init_file, config, result_file):
         torch.save(flat / world, result_file)
     dist.barrier()
     # Leave without the interpreter's shutdown, where gloo's threads can abort the process
-    # (as slate's own workers do; see slate.cli._exit_worker).
+    # (as slate's own workers do; see slate.party_process.exit_worker).
     os._exit(0)
 
 
