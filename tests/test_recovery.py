@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from slate.config import TrainConfig, resolve_config
+from slate.engines.membership import PartyLost
 from slate.errors import ConfigError
 from slate.recovery import Snapshots, parse_drops, snapshot_depth
 from slate.run import Run
@@ -60,7 +61,7 @@ def test_snapshots_keep_the_newest_per_position():
         snaps.add(_fake_snapshot(position, marker))
     assert snaps.position == 4
     assert snaps.at(3).x.item() == 31  # the later snapshot of position 3 replaced the first
-    with pytest.raises(RuntimeError, match="no snapshot at position 1"):
+    with pytest.raises(PartyLost, match="resume from iteration 0, but this party holds"):
         snaps.at(1)  # fell out of the depth
 
 

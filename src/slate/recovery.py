@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slate.engines.membership import Change
+from slate.engines.membership import Change, PartyLost
 from slate.errors import ConfigError
 from slate.evaluation import evaluation_for
 from slate.topology import surviving_topology
@@ -82,8 +82,12 @@ class Snapshots:
         for snapshot in reversed(self._items):
             if snapshot.position == position:
                 return snapshot
-        held = [s.position for s in self._items]
-        raise RuntimeError(f"no snapshot at position {position}; held: {held}")
+        held = [s.position // 2 for s in self._items]
+        raise PartyLost(
+            f"The survivors agreed to resume from iteration {position // 2}, but this party "
+            f"holds states of iterations {held[0]}..{held[-1]} only, so it cannot roll back "
+            "there; it stops. Restart it with --resume to rejoin at the next checkpoint."
+        )
 
 
 def snapshot_depth(diameter: int) -> int:
