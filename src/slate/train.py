@@ -4,15 +4,14 @@
 
 * ``summary.json``: the final metrics and the whole resolved configuration;
 * ``history.csv``: one row per evaluation (iteration, test_ap, test_auroc, train_loss,
-  consensus_distance, elapsed_seconds);
+  consensus_distance, elapsed_seconds, parties_alive);
 * ``pr_curve.csv`` (with each point's threshold), ``pr_curve.png`` (the operating points
   marked) and ``ap_curve.png``;
 * ``model.pt``: the averaged model's ``state_dict`` (load it with ``weights_only=True``), and
   ``model.json``, what rebuilds it (:func:`slate.load_model`).
 
-The hot loop has no Python loop over parties and no host synchronisation: indices are drawn for a
-whole chunk of steps at once, losses are kept on the device, and the host looks at numbers only at
-evaluation points (every ``--eval-every`` iterations).
+The steps themselves are :meth:`slate.run.Run.advance`; a lost party (``--on-party-loss
+continue``) or a returning one changes the party set between passes (:mod:`slate.recovery`).
 """
 
 from __future__ import annotations
