@@ -631,4 +631,5 @@ def _algorithm_config(config: TrainConfig) -> AlgorithmConfig:
         momentum=config.momentum,
         lr_dual=config.lr_dual,
         coda_objective=config.coda_objective,
+        sampled_positive_rate=config.positives / config.batch_size,
     )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
 import torch
+from torch import Tensor
 
 from slate.algorithms import AlgorithmConfig, build_algorithm
 from slate.algorithms.coda import CODA_OBJECTIVES, auc_square_loss
@@ -294,3 +296,43 @@ def test_one_party_slate_m_is_centralised_storm(problem):
         u = g_now + 0.5 * (u - g_prev)
         prev, flat = flat, flat - 0.1 * u
     torch.testing.assert_close(ours[0], flat, rtol=1e-10, atol=1e-12)
+
+
+def _saddle_loss(h: Tensor, y: Tensor, p: float) -> float:
+    """CODA's square loss at its saddle for scores ``h``: a, b at the class means, alpha at its
+    maximiser, and the common shift of every score that the model's bias would choose (the
+    minimum over a fine grid of shifts)."""
+    pos, neg = y == 1, y == 0
+    best = math.inf
+    for shift in torch.linspace(-20, 20, 4001, dtype=torch.float64):
+        s = h + shift
+        a, b = s[pos].mean(), s[neg].mean()
+        coupling = (p * s * neg - (1 - p) * s * pos).mean()
+        alpha = coupling / (p * (1 - p))  # dL/dalpha = 2 coupling - 2 p (1-p) alpha = 0
+        extra = torch.stack([a, b, alpha])
+        loss = float(auc_square_loss(s, y.long(), extra, torch.tensor([p], dtype=torch.float64)))
+        best = min(best, loss)
+    return best
+
+
+def test_coda_p_is_the_rate_the_sampler_draws_positives_at():
+    """A w7a-like party (3% positives) sampled with b = 2 of m = 20: p must be 0.1, the rate of
+    the batches the class means are taken over, so that the saddle ranks scorers: a perfect one
+    below a constant one below a reversed one. With the party's 3% they would all tie."""
+    from slate.config import TrainConfig, resolve_config
+    from slate.run import _algorithm_config
+
+    config = resolve_config(TrainConfig(algorithm="coda", positives=2, batch_size=20))
+    algorithm = build_algorithm("coda", _algorithm_config(config))
+    party_labels = (torch.arange(1000) % 100 < 3).long()  # 3% positives
+    p = float(algorithm.context([party_labels, party_labels])[0, 0])
+    assert p == pytest.approx(0.1)
+    y = (torch.arange(20) < 2).long()  # one batch: b = 2 positives among m = 20
+    gap = y.double()  # positives scored 1 above negatives: the square loss's margin
+    perfect, constant, reversed_ = (_saddle_loss(k * gap, y, p) for k in (1.0, 0.0, -1.0))
+    assert perfect == pytest.approx(-0.09, abs=1e-9)
+    assert constant == pytest.approx(0.0, abs=1e-9)
+    assert reversed_ == pytest.approx(0.27, abs=1e-9)
+    # The party's own rate makes every scorer reach -p (1 - p): the objective stops ranking.
+    tied = [_saddle_loss(k * gap, y, 0.03) for k in (1.0, 0.0, -1.0)]
+    assert tied == pytest.approx([-0.03 * 0.97] * 3, abs=1e-5)  # up to the shift grid

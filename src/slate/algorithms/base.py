@@ -35,6 +35,9 @@ class AlgorithmConfig:
         lr_dual: CODA's step size for the dual variable alpha.
         coda_objective: CODA's loss, ``square`` (the square-loss AUC objective of the paper's
             baseline) or ``margin`` (LibAUC's AUC-margin loss).
+        sampled_positive_rate: the share of positives in every mini-batch the sampler draws,
+            ``b / m`` (CODA's ``p``); ``None`` when batches are drawn uniformly from each
+            party's data, so that the party's own positive rate is the sampling rate.
     """
 
     lr: float = 0.01
@@ -45,6 +48,7 @@ class AlgorithmConfig:
     momentum: str = "storm"
     lr_dual: float = 0.0001
     coda_objective: str = "square"
+    sampled_positive_rate: float | None = None
 
 
 class Algorithm(ABC):
