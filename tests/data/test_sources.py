@@ -55,15 +55,15 @@ def test_rank_placeholder_selects_party_files():
 def test_each_party_holds_its_own_rows_standardised_with_pooled_statistics(tmp_path):
     pooled = make_sites(tmp_path)
     data = load_local_data(csv_config(tmp_path, standardize=True), [0, 1, 2], SimulatorEngine(3))
-    # The files hold float32 features once read: pool those.
-    x_all = np.concatenate([x for x, _ in pooled["train"]]).astype(np.float32).astype(np.float64)
+    # The cells are read as float64 and scaled before the float32 cast: pool them as written.
+    x_all = np.concatenate([x for x, _ in pooled["train"]])
     mean, std = x_all.mean(0), x_all.std(0)
     assert data.federated and data.n_train == 360 and data.n_test == 180
     np.testing.assert_allclose(data.preprocessing.scaler.mean, mean, rtol=1e-9)
     np.testing.assert_allclose(data.preprocessing.scaler.scale, std, rtol=1e-9)
     for n, rows in enumerate(data.parts):
-        own = pooled["train"][n][0].astype(np.float32).astype(np.float64)
-        np.testing.assert_allclose(data.x_train[rows], (own - mean) / std, rtol=1e-5, atol=1e-6)
+        own = pooled["train"][n][0]
+        np.testing.assert_allclose(data.x_train[rows], (own - mean) / std, rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(data.y_train[rows], pooled["train"][n][1])
     for n, rows in enumerate(data.test_parts):
         np.testing.assert_array_equal(data.y_test[rows], pooled["test"][n][1])
@@ -129,6 +129,48 @@ def test_libsvm_parties_agree_on_the_largest_index(tmp_path):
     assert data.x_train.shape[1] == 7 and data.x_test.shape[1] == 7
     # Party 0 held out a stratified 30% of its own file; nothing of party 1's.
     assert [len(p) for p in data.test_parts] == [4, 4]
+
+
+def _write_timestamps_svm(path, rows: int, seed: int) -> np.ndarray:
+    """A LIBSVM file whose feature 1 is a Unix timestamp (1.7e9 + U(0, 3600) s, all digits
+    written) and feature 2 a small number; returns the features as float64."""
+    rng = np.random.default_rng(seed)
+    x = np.column_stack([1.7e9 + rng.uniform(0, 3600, rows), rng.normal(0, 1, rows)])
+    lines = [
+        f"{1 if k % 4 == 0 else -1} 1:{float(a)!r} 2:{float(b)!r}" for k, (a, b) in enumerate(x)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return x
+
+
+@pytest.mark.parametrize("party_files", [False, True])
+def test_libsvm_features_are_scaled_in_float64_before_the_float32_cast(tmp_path, party_files):
+    """LIBSVM rows are divided by the standard deviation: of the values as written (numpy
+    float64), not of their float32 roundings (spacing 128 at 1.7e9: the std was 6e-4 off)."""
+    where = "{rank}/" if party_files else ""
+    parts = [0, 1] if party_files else [""]
+    x = np.concatenate(
+        [_write_timestamps_svm(tmp_path / str(p) / "train.svm", 200, seed=7 + k)
+         for k, p in enumerate(parts)]
+    )  # fmt: skip
+    for k, p in enumerate(parts):
+        _write_timestamps_svm(tmp_path / str(p) / "test.svm", 40, seed=17 + k)
+    config = TrainConfig(
+        dataset="libsvm", train=str(tmp_path / f"{where}train.svm"),
+        test=str(tmp_path / f"{where}test.svm"), standardize=True, nodes=2, batch_size=8,
+        positives=2,
+    )  # fmt: skip
+    data = load_local_data(config, [0, 1], SimulatorEngine(2))
+    assert data.x_train.dtype == np.float32 and data.x_test.dtype == np.float32
+    expected = x / x.std(0)  # LIBSVM data is scaled, not centred
+    if not party_files:  # the partitioned rows: each party's share of the one file, in order
+        from slate.data.partition import make_partition
+
+        labels = (np.arange(len(x)) % 4 == 0).astype(np.int64)
+        shares = make_partition(labels, 2, config.partition, config.seed, config.dirichlet_alpha)
+        expected = expected[np.concatenate(shares)]
+    np.testing.assert_allclose(data.x_train, expected, rtol=1e-6)
 
 
 def test_party_without_positives_stops_everyone_naming_it(tmp_path):

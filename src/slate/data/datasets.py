@@ -1,6 +1,7 @@
 """Named datasets: where their files live, how they are split, and what the test set is.
 
-``load_dataset(config)`` returns a :class:`Dataset` with dense float32 features and 0/1 labels.
+``load_dataset(config)`` returns a :class:`Dataset` with dense float32 features and 0/1 labels
+(float64 for ``libsvm`` files read with ``--standardize``: they are scaled, then cast, later).
 
 * ``digits`` (the default) ships with scikit-learn: 8x8 digits scaled to [0, 1], classes 0-4
   negative and 5-9 positive, a seeded stratified test split, then 80% of the training positives
@@ -24,12 +25,20 @@ from slate.config import TrainConfig
 from slate.data.imbalance import binarize_classes, drop_positives
 from slate.errors import ConfigError, DataError
 
-__all__ = ["DATASET_NAMES", "Dataset", "find_file", "load_dataset", "split_stratified"]
+__all__ = [
+    "DATASET_NAMES",
+    "Dataset",
+    "find_file",
+    "load_dataset",
+    "read_dtype",
+    "split_stratified",
+]
 
 
 @dataclass
 class Dataset:
-    """A binary task: features ``(n, ...)`` float32 and labels ``(n,)`` int64 in {0, 1}."""
+    """A binary task: features ``(n, ...)`` float32 (float64 until scaled, see the module
+    docstring) and labels ``(n,)`` int64 in {0, 1}."""
 
     name: str
     x_train: np.ndarray
@@ -160,13 +169,22 @@ def _user_files(config: TrainConfig, reader) -> Dataset:
     return Dataset(config.dataset, x_train, y_train, x_test, y_test, f"test file {config.test}")
 
 
+def read_dtype(config: TrainConfig) -> type[np.floating]:
+    """float64 when the features are standardised later (:mod:`slate.data.sources`), which
+    casts them to float32 after scaling; float32 otherwise."""
+    return np.float64 if config.standardize else np.float32
+
+
 def _load_libsvm(config: TrainConfig) -> Dataset:
     from slate.data.libsvm import read_libsvm_file
 
     notes: list[str] = []
 
     def read(path: str):
-        read = read_libsvm_file(path, n_features=config.n_features, zero_based=config.zero_based)
+        read = read_libsvm_file(
+            path, n_features=config.n_features, zero_based=config.zero_based,
+            dtype=read_dtype(config),
+        )  # fmt: skip
         if read.note:
             notes.append(read.note)
         return read.x, read.y

@@ -14,7 +14,8 @@ same way for training, test and prediction files:
    in training, in sorted order, plus ``<name>=<missing>`` when a training cell was missing. A
    category that training never saw encodes as all zeros and is counted.
 4. **Scaling** (``--standardize``, the default for CSV): numeric columns are z-scored with the
-   training mean and standard deviation; one-hot and indicator columns stay 0/1.
+   training mean and standard deviation; one-hot and indicator columns stay 0/1. Statistics and
+   z-scores are computed in float64 from the cells as read; the matrix is cast to float32 last.
 
 With per-party files every statistic is federated: counts and sums are summed over the parties
 and the category *names* are united; no row leaves a party.
@@ -124,7 +125,7 @@ class TableEncoder:
         categories = _united_categories(tables, text, gather)
         encoder = cls(numeric, text, means, indicators, categories, choice, imputed=imputed)
         if standardize:
-            encoded = [encoder.encode(t, count_unseen=False) for t in tables]
+            encoded = [encoder._encode64(t, count_unseen=False) for t in tables]
             scaled = np.zeros(encoder.width, dtype=bool)
             scaled[: len(numeric)] = True
             encoder.scaler = _masked_scaler(encoded, scaled, total)
@@ -147,15 +148,25 @@ class TableEncoder:
 
     def encode(self, table: Any, count_unseen: bool = True) -> np.ndarray:
         """The unscaled float32 feature matrix of ``table`` (matched by column name)."""
+        return self._encode64(table, count_unseen).astype(np.float32)
+
+    def transform(self, table: Any) -> np.ndarray:
+        """The float32 model input of ``table``: the encoding, then the scaling fitted on the
+        training data (if any).
+
+        Both are computed in float64 and cast once, at the end: a column of large magnitude
+        and small spread (a Unix timestamp, 1.7e9 give or take an hour) would otherwise be
+        rounded to float32's spacing of 128 before it is centred, leaving few distinct values.
+        """
+        x = self._encode64(table)
+        return self.scaler.apply(x) if self.scaler is not None else x.astype(np.float32)
+
+    def _encode64(self, table: Any, count_unseen: bool = True) -> np.ndarray:
+        """The unscaled feature matrix of ``table`` in float64 (what scaling is fitted on)."""
         self._check_columns(table)
         blocks = [self._numeric_block(table), self._indicator_block(table)]
         blocks += [self._one_hot(table, c, count_unseen) for c in self.text]
-        return np.concatenate([b for b in blocks if b.shape[1]], axis=1).astype(np.float32)
-
-    def transform(self, table: Any) -> np.ndarray:
-        """:meth:`encode`, then the scaling fitted on the training data (if any)."""
-        x = self.encode(table)
-        return self.scaler.apply(x) if self.scaler is not None else x
+        return np.concatenate([b for b in blocks if b.shape[1]], axis=1).astype(np.float64)
 
     def _check_columns(self, table: Any) -> None:
         needed = [*self.numeric, *self.text]

@@ -100,7 +100,7 @@ class LibsvmFile:
 
     Attributes:
         path: the file read.
-        x: ``float32`` features ``(n, d)``.
+        x: features ``(n, d)``, ``float32`` unless read with ``dtype=np.float64``.
         y: ``int64`` labels ``(n,)`` in {0, 1}.
         qid_fields: how many ``qid:`` fields (query ids of ranking data) were skipped.
     """
@@ -123,7 +123,11 @@ class LibsvmFile:
 
 
 def read_libsvm(
-    path: str | os.PathLike[str], n_features: int | None = None, *, zero_based: bool = False
+    path: str | os.PathLike[str],
+    n_features: int | None = None,
+    *,
+    zero_based: bool = False,
+    dtype: type[np.floating] = np.float32,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read a binary-classification LIBSVM file into dense arrays.
 
@@ -137,10 +141,13 @@ def read_libsvm(
         n_features: The number of features ``d``. If ``None``, ``d`` is the largest index in the
             file (plus one when ``zero_based``); if given, a larger index is an error.
         zero_based: Whether the file's feature indices start at 0 instead of LIBSVM's 1.
+        dtype: The type of ``X``: ``float32``, or ``float64`` for values that are scaled before
+            the model's float32 cast (statistics of values rounded to float32 are off for a
+            column of large magnitude and small spread).
 
     Returns:
-        ``(X, y)``: ``X`` is a C-contiguous ``float32`` array of shape ``(n, d)`` and ``y`` an
-        ``int64`` array of shape ``(n,)`` with values in ``{0, 1}``.
+        ``(X, y)``: ``X`` is a C-contiguous ``dtype`` (default ``float32``) array of shape
+        ``(n, d)`` and ``y`` an ``int64`` array of shape ``(n,)`` with values in ``{0, 1}``.
 
     Raises:
         DataError: If the file cannot be read, is not UTF-8, holds no data lines, has labels
@@ -149,12 +156,16 @@ def read_libsvm(
             value that is not a finite number representable as float32, an index repeated
             within a line), or if the dense matrix would exceed :data:`MAX_ELEMENTS` elements.
     """
-    result = read_libsvm_file(path, n_features, zero_based=zero_based)
+    result = read_libsvm_file(path, n_features, zero_based=zero_based, dtype=dtype)
     return result.x, result.y
 
 
 def read_libsvm_file(
-    path: str | os.PathLike[str], n_features: int | None = None, *, zero_based: bool = False
+    path: str | os.PathLike[str],
+    n_features: int | None = None,
+    *,
+    zero_based: bool = False,
+    dtype: type[np.floating] = np.float32,
 ) -> LibsvmFile:
     """Read a binary-classification LIBSVM file, saying what was skipped.
 
@@ -214,7 +225,7 @@ def read_libsvm_file(
                 "so the number of features cannot be inferred. Pass n_features explicitly or "
                 "check the file."
             )
-        return LibsvmFile(name, np.zeros((n_rows, n_features), dtype=np.float32), y, qid_fields)
+        return LibsvmFile(name, np.zeros((n_rows, n_features), dtype=dtype), y, qid_fields)
 
     token_lines = np.repeat(np.asarray(line_numbers, dtype=np.int64), counts)
     idx, vals = _parse_tokens(name, feature_tokens, token_lines, n_features, first_index)
@@ -249,8 +260,8 @@ def read_libsvm_file(
                 f"'{feature_tokens[pos]}'). Expected each index at most once per line."
             )
 
-    X = np.zeros((n_rows, d), dtype=np.float32)
-    X[rows, cols] = vals.astype(np.float32)
+    X = np.zeros((n_rows, d), dtype=dtype)
+    X[rows, cols] = vals.astype(dtype)
     return LibsvmFile(name, X, y, qid_fields)
 
 

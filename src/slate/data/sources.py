@@ -23,7 +23,7 @@ import numpy as np
 from torch import Tensor
 
 from slate.config import TrainConfig
-from slate.data.datasets import Dataset, load_dataset, split_stratified
+from slate.data.datasets import Dataset, load_dataset, read_dtype, split_stratified
 from slate.data.encoding import TableEncoder
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.preprocess import Standardizer
@@ -276,7 +276,10 @@ def _read_party_libsvm(config: TrainConfig, rank: int, train_path: str, test_pat
     from slate.data.libsvm import read_libsvm
 
     def read(path: str):
-        return read_libsvm(path, n_features=config.n_features, zero_based=config.zero_based)
+        return read_libsvm(
+            path, n_features=config.n_features, zero_based=config.zero_based,
+            dtype=read_dtype(config),
+        )  # fmt: skip
 
     x_train, y_train = read(train_path)
     x_test = y_test = None
