@@ -97,3 +97,52 @@ def test_logits_beyond_the_range_fall_into_the_end_bins():
 def test_no_positive_is_an_error():
     with pytest.raises(ValueError, match="positive"):
         BinnedMetrics(binned_counts(torch.zeros(3), torch.zeros(3), 8)).average_precision()
+
+
+def _federated_scores(logits: np.ndarray, labels: np.ndarray):
+    from slate.evaluation import FederatedEvaluation
+
+    evaluation = FederatedEvaluation([np.arange(len(labels))])
+    return evaluation.score(
+        torch.from_numpy(logits), torch.from_numpy(labels), lambda t: t, is_main=True
+    )
+
+
+def test_scores_all_beyond_the_range_share_one_bin_and_the_run_is_warned():
+    """Every logit above +20: one bin, so the binned AP is the positive rate although the
+    raw scores rank perfectly (scikit-learn AP 1.0); the scores carry a warning."""
+    labels = (np.arange(200) % 10 == 0).astype(np.int64)
+    logits = 25.0 + labels * 5.0 + np.linspace(0, 1, 200)
+    assert average_precision_score(labels, logits) == 1.0
+    scores = _federated_scores(logits, labels)
+    assert scores.values["test_ap"] == pytest.approx(labels.mean())
+    assert scores.values["test_ap_error_bound"] > 0.5
+    assert scores.warning is not None and "\n" not in scores.warning
+    assert "100.0% of the test scores" in scores.warning
+    assert "(0 below, 200 above)" in scores.warning
+    assert "--lr" in scores.warning and "--standardize" in scores.warning
+
+
+@pytest.mark.parametrize(("beyond", "warned"), [(0, False), (2, False), (3, True), (40, True)])
+def test_the_warning_starts_above_one_percent_in_the_end_bins(beyond, warned):
+    """200 rows, ``beyond`` of them below -20 (counted by hand): 2 (1%) is no warning, 3 is."""
+    rng = np.random.default_rng(3)
+    labels = (np.arange(200) % 4 == 0).astype(np.int64)
+    logits = rng.uniform(-5, 5, 200)
+    logits[:beyond] = -20.5 - rng.uniform(0, 100, beyond)
+    scores = _federated_scores(logits, labels)
+    assert (scores.warning is not None) == warned
+    if warned:
+        assert f"{beyond / 200:.1%} of the test scores" in scores.warning
+        assert f"({beyond} below, 0 above)" in scores.warning
+
+
+def test_pooled_scores_are_exact_and_never_warned():
+    from slate.evaluation import PooledEvaluation
+
+    labels = (np.arange(200) % 10 == 0).astype(np.int64)
+    logits = 25.0 + labels * 5.0
+    scores = PooledEvaluation().score(
+        torch.from_numpy(logits), torch.from_numpy(labels), lambda t: t, is_main=True
+    )
+    assert scores.values["test_ap"] == 1.0 and scores.warning is None

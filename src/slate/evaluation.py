@@ -10,6 +10,10 @@ The choice follows the data source (:mod:`slate.data.sources`) and is made once,
   computes the AP and AUROC of the union of all test sets, with error bounds
   (:mod:`slate.histogram_metrics`). No score leaves a party. Each party also scores its own test
   rows exactly (``party_test_ap``).
+
+  Logits beyond :data:`~slate.histogram_metrics.LOGIT_RANGE` share the two end bins, where their
+  order is lost; when more than :data:`END_BIN_SHARE` of the test scores lie there, the scores
+  carry a warning (:func:`end_bin_warning`), printed by the run and kept in ``summary.json``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from slate import metrics
@@ -31,13 +36,17 @@ from slate.histogram_metrics import (
 )
 
 __all__ = [
+    "END_BIN_SHARE",
     "Evaluation",
     "FederatedEvaluation",
     "PooledEvaluation",
     "TestScores",
     "bin_edges",
+    "end_bin_warning",
     "evaluation_for",
 ]
+
+END_BIN_SHARE = 0.01  # warn when more of the test scores than this fall in an end bin
 
 
 @dataclass
@@ -52,6 +61,7 @@ class TestScores:
     values: dict[str, float]
     curve: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     thresholds: np.ndarray | None = field(default=None, repr=False)
+    warning: str | None = None  # a line for the user: the metrics may mislead (end bins)
 
     def pr_curve(self) -> tuple[np.ndarray, np.ndarray]:
         if self.curve is None:
@@ -110,7 +120,9 @@ class FederatedEvaluation(Evaluation):
         binned = BinnedMetrics(counts)
         precision, recall, bins = binned.precision_recall_curve()
         edges = np.append(bin_edges(bins, self.bins), np.inf)
-        return TestScores(metrics_from_counts(counts), (precision, recall), edges)
+        values = metrics_from_counts(counts)
+        warning = end_bin_warning(counts, values["test_ap"], values["test_ap_error_bound"])
+        return TestScores(values, (precision, recall), edges, warning)
 
     def party_test_aps(self, logits: Tensor, labels: Tensor) -> list[float | None]:
         aps: list[float | None] = []
@@ -135,6 +147,35 @@ def bin_edges(bins: np.ndarray, n_bins: int, limit: float = LOGIT_RANGE) -> np.n
     k = np.asarray(bins, dtype=np.float64)
     edges = -limit + k * (2 * limit / n_bins)
     return np.where(k == 0, -np.inf, edges)
+
+
+def end_bin_warning(
+    counts: Tensor, ap: float, bound: float, limit: float = LOGIT_RANGE
+) -> str | None:
+    """A one-line warning when more than :data:`END_BIN_SHARE` of the rows counted in the
+    summed ``(2, bins)`` table lie in its end bins (logits beyond ``-limit`` or ``limit``).
+
+    Scores there are ties to the histogram: with every logit beyond the range, all rows share
+    one bin and the binned AP is the positive rate, whatever the model's ranking. The exact AP
+    needs the scores in one place: the pooled evaluation of a run with one ``--test`` file, or
+    ``slate evaluate`` on a test file.
+    """
+    table = counts.detach().to(torch.float64).cpu()
+    rows = float(table.sum())
+    if rows == 0:
+        return None
+    low, high = float(table[:, 0].sum()), float(table[:, -1].sum())
+    share = (low + high) / rows
+    if share <= END_BIN_SHARE:
+        return None
+    return (
+        f"warning: {share:.1%} of the test scores lie beyond the federated histogram's logit "
+        f"range +-{limit:g} ({low:.0f} below, {high:.0f} above), in its end bins, where their "
+        f"order is lost: the test AP {ap:.4f} (+-{bound:.1e}) may be far from the AP of the raw "
+        "scores. Lower --lr or standardise the features (--standardize) to keep the logits in "
+        "range, or get the exact AP from pooled scores: one --test file instead of per-party "
+        "test files, or slate evaluate --run RUN --data TEST_FILE."
+    )
 
 
 def evaluation_for(test_parts: list[np.ndarray] | None) -> Evaluation:

@@ -164,6 +164,8 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
         f"{prefix}test AP {summary['test_ap']:.4f}{within}  AUROC {summary['test_auroc']:.4f}  "
         f"{own_models}in {wall:.1f} s"
     )
+    if summary.get("evaluation_warning"):
+        log(f"{prefix}{summary['evaluation_warning']}")
     own = summary.get("party_test_ap")
     if own:
         listed = ", ".join(
@@ -185,6 +187,7 @@ def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str
             test_auroc_error_bound=scores.values["test_auroc_error_bound"],
             party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
             party_rows=[dataclasses.asdict(c) for c in run.data.counts],
+            evaluation_warning=scores.warning,  # e.g. many scores in the end bins
         )
     if scores.thresholds is not None:  # the test set's operating points (slate.operating_points)
         precision, recall = scores.pr_curve()

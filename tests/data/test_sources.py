@@ -222,3 +222,35 @@ def test_simulator_on_party_files_reports_federated_metrics(tmp_path):
         logits = model(torch.from_numpy(((x - mean) / scale).astype(np.float32))).reshape(-1)
     raw = average_precision_score(y, logits.numpy())
     assert abs(raw - summary["test_ap"]) <= summary["test_ap_error_bound"] + 1e-9
+
+
+def test_a_federated_run_with_its_scores_in_the_end_bins_warns_once(tmp_path):
+    """Raw features of scale 1e6 (no --standardize) put the test logits far beyond +-20: the
+    run prints the end-bin warning once and records it in summary.json."""
+    rng = np.random.default_rng(5)
+    for n in range(3):
+        for split, count in (("train", 60), ("test", 40)):
+            x = rng.normal(size=(count, 3)) * 1e6
+            y = (x[:, 0] > 0).astype(int)
+            write_csv(tmp_path / str(n) / f"{split}.csv", ("a", "b", "c", "y"),
+                      np.column_stack([x, y]))  # fmt: skip
+    out = tmp_path / "run"
+    lines: list[str] = []
+    summary = train(csv_config(tmp_path, out=str(out), standardize=False, iterations=10),
+                    progress=False, log=lines.append).summary  # fmt: skip
+    import torch
+
+    from slate.models import build_model
+
+    model = build_model("mlp", (3,), hidden=28, seed=0)
+    model.load_state_dict(torch.load(out / "model.pt", weights_only=True))
+    x = np.concatenate([np.loadtxt(tmp_path / str(n) / "test.csv", delimiter=",", skiprows=1)
+                        for n in range(3)])  # fmt: skip
+    with torch.no_grad():
+        logits = model(torch.from_numpy(x[:, :3].astype(np.float32))).reshape(-1).numpy()
+    share = float((np.abs(logits) >= 20).mean())  # numpy's count of the end bins' rows
+    assert share > 0.01
+    warning = summary["evaluation_warning"]
+    assert warning.startswith(f"warning: {share:.1%} of the test scores")
+    assert [line for line in lines if "end bins" in line] == [warning]
+    assert json.loads((out / "summary.json").read_text())["evaluation_warning"] == warning
