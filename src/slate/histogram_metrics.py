@@ -44,7 +44,13 @@ __all__ = [
 ]
 
 DEFAULT_BINS = 1 << 17  # 131 072 bins: a 2 MiB all-reduce per evaluation
-LOGIT_RANGE = 20.0  # float32 sigmoid scores are exactly 0 or 1 beyond about +-17
+# The bins cover logits in [-LOGIT_RANGE, LOGIT_RANGE]. The float32 sigmoid is exactly 1 from a
+# logit of about +16.6 up, but not 0 below -17: sigmoid(-17) = 4.1e-8 and sigmoid(-20) = 2.1e-9;
+# torch's float32 sigmoid gives 0 only below about -88.7. The range is not where scores vanish: it
+# is chosen to span the logits of a model still learning (the top end a little past the point
+# where float32 probabilities saturate), so that its 2^17 bins are 3e-4 wide. Scores beyond share
+# an end bin, and a run warns when many test scores do (slate.evaluation.end_bin_warning).
+LOGIT_RANGE = 20.0
 
 
 def bin_index(scores: Tensor, bins: int = DEFAULT_BINS, limit: float = LOGIT_RANGE) -> Tensor:

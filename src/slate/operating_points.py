@@ -21,7 +21,9 @@ A point's ``logit`` is the threshold on the model's logit (exact: a decision "lo
 the same rows gives exactly that precision and recall); its ``threshold`` is the same point on
 the probability scale, :math:`\sigma(t)` rounded to float32 like the ``score`` column of
 ``slate predict``, so that "score >= threshold" takes the same decisions except between rows
-whose probabilities float32 cannot tell apart (beyond about :math:`\pm 17` in logit).
+whose probabilities float32 cannot tell apart: every logit above about +16.6 has probability
+exactly 1 (negative logits stay apart much longer: :math:`\sigma(-17) = 4.1 \cdot 10^{-8}`, and
+torch's float32 sigmoid reaches 0 only below about -88.7).
 """
 
 from __future__ import annotations
