@@ -169,3 +169,48 @@ def test_a_dropped_party_takes_its_own_test_rows_with_it(tmp_path):
     run.apply_drops()
     assert len(run.test_labels) == n_test[0] + n_test[2]
     assert [len(p) for p in run.evaluation.test_parts] == [n_test[0], n_test[2]]
+
+
+def _longest_shortest_path(W: np.ndarray) -> int:
+    """Brute force (Floyd-Warshall) over the edges ``w_ij > 0``: the most hops between two
+    connected nodes."""
+    n = len(W)
+    hops = np.where((W > 0) | (W.T > 0), 1.0, np.inf)
+    np.fill_diagonal(hops, 0.0)
+    for k in range(n):
+        hops = np.minimum(hops, hops[:, [k]] + hops[[k], :])
+    return int(hops[np.isfinite(hops)].max())
+
+
+def _hold_positions(run: Run, iterations: range) -> None:
+    for t in iterations:
+        run.iteration = t
+        run.snapshot(after_evaluation=False)
+        run.snapshot(after_evaluation=True)
+
+
+def test_the_snapshot_depth_follows_the_surviving_graph_after_each_loss():
+    """A ring of 8 (diameter 4) loses party 0: a path of 7 (diameter 6), on which a second
+    loss may need a rollback of 2 * 6 positions plus the evaluation positions; then party 1,
+    an end of the path: a path of 6 (diameter 5). The held snapshots survive each change."""
+    run = Run(config(nodes=8, iterations=200))
+    run.snapshots = Snapshots(snapshot_depth(diameter(run.topology.W)))  # as with recovery
+    assert run.snapshots.depth == 2 * 4 + 6
+    _hold_positions(run, range(10))
+    held = [s.position for s in run.snapshots._items]
+    assert held == list(range(6, 20))
+
+    for lost, survivors, longest in ((0, range(1, 8), 6), (1, range(2, 8), 5)):
+        run.change_parties([p for p in run.members if p != lost])
+        assert run.members == list(survivors)
+        assert _longest_shortest_path(run.topology.W) == longest
+        assert run.snapshots.depth == 2 * longest + 6
+        assert [s.position for s in run.snapshots._items][-1] == held[-1]  # still held
+        if lost == 0:  # on the path of 7 a party may have to roll back 2 * 6 + 5 positions
+            _hold_positions(run, range(10, 20))
+            newest = run.snapshots.position
+            assert run.snapshots.at(newest - 17).position == newest - 17
+            with pytest.raises(PartyLost):  # the depth is not unbounded either
+                run.snapshots.at(newest - 18)
+            held = [s.position for s in run.snapshots._items]
+    assert [s.position for s in run.snapshots._items] == held[-run.snapshots.depth :]

@@ -29,7 +29,7 @@ from torch import Tensor
 from slate.engines.membership import Change, PartyLost
 from slate.errors import ConfigError
 from slate.evaluation import evaluation_for
-from slate.topology import surviving_topology
+from slate.topology import diameter, surviving_topology
 
 __all__ = [
     "PartySetChanges",
@@ -67,6 +67,15 @@ class Snapshots:
 
     def __init__(self, depth: int) -> None:
         self._items: deque[Snapshot] = deque(maxlen=depth)
+
+    @property
+    def depth(self) -> int:
+        """How many positions are kept."""
+        return self._items.maxlen or 0
+
+    def resize(self, depth: int) -> None:
+        """Keep ``depth`` positions from now on; the newest of those held stay."""
+        self._items = deque(self._items, maxlen=depth)
 
     def add(self, snapshot: Snapshot) -> None:
         if self._items and self._items[-1].position == snapshot.position:
@@ -242,13 +251,17 @@ class PartySetChanges:
     def change_parties(self, members: list[int]) -> None:
         """Continue with ``members``: keep their rows, and mix over the surviving graph
         (:func:`slate.topology.surviving_topology`: Metropolis-Hastings weights over the
-        remaining edges, bridged where the graph fell apart)."""
+        remaining edges, bridged where the graph fell apart). The snapshot depth follows the
+        new graph's diameter (a ring that lost a party is a longer path), keeping the snapshots
+        held, so that a later loss can still roll back as far as the new graph needs."""
         rows = [k for k, p in enumerate(self.engine.local_parties) if p in members]
         if len(rows) < self.n_local:
             self._keep_rows(rows)
         self.engine.set_members(members)
         self.members = sorted(members)
         self.topology, graph = surviving_topology(self.base_topology, self.members)
+        if self.snapshots is not None:  # parties drift apart one step per hop of the new graph
+            self.snapshots.resize(snapshot_depth(diameter(self.topology.W)))
         traffic = (self.comm.bytes_sent, self.comm.messages_sent)
         self.comm = self.engine.communicator(self.topology, self.device)
         self.comm.bytes_sent, self.comm.messages_sent = traffic
