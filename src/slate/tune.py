@@ -1,7 +1,11 @@
 """``slate tune``: a grid search over the paper's grids, scored on a validation split.
 
 The validation split is carved out of the training set (seeded, stratified), so the test set is
-never looked at while choosing hyperparameters. The paper's grids (Section 6.2): step size in
+never looked at while choosing hyperparameters. It is made before any statistic is fitted: a
+CSV table is split first and then encoded (imputation means, categories, z-scores) on the
+tuning rows only, exactly as ``slate train`` would encode them given those rows as ``--train``
+and the validation rows as ``--test``; other data is standardised, when asked, by the run itself
+on the tuning rows. The paper's grids (Section 6.2): step size in
 {0.01, 0.005, 0.001}, margin in {0.1, 0.3, 0.5, 0.7, 0.9}, SLATE-M's alpha in {0.1, 0.9}, CODA's
 dual step size in {0.0001, 0.0005, 0.001}.
 """
@@ -18,10 +22,10 @@ from typing import Any
 from sklearn.model_selection import train_test_split
 
 from slate.config import TrainConfig, resolve_config
-from slate.data.datasets import Dataset, load_dataset
+from slate.data.datasets import Dataset, encode_tables, load_dataset
 from slate.errors import ConfigError
 
-__all__ = ["PAPER_GRIDS", "parse_grid", "tune", "validation_split"]
+__all__ = ["PAPER_GRIDS", "parse_grid", "tune", "tuning_data", "validation_split"]
 
 PAPER_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
     "slate": {"lr": (0.01, 0.005, 0.001), "margin": (0.1, 0.3, 0.5, 0.7, 0.9)},
@@ -51,17 +55,54 @@ def parse_grid(text: str) -> dict[str, tuple[float, ...]]:
     return grid
 
 
-def validation_split(data: Dataset, fraction: float, seed: int) -> Dataset:
-    """Replace the test set by a seeded stratified share of the training set."""
+def _check_fraction(fraction: float) -> None:
     if not 0 < fraction < 1:
         raise ConfigError(f"--validation-fraction must lie in (0, 1), got {fraction}.")
+
+
+def _validation_label(fraction: float, seed: int) -> str:
+    return f"seeded stratified {fraction:.0%} of the training set (seed {seed})"
+
+
+def validation_split(data: Dataset, fraction: float, seed: int) -> Dataset:
+    """Replace the test set of an unencoded dataset by a seeded stratified share of its
+    training set. An encoded table (``data.encoder``) is refused: its statistics already saw
+    the validation rows; :func:`tuning_data` splits the table before encoding it."""
+    _check_fraction(fraction)
+    if data.encoder is not None:
+        raise ValueError("validation_split needs unencoded features; use tuning_data for CSV.")
     x_tr, x_val, y_tr, y_val = train_test_split(
         data.x_train, data.y_train, test_size=fraction, stratify=data.y_train, random_state=seed
     )
     return Dataset(
-        data.name, x_tr, y_tr, x_val, y_val,
-        f"validation: seeded stratified {fraction:.0%} of the training set (seed {seed})",
+        data.name, x_tr, y_tr, x_val, y_val, _validation_label(fraction, seed),
+        notes=list(data.notes), held_out="validation",
     )  # fmt: skip
+
+
+def tuning_data(config: TrainConfig, fraction: float, seed: int) -> Dataset:
+    """The tuning rows and the validation rows of a resolved ``config`` (module docstring).
+
+    For ``--dataset csv`` the training table (without the test rows that ``slate train`` would
+    hold out when no ``--test`` is given) is split, and the encoder is fitted on the tuning
+    part only.
+    """
+    _check_fraction(fraction)
+    if config.dataset != "csv":
+        return validation_split(load_dataset(config), fraction, seed)
+    from slate.data.tables import column_choice, read_user_table, split_table
+
+    if not config.train:
+        raise ConfigError("--dataset csv needs --train FILE.")
+    column_choice(config)
+    table = read_user_table(config, config.train)
+    if not config.test:  # the rows slate train would test on stay unseen here too
+        table, _ = split_table(table, config.test_fraction, config.split_seed, config.train)
+    what = f"{config.train} (--validation-fraction)"
+    tuning, validation = split_table(table, fraction, seed, what)
+    return encode_tables(
+        config, tuning, validation, _validation_label(fraction, seed), held_out="validation"
+    )
 
 
 def tune(
@@ -76,7 +117,7 @@ def tune(
 
     config = resolve_config(config)
     grid = grid or PAPER_GRIDS[config.algorithm]
-    data = validation_split(load_dataset(config), validation_fraction, config.split_seed)
+    data = tuning_data(config, validation_fraction, config.split_seed)
     log(f"tuning {config.algorithm} on {data.describe()}")
     results = []
     names = list(grid)

@@ -28,6 +28,7 @@ from slate.errors import ConfigError, DataError
 __all__ = [
     "DATASET_NAMES",
     "Dataset",
+    "encode_tables",
     "find_file",
     "load_dataset",
     "read_dtype",
@@ -48,6 +49,7 @@ class Dataset:
     test_split: str
     encoder: Any = None  # a fitted slate.data.encoding.TableEncoder for user tables
     notes: list[str] = field(default_factory=list)  # warnings for the console
+    held_out: str = "test"  # what the held-out rows are: "test", or tune's "validation"
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -56,8 +58,8 @@ class Dataset:
     def describe(self) -> str:
         return (
             f"{self.name}: {len(self.y_train)} train ({self.y_train.mean():.2%} positive), "
-            f"{len(self.y_test)} test ({self.y_test.mean():.2%} positive); test set: "
-            f"{self.test_split}"
+            f"{len(self.y_test)} {self.held_out} ({self.y_test.mean():.2%} positive); "
+            f"{self.held_out} set: {self.test_split}"
         )
 
 
@@ -197,12 +199,11 @@ def _load_libsvm(config: TrainConfig) -> Dataset:
 def _load_csv(config: TrainConfig) -> Dataset:
     """Read the training (and test) table, then encode both with the encoder fitted on the
     training rows (:mod:`slate.data.encoding`)."""
-    from slate.data.encoding import TableEncoder
-    from slate.data.tables import column_choice, id_warnings, read_user_table, split_table
+    from slate.data.tables import column_choice, read_user_table, split_table
 
     if not config.train:
         raise ConfigError("--dataset csv needs --train FILE (and optionally --test FILE).")
-    choice = column_choice(config)
+    column_choice(config)  # a contradictory column flag fails before the file is read
     train = read_user_table(config, config.train)
     if config.test:
         test = read_user_table(config, config.test)
@@ -210,12 +211,24 @@ def _load_csv(config: TrainConfig) -> Dataset:
     else:
         train, test = split_table(train, config.test_fraction, config.split_seed, config.train)
         split = f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
+    return encode_tables(config, train, test, split)
+
+
+def encode_tables(
+    config: TrainConfig, train: Any, test: Any, split: str, held_out: str = "test"
+) -> Dataset:
+    """The :class:`Dataset` of a training and a held-out table: the encoder (imputation,
+    one-hot, scaling) is fitted on ``train`` only and applied to both."""
+    from slate.data.encoding import TableEncoder
+    from slate.data.tables import column_choice, id_warnings
+
+    choice = column_choice(config)
     standardize = True if config.standardize is None else config.standardize
     encoder = TableEncoder.fit([train], choice, standardize)
     x_train, x_test = encoder.transform(train), encoder.transform(test)
     return Dataset(
         "csv", x_train, train.y, x_test, test.y, split, encoder=encoder,
-        notes=id_warnings(train, choice),
+        notes=id_warnings(train, choice), held_out=held_out,
     )  # fmt: skip
 
 
