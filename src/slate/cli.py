@@ -126,7 +126,8 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     algo.add_argument(
         "--topology",
         default="ring",
-        help="ring, full, federated, star, torus, exponential, erdos-renyi, file:PATH",
+        help="ring, full, federated, star, torus, exponential, erdos-renyi, "
+        "one-peer-exponential (N a power of 2), base-K (K >= 2, e.g. base-2), file:PATH",
     )
     algo.add_argument(
         "--fed-period", type=int, default=10, help="federated topology: average every q iterations"
@@ -249,14 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train on N parties and report the test AP")
     _add_train_arguments(train)
-    topo = sub.add_parser("topology", help="print lambda and the spectral gap of a topology")
-    topo.add_argument(
-        "name", help="ring, full, federated, star, torus, exponential, erdos-renyi, file:PATH"
-    )
-    topo.add_argument("--nodes", type=int, default=20)
-    topo.add_argument("--seed", type=int, default=0)
-    topo.add_argument("--fed-period", type=int, default=10)
-    topo.add_argument("--show", action="store_true", help="also print W")
+    _add_topology_parser(sub)
     rdv = sub.add_parser(
         "rendezvous",
         help="host the rendezvous store of one multi-site run (so that no party hosts it)",
@@ -540,13 +534,63 @@ def _run_rendezvous(args: argparse.Namespace) -> int:
     return serve_rendezvous(args.port, args.host)
 
 
+def _add_topology_parser(sub) -> None:
+    """``slate topology NAME``: lambda, the spectral gap and, for cycles, each round's cost."""
+    topo = sub.add_parser("topology", help="print lambda and the spectral gap of a topology")
+    topo.add_argument(
+        "name",
+        help="ring, full, federated, star, torus, exponential, erdos-renyi, "
+        "one-peer-exponential (N a power of 2), base-K (K >= 2, e.g. base-2), file:PATH",
+    )
+    topo.add_argument("--nodes", type=int, default=20)
+    topo.add_argument("--seed", type=int, default=0)
+    topo.add_argument("--fed-period", type=int, default=10)
+    topo.add_argument(
+        "--show",
+        action="store_true",
+        help="also print W and, for a cycle (one-peer-exponential, base-K), every round's "
+        "degrees, bytes sent and edges",
+    )
+    topo.add_argument(
+        "--model-bytes",
+        type=_positive_bytes,
+        default=None,
+        metavar="B",
+        help="bytes of one model sent to one neighbour, for --show of a cycle (default: the "
+        "float32 parameters of the w7a MLP, 33828)",
+    )
+
+
+def _positive_bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer number of bytes, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {value}")
+    return value
+
+
 def _run_topology(args: argparse.Namespace) -> int:
-    from slate.topology import build_topology, describe, format_matrix
+    from slate.topology import (
+        W7A_MODEL_BYTES,
+        build_topology,
+        describe,
+        describe_cycle,
+        format_matrix,
+    )
 
     topology = build_topology(args.name, args.nodes, seed=args.seed, fed_period=args.fed_period)
     print(describe(topology))
     if args.show:
+        if topology.rounds is not None:
+            print("W (union of the rounds, Metropolis-Hastings weights; not applied):")
         print(format_matrix(topology.W))
+        if topology.rounds is not None:
+            model_bytes = W7A_MODEL_BYTES if args.model_bytes is None else args.model_bytes
+            print(describe_cycle(topology, model_bytes=model_bytes))
     return 0
 
 

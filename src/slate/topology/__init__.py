@@ -24,7 +24,11 @@ The package is split along these seams:
 - :mod:`slate.topology.validation`: :func:`validate`, :func:`mixing_rate`, :func:`spectral_gap`;
 - :mod:`slate.topology.builders`: the named graphs;
 - :mod:`slate.topology.files`: :func:`from_file` (``file:W.csv``, ``.txt``, ``.npy``);
-- :mod:`slate.topology.schedule`: the time-varying :class:`Topology`;
+- :mod:`slate.topology.schedule`: the time-varying :class:`Topology` (static, periodic, or a
+  cycle of round matrices);
+- :mod:`slate.topology.cycles`: cycles that average exactly, the one-peer exponential graph
+  (Ying et al., NeurIPS 2021) and the Base-(k+1) graphs ``base-K`` (Takezawa et al., NeurIPS
+  2023);
 - :mod:`slate.topology.registry`: :func:`build_topology` by name;
 - :mod:`slate.topology.printing`: :func:`describe`, :func:`format_matrix`;
 - :mod:`slate.topology.survivors`: :func:`surviving_graph` and :func:`surviving_topology`, the
@@ -42,9 +46,17 @@ from slate.topology.builders import (
     star,
     torus,
 )
+from slate.topology.cycles import (
+    base_graph,
+    base_rounds,
+    hyper_hypercube_rounds,
+    one_peer_exponential,
+    one_peer_exponential_rounds,
+    simple_base_rounds,
+)
 from slate.topology.files import from_file
 from slate.topology.graph import diameter, is_connected
-from slate.topology.printing import describe, format_matrix
+from slate.topology.printing import W7A_MODEL_BYTES, describe, describe_cycle, format_matrix
 from slate.topology.registry import FILE_PREFIX, TOPOLOGY_NAMES, build_topology
 from slate.topology.schedule import Topology
 from slate.topology.survivors import (
@@ -58,11 +70,15 @@ from slate.topology.validation import mixing_rate, spectral_gap, validate
 __all__ = [
     "FILE_PREFIX",
     "TOPOLOGY_NAMES",
+    "W7A_MODEL_BYTES",
     "Bridge",
     "SurvivorGraph",
     "Topology",
+    "base_graph",
+    "base_rounds",
     "build_topology",
     "describe",
+    "describe_cycle",
     "diameter",
     "erdos_renyi",
     "exponential",
@@ -70,9 +86,13 @@ __all__ = [
     "format_matrix",
     "from_file",
     "full",
+    "hyper_hypercube_rounds",
     "is_connected",
     "mixing_rate",
+    "one_peer_exponential",
+    "one_peer_exponential_rounds",
     "ring",
+    "simple_base_rounds",
     "spectral_gap",
     "star",
     "surviving_graph",

@@ -52,6 +52,18 @@ naming its components instead (a run that prefers to stop). ``"allow"`` keeps th
 it is only meant for a periodic topology such as ``federated``, whose exact average
 :math:`\mathbf{J}` every :math:`q`-th round does the mixing (:func:`surviving_topology` chooses
 it for those).
+
+**Cycles of rounds** (``one-peer-exponential``, ``base-K``): :func:`surviving_topology` does not
+cut the rounds, which would no longer multiply to :math:`\mathbf{J}`; it builds the same kind of
+cycle afresh over the :math:`M` survivors (:func:`slate.topology.cycles.rebuild_cycle`: a
+``base-K`` cycle stays ``base-K``; ``one-peer-exponential`` stays itself when :math:`M` is a
+power of 2 and becomes ``base-2`` otherwise). Its :class:`SurvivorGraph` describes the union
+graphs (the ``W`` of the cycles): the removed edges are every edge of the old union that the new
+one lacks (those with a lost end, and those between survivors that the rebuilt cycle no longer
+uses), the components are the old union's restricted to the survivors, and every edge of the
+new union that the old one lacked is reported as an added edge (a :class:`Bridge` with
+``around = ()`` whose reason names the rebuilt cycle). ``W`` is then the new union's
+Metropolis-Hastings matrix, as for any cycle; the rounds are what the parties apply.
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ from typing import Any, Literal
 import numpy as np
 
 from slate.errors import TopologyError
+from slate.topology.cycles import rebuild_cycle
 from slate.topology.graph import averaging_matrix, connected_components, metropolis_hastings
 from slate.topology.schedule import Topology
 from slate.topology.validation import mixing_rate, validate
@@ -414,13 +427,15 @@ def surviving_topology(
     period are kept. A periodic topology (``federated``: :math:`\mathbf{W} = \mathbf{I}` with
     :math:`\mathbf{J}` every :math:`q`-th round) is never bridged, since its exact averages mix
     all survivors: it stays :math:`\mathbf{I}` over the :math:`M` survivors with the same
-    period.
+    period. A cycle of rounds is rebuilt over the survivors (see the module docstring); with
+    every rank surviving, the original topology is returned.
 
     Args:
         topology: the run's original topology (pass the original, not a previous survivors'
             topology, so that a rejoin restores it).
         survivors: the surviving ranks.
-        on_disconnected: as for :func:`surviving_graph`; ignored for a periodic topology.
+        on_disconnected: as for :func:`surviving_graph`; ignored for a periodic topology and
+            for a cycle, whose rebuilt cycle is always connected.
 
     Returns:
         ``(new_topology, survivor_graph)``.
@@ -428,6 +443,48 @@ def surviving_topology(
     Raises:
         TopologyError: as :func:`surviving_graph`.
     """
+    if topology.rounds is not None:
+        if on_disconnected not in _MODES:
+            raise TopologyError(
+                f"Unknown on_disconnected {on_disconnected!r}: use one of {', '.join(_MODES)}."
+            )
+        return _surviving_cycle(topology, survivors)
     mode: OnDisconnected = "allow" if topology.period is not None else on_disconnected
     graph = surviving_graph(topology.W, survivors, on_disconnected=mode)
     return Topology(name=topology.name, W=graph.W, period=topology.period), graph
+
+
+def _surviving_cycle(
+    topology: Topology, survivors: Iterable[int]
+) -> tuple[Topology, SurvivorGraph]:
+    """A cycle rebuilt over the survivors and the record of its union graph's changes."""
+    cut = surviving_graph(topology.W, survivors, on_disconnected="allow")
+    if cut.unchanged:
+        return topology, cut
+    rebuilt = rebuild_cycle(topology, cut.n)
+    old_edges = set(_union_edges(topology.W, tuple(range(cut.n_before))))
+    new_edges = _union_edges(rebuilt.W, cut.ranks)
+    reason = f"{rebuilt.name} cycle rebuilt over {cut.n} survivors"
+    added = tuple(
+        Bridge(i=i, j=j, around=(), reason=reason) for i, j in new_edges if (i, j) not in old_edges
+    )
+    kept = set(new_edges)
+    removed = tuple(edge for edge in sorted(old_edges) if edge not in kept)
+    graph = SurvivorGraph(
+        W=rebuilt.W,
+        ranks=cut.ranks,
+        lost=cut.lost,
+        n_before=cut.n_before,
+        removed_edges=removed,
+        components_before=cut.components_before,
+        bridges=added,
+        unchanged=False,
+    )
+    return rebuilt, graph
+
+
+def _union_edges(W: np.ndarray, ranks: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The edges ``(i, j)``, ``i < j``, of the graph of ``W`` in original ranks, where row
+    ``k`` of ``W`` belongs to ``ranks[k]`` (increasing)."""
+    rows, cols = np.nonzero(np.triu((W > 0) | (W.T > 0), k=1))
+    return [(ranks[a], ranks[b]) for a, b in zip(rows.tolist(), cols.tolist(), strict=True)]
