@@ -7,12 +7,15 @@ reused when it holds a ``summary.json``, like ``slate reproduce table2``):
     Corollaries 1-2 (Section 5): SLATE needs :math:`T = O(N^{-1}\varepsilon^{-4})` iterations
     and SLATE-M :math:`T = O(N^{-1}\varepsilon^{-3})` to reach an :math:`\varepsilon`-stationary
     point, a *linear speedup* in the number of parties :math:`N`. Measured: iterations and samples
-    (:math:`N m T`) until the test AP first reaches a fixed target, for
-    :math:`N \in \{1, 2, 4, 8, 16, 32\}` at a fixed per-party batch, with exact averaging
-    (``full``, :math:`\lambda = 0`) so that the topology does not change with :math:`N`. Two step
-    sizes: the preset's fixed :math:`\eta`, and :math:`\eta N` (Corollary 1 sets
-    :math:`\eta = O(\sqrt{N/T})`; at the :math:`T \propto 1/N` that reaches a fixed accuracy this
-    is :math:`\eta \propto N`).
+    (:math:`N m T`) until the test AP first reaches a fixed target, for every :math:`N` of
+    :attr:`ClaimsPlan.speedup_nodes` at a fixed per-party batch, with exact averaging (``full``,
+    :math:`\lambda = 0`) so that the topology does not change with :math:`N`. Every :math:`N`,
+    the smallest included, runs every step size of one grid (:attr:`ClaimsPlan.speedup_lrs`),
+    and the speedup compares each :math:`N` at its best step size with the smallest :math:`N`
+    at *its* best (:func:`best_step_size`): Corollary 1 prescribes
+    :math:`\eta = O(\sqrt{N/T})`, but Theorem 1 caps :math:`\eta` at
+    :math:`\min\{(1 - \lambda^2) / (24 \lambda^2 S_F), 1 / (6 S_F)\}` for every :math:`N`, so
+    a baseline run at a step chosen for another :math:`N` overstates the speedup.
 ``topology``
     Theorems 1-2: the consensus error, and with it the iterations needed, grow with
     :math:`\lambda = \Vert W - J \Vert_2` (terms in :math:`\lambda^2 / (1 - \lambda^2)^k`).
@@ -25,8 +28,10 @@ reused when it holds a ``summary.json``, like ``slate reproduce table2``):
     negatives) cannot run and is reported as such.
 ``momentum``
     Corollary 2 against Corollary 1: SLATE-M's variance-reduced estimator against SLATE, by
-    iteration and by gradient evaluations (SLATE-M evaluates two mini-batch gradients per step,
-    plus ``B / b`` for its initial estimate).
+    iteration, by gradient evaluations (SLATE-M evaluates two mini-batch gradients per step,
+    plus ``B / b`` for its initial estimate) and by samples drawn (one mini-batch of ``m`` per
+    step for both, since SLATE-M's two gradients share theirs, plus SLATE-M's initial batch:
+    :func:`samples_drawn`).
 
 "Iterations to target" is measured on each seed's ``history.csv``: the first evaluation at or
 above the target, linearly interpolated with the evaluation before it
@@ -42,7 +47,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +56,7 @@ import numpy as np
 
 from slate import plots
 from slate.config import TrainConfig, resolve_config
-from slate.errors import ConfigError, DataError
+from slate.errors import ConfigError, DataError, TrainingDiverged
 from slate.reproduce import (
     METHOD_LABELS,
     _dataset_available,
@@ -63,20 +68,24 @@ from slate.reproduce import (
 )
 
 __all__ = [
+    "DIVERGED",
     "STUDIES",
     "ClaimsPlan",
     "Outcome",
     "RunSpec",
+    "best_step_size",
     "claims",
     "gradient_cost",
     "gradient_evaluations",
     "iterations_to_target",
     "read_history",
+    "samples_drawn",
     "spread",
 ]
 
 STUDIES = ("speedup", "topology", "tracking", "momentum")
 FIGURES = "figures"  # subfolder of OUT with the CSVs and PNGs, as docs/figures
+DIVERGED = "diverged.txt"  # in a seed's run folder: the run diverged; holds slate's message
 
 
 # --------------------------------------------------------------------------- measurements
@@ -145,6 +154,48 @@ def gradient_cost(config: dict[str, Any]) -> tuple[int, int]:
     return (2 if storm else 1), algorithm.initial_batches(config["positives"])
 
 
+def samples_drawn(steps: Sequence[float], batch_size: int, initial_batches: int = 0) -> np.ndarray:
+    """Samples one party has drawn after each iteration in ``steps``.
+
+    SLATE (Alg. 1) draws one mini-batch of :math:`m` samples per iteration (its :math:`b`
+    positives among them): :math:`s(t) = m t`. SLATE-M (Alg. 2) draws :math:`B / b` mini-batches
+    at its first iteration (lines 3-5, ``initial_batches``) and one per iteration after it: line
+    10 evaluates the gradients at :math:`x_t` and :math:`x_{t-1}` on the *same* samples
+    :math:`\\xi_{n,t}, \\mathcal B_{n,t}`, so its two gradient evaluations per step draw
+    :math:`m` samples, not :math:`2 m`: :math:`s(t) = m (B/b + t - 1)` for :math:`t \\ge 1`.
+    That is :func:`gradient_evaluations` with one evaluation per step, times :math:`m`.
+
+    Args:
+        steps: iterations (0 before training).
+        batch_size: :math:`m`, the samples of one mini-batch.
+        initial_batches: mini-batches of the first iteration, 0 if it is an ordinary one.
+    """
+    return batch_size * gradient_evaluations(steps, 1, initial_batches)
+
+
+def best_step_size(iterations: Mapping[float, Sequence[float]]) -> float | None:
+    """The step size that reaches the target in the fewest iterations, mean over seeds.
+
+    Only a step size at which *every* seed reaches the target competes: a NaN (a seed that never
+    reached it, or diverged) rules it out, since a mean over the seeds that did reach it would
+    favour a step that fails on the others. Ties go to the smaller step.
+
+    Args:
+        iterations: per step size, the seeds' iterations to the target (NaN: not reached).
+
+    Returns:
+        The best step size, or None when no step size reaches the target on every seed.
+    """
+    means = {
+        lr: float(np.mean(values))
+        for lr, values in iterations.items()
+        if len(values) and not any(math.isnan(v) for v in values)
+    }
+    if not means:
+        return None
+    return min(means, key=lambda lr: (means[lr], lr))
+
+
 def read_history(folder: Path) -> dict[str, np.ndarray]:
     """Every column of a run's ``history.csv`` as a float array."""
     with open(folder / "history.csv") as handle:
@@ -207,26 +258,46 @@ class RunSpec:
 
 @dataclass
 class Outcome:
-    """A :class:`RunSpec`'s runs over the seeds, or why it could not run."""
+    """A :class:`RunSpec`'s runs over the seeds, or why it could not run.
+
+    ``summaries`` and ``histories`` hold the seeds that finished; ``diverged`` maps each seed
+    whose run stopped with :class:`~slate.errors.TrainingDiverged` to slate's message.
+    """
 
     spec: RunSpec
     summaries: list[dict[str, Any]]
     histories: list[dict[str, np.ndarray]]
     error: str | None = None
+    diverged: dict[int, str] = dataclasses.field(default_factory=dict)
 
     def final(self, key: str) -> Spread:
-        """Spread of a ``summary.json`` value (``test_ap``, ``consensus_distance``, ...)."""
+        """Spread of a ``summary.json`` value (``test_ap``, ...) over the finished seeds."""
         return spread([float(s[key]) for s in self.summaries])
 
     def to_target(self, target: float, x: str = "iterations") -> list[float]:
-        """Per seed: iterations (or ``"gradients"``: gradient evaluations) to reach ``target``."""
+        """Per seed: when the test AP first reaches ``target``; NaN if never (or diverged).
+
+        Args:
+            target: the test AP to reach.
+            x: the unit: ``"iterations"``, ``"gradients"`` (one party's mini-batch gradient
+                evaluations, :func:`gradient_evaluations`) or ``"samples"`` (one party's samples
+                drawn, :func:`samples_drawn`).
+
+        Returns:
+            One value per finished seed, then a NaN per diverged seed.
+        """
         values = []
         for summary, history in zip(self.summaries, self.histories, strict=True):
-            steps = history["iteration"]
+            config, steps = summary["config"], history["iteration"]
             if x == "gradients":
-                steps = gradient_evaluations(steps, *gradient_cost(summary["config"]))
+                steps = gradient_evaluations(steps, *gradient_cost(config))
+            elif x == "samples":
+                initial = gradient_cost(config)[1]
+                steps = samples_drawn(steps, int(config["batch_size"]), initial)
+            elif x != "iterations":
+                raise ValueError(f"x must be iterations, gradients or samples, not {x!r}")
             values.append(iterations_to_target(steps, history["test_ap"], target))
-        return values
+        return values + [math.nan] * len(self.diverged)
 
     def mean_curve(self, column: str = "test_ap") -> tuple[np.ndarray, np.ndarray]:
         """Iterations and the seeds' mean of a ``history.csv`` column."""
@@ -266,15 +337,27 @@ class Runner:
             return self._done[spec]
         summaries, histories = [], []
         errors: dict[str, list[int]] = {}  # reason -> seeds
+        diverged: dict[int, str] = {}
         for seed in self.seeds:
             folder = self.folder(spec, seed)
             self.log(f"{spec.method} {spec.key} seed {seed}")
+            marker = folder / DIVERGED
+            if marker.is_file():  # diverged before: the same seed and settings diverge again
+                diverged[seed] = marker.read_text().strip()
+                self.log(f"  reuse {folder}: diverged")
+                continue
             try:
                 summary = run_or_reuse(self.config(spec, seed), folder, self.log)
             except DataError as err:  # e.g. a Dirichlet partition that starves a party
                 reason = str(err).split(". ")[0]
                 errors.setdefault(reason, []).append(seed)
                 self.log(f"  cannot run: {reason}")
+                continue
+            except TrainingDiverged as err:  # e.g. a step size too large: recorded, not fatal
+                diverged[seed] = str(err)
+                folder.mkdir(parents=True, exist_ok=True)
+                marker.write_text(f"{err}\n")
+                self.log(f"  diverged: {str(err).split('. ')[0]}")
                 continue
             summaries.append(summary)
             histories.append(read_history(folder))
@@ -283,7 +366,7 @@ class Runner:
             f"seed{'s' * (len(k) > 1)} {', '.join(map(str, k))}: {reason}"
             for reason, k in errors.items()
         )
-        outcome = Outcome(spec, summaries, histories, error or None)
+        outcome = Outcome(spec, summaries, histories, error or None, diverged)
         self._done[spec] = outcome
         return outcome
 
@@ -301,7 +384,11 @@ class ClaimsPlan:
         fine_evaluations: evaluations per run in the speedup and topology studies
             (``eval_every = iterations // fine_evaluations``), where targets are reached early.
         evaluations: evaluations per run in the tracking and momentum studies.
-        speedup_nodes: the values of N; the smallest is the reference of the target.
+        speedup_nodes: the values of N; the smallest is the reference of the target and of the
+            speedup.
+        speedup_lrs: the step-size grid that every N of the speedup study runs, the smallest N
+            included; each N's speedup is taken at its best step size (:func:`best_step_size`).
+            The default spans 0.01 (the paper's w7a step for N = 20) to 0.64 in factors of 4.
         speedup_topology: the topology of the speedup study.
         topology_nodes: N of the topology study.
         topologies: the topologies compared.
@@ -314,7 +401,8 @@ class ClaimsPlan:
     target_fraction: float = 0.95
     fine_evaluations: int = 500
     evaluations: int = 200
-    speedup_nodes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    speedup_nodes: tuple[int, ...] = (1, 4, 8, 32)
+    speedup_lrs: tuple[float, ...] = (0.01, 0.04, 0.16, 0.64)
     speedup_topology: str = "full"
     topology_nodes: int = 16
     topologies: tuple[str, ...] = ("ring", "torus", "exponential", "full")
@@ -355,9 +443,13 @@ class _Context:
         return outcome, plan.target_fraction * outcome.final("test_ap").mean
 
 
-def _require(outcome: Outcome) -> Outcome:
+def _require(outcome: Outcome, diverged_ok: bool = False) -> Outcome:
+    """``outcome`` if every seed could run (and, unless ``diverged_ok``, none diverged)."""
     if outcome.error is not None:
         raise DataError(f"The run {outcome.spec.key} cannot run: {outcome.error}.")
+    if outcome.diverged and not diverged_ok:
+        seed, message = next(iter(outcome.diverged.items()))
+        raise TrainingDiverged(f"The run {outcome.spec.key}, seed {seed}, diverged: {message}")
     return outcome
 
 
@@ -369,83 +461,162 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 
 def speedup_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
-    """Corollaries 1-2: iterations and samples to the target AP against the number of parties."""
+    r"""Corollaries 1-2: iterations to the target AP against N, each N at its best step size.
+
+    Every :math:`N` runs every :math:`\eta` of ``plan.speedup_lrs``. With :math:`T_N(\eta)` the
+    mean iterations to the target and :math:`\eta_N^*` the best step size of :math:`N`
+    (:func:`best_step_size`), the speedup is :math:`T_{N_0}(\eta_{N_0}^*) / T_N(\eta_N^*)` and
+    the efficiency is the speedup times :math:`N_0 / N` (:math:`N_0` the smallest :math:`N`; an
+    efficiency of 1 is a linear speedup).
+    Theorem 1 holds for :math:`\eta \le \min\{(1 - \lambda^2) / (24 \lambda^2 S_F),
+    1 / (6 S_F)\}`, a cap that does not grow with :math:`N`; Corollary 1's
+    :math:`\eta = O(\sqrt{N/T})` gives its speedup only while it stays under that cap, so each
+    :math:`N` is compared at the step that suits it, not at a step chosen for another :math:`N`.
+    """
     plan = ctx.plan
     reference, target = ctx.reference()
     m = int(reference.summaries[0]["config"]["batch_size"])
-    rows: list[dict[str, Any]] = []
-    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    arms = {"fixed": lambda n: ctx.lr, "scaled": lambda n: ctx.lr * n / min(plan.speedup_nodes)}
-    for arm, lr_of in arms.items():
-        base_iterations = math.nan
-        for n in plan.speedup_nodes:
+    nodes, grid = list(plan.speedup_nodes), sorted(set(plan.speedup_lrs))
+    smallest = min(nodes)
+    outcomes: dict[tuple[int, float], Outcome] = {}
+    for n in nodes:
+        for lr in grid:
             spec = RunSpec(
-                nodes=n, topology=plan.speedup_topology, lr=lr_of(n), iterations=plan.iterations,
+                nodes=n, topology=plan.speedup_topology, lr=lr, iterations=plan.iterations,
                 eval_every=plan.every(plan.fine_evaluations),
             )  # fmt: skip
-            outcome = _require(ctx.run(spec))
-            iterations = outcome.to_target(target)
-            its, samples = spread(iterations), spread([n * m * t for t in iterations])
-            if n == min(plan.speedup_nodes):
-                base_iterations = its.mean
-            speedup = _ratio(base_iterations, its.mean)
-            ap = outcome.final("test_ap")
-            rows.append({
-                "step_size": arm, "nodes": n, "lr": spec.lr, "target": target, "ap_mean": ap.mean,
-                "ap_std": ap.std, "iterations_mean": its.mean, "iterations_std": its.std,
-                "samples_mean": samples.mean, "samples_std": samples.std,
-                "reached": its.count, "seeds": its.seeds, "speedup": speedup,
-                "efficiency": speedup / n * min(plan.speedup_nodes),
-                "_its": its, "_samples": samples, "_ap": ap,
-            })  # fmt: skip
-            if arm == "scaled":
-                curves[f"N = {n}"] = outcome.mean_curve()
+            outcomes[n, lr] = _require(ctx.run(spec), diverged_ok=True)
+    reached = {key: outcome.to_target(target) for key, outcome in outcomes.items()}
+    best = {n: best_step_size({lr: reached[n, lr] for lr in grid}) for n in nodes}
+    base = best[smallest]
+    base_iterations = math.nan if base is None else spread(reached[smallest, base]).mean
+    rows: list[dict[str, Any]] = []
+    for (n, lr), outcome in outcomes.items():
+        its = spread(reached[n, lr])
+        samples = spread([n * m * t for t in reached[n, lr]])
+        ap = outcome.final("test_ap")
+        complete = its.count == its.seeds  # every seed reached the target
+        speedup = _ratio(base_iterations, its.mean) if complete else math.nan
+        rows.append({
+            "nodes": n, "lr": lr, "target": target, "ap_mean": ap.mean, "ap_std": ap.std,
+            "iterations_mean": its.mean, "iterations_std": its.std,
+            "samples_mean": samples.mean, "samples_std": samples.std, "reached": its.count,
+            "diverged": len(outcome.diverged), "seeds": its.seeds, "best": lr == best[n],
+            "speedup": speedup, "efficiency": speedup * smallest / n,
+            "_its": its, "_samples": samples, "_ap": ap,
+        })  # fmt: skip
     _write_csv(rows, ctx.figures / "claims_speedup.csv")
-    nodes = list(plan.speedup_nodes)
-    labels = {"fixed": f"η = {ctx.lr:g} (fixed)", "scaled": f"η = {ctx.lr:g} N (scaled)"}
-    for key, what in (("iterations", "iterations"), ("samples", "samples (N m T)")):
-        series = {
-            labels[arm]: (
-                [r[f"{key}_mean"] for r in rows if r["step_size"] == arm],
-                [r[f"{key}_std"] for r in rows if r["step_size"] == arm],
-            )
-            for arm in arms
-        }
-        first = series[labels["fixed"]][0][0]
-        ideal = (
-            [first * nodes[0] / n for n in nodes] if key == "iterations" else [first] * len(nodes)
-        )
-        plots.plot_scaling(
-            nodes, series, ctx.figures / f"claims_speedup_{key}.png",
-            title=f"{what} to test AP {target:.4f} (mean ± std over seeds)",
-            xlabel="parties N", ylabel=what, reference=("linear speedup", ideal),
-        )  # fmt: skip
-    curves[f"target {target:.4f}"] = (np.array([1.0, plan.iterations]), np.array([target] * 2))
-    plots.plot_ap_curves(
-        curves, ctx.figures / "claims_speedup_curves.png",
-        title=f"test AP, η = {ctx.lr:g} N, {plan.speedup_topology} (mean over seeds)", logx=True,
-    )  # fmt: skip
-    table = _table(
-        ["step size", "N", "η", "final test AP", "iterations to target", "samples to target",
-         "speedup", "efficiency"],
-        [[labels[r["step_size"]], r["nodes"], f"{r['lr']:g}", r["_ap"].format(".4f"),
-          r["_its"].format(".0f"), r["_samples"].format(".3g"), f"{r['speedup']:.2f}",
-          f"{r['efficiency']:.2f}"] for r in rows],
-    )  # fmt: skip
+    by_cell = {(r["nodes"], r["lr"]): r for r in rows}
+    tuned = [by_cell[n, best[n]] if best[n] is not None else None for n in nodes]
+    _speedup_figures(ctx, rows, tuned, outcomes, target)
     text = (
         f"SLATE, m = {m} samples per party and step, topology `{plan.speedup_topology}` "
         f"(λ = {reference.summaries[0]['lambda']:g}, the same for every N), "
         f"{plan.iterations} iterations, test AP every {plan.every(plan.fine_evaluations)} "
-        f"iterations. Target: {plan.target_fraction:g} × the final test AP of N = "
-        f"{min(plan.speedup_nodes)} ({reference.final('test_ap').mean:.4f}) = **{target:.4f}**. "
-        "Samples = N · m · iterations. Speedup = iterations at the smallest N / iterations at N "
-        "(means); efficiency = speedup / N (1 is a linear speedup).\n\n"
-        f"{table}\n\n"
+        f"iterations. Target: {plan.target_fraction:g} × the final test AP of N = {smallest} at "
+        f"η = {ctx.lr:g} ({reference.final('test_ap').mean:.4f}) = **{target:.4f}**. Every N "
+        f"runs every step size of the grid η ∈ {{{', '.join(f'{lr:g}' for lr in grid)}}}. "
+        "Best η of an N (bold): the fewest mean iterations to the target among the step sizes "
+        "at which every seed reaches it; a seed that diverges (slate stops it with "
+        "`TrainingDiverged`) or never reaches the target rules its η out. Speedup = iterations "
+        f"of N = {smallest} at its best η / iterations of N at its best η (means); efficiency = "
+        f"speedup × {smallest} / N (1 is a linear speedup). Samples = N · m · iterations. "
+        "Theorem 1 admits η ≤ min{(1 − λ²) / (24 λ² S_F), 1 / (6 S_F)} at every N (with λ = 0: "
+        "1 / (6 S_F)); the cap does not grow with N.\n\n"
+        f"{_speedup_grid_table(rows, nodes, grid)}\n\n"
+        f"{_speedup_best_table(nodes, grid, tuned)}\n\n"
         "![iterations to target](figures/claims_speedup_iterations.png)\n"
         "![samples to target](figures/claims_speedup_samples.png)\n"
-        "![test AP curves, scaled step size](figures/claims_speedup_curves.png)\n"
+        "![test AP curves, best step size](figures/claims_speedup_curves.png)\n"
     )
     return _strip(rows), text
+
+
+def _speedup_cell(row: dict[str, Any]) -> str:
+    """A grid cell: iterations to target (mean ± std), or why a seed has none."""
+    its: Spread = row["_its"]
+    if row["diverged"] == row["seeds"]:
+        return "diverged"
+    text = its.format(".0f")
+    if row["diverged"]:
+        text += f", {row['diverged']}/{row['seeds']} diverged"
+    return f"**{text}**" if row["best"] else text
+
+
+def _speedup_grid_table(rows: list[dict[str, Any]], nodes: list[int], grid: list[float]) -> str:
+    """Rows N, columns η: iterations to target of every run of the grid, best η in bold."""
+    by_cell = {(r["nodes"], r["lr"]): r for r in rows}
+    return _table(
+        ["N", *(f"η = {lr:g}" for lr in grid)],
+        [[n, *(_speedup_cell(by_cell[n, lr]) for lr in grid)] for n in nodes],
+    )
+
+
+def _speedup_best_table(
+    nodes: list[int], grid: list[float], tuned: list[dict[str, Any] | None]
+) -> str:
+    """Per N: its best η (flagged at the grid's edge), AP, iterations, speedup, efficiency."""
+    cells = []
+    for n, row in zip(nodes, tuned, strict=True):
+        if row is None:
+            cells.append([n, "none reaches the target on every seed", "", "", "", "", ""])
+            continue
+        edge = " (edge of the grid)" if row["lr"] in (grid[0], grid[-1]) and len(grid) > 1 else ""
+        cells.append([
+            n, f"{row['lr']:g}{edge}", row["_ap"].format(".4f"), row["_its"].format(".0f"),
+            row["_samples"].format(".3g"), f"{row['speedup']:.2f}", f"{row['efficiency']:.2f}",
+        ])  # fmt: skip
+    return _table(
+        ["N", "best η", "final test AP", "iterations to target", "samples to target",
+         "speedup", "efficiency"],
+        cells,
+    )  # fmt: skip
+
+
+def _speedup_figures(
+    ctx: _Context,
+    rows: list[dict[str, Any]],
+    tuned: list[dict[str, Any] | None],
+    outcomes: dict[tuple[int, float], Outcome],
+    target: float,
+) -> None:
+    """Iterations and samples to target against N (log-log), and the best runs' AP curves."""
+    plan = ctx.plan
+    nodes, grid = list(plan.speedup_nodes), sorted(set(plan.speedup_lrs))
+    by_cell = {(r["nodes"], r["lr"]): r for r in rows}
+
+    def pick(key: str, chosen: list[dict[str, Any] | None]) -> tuple[list[float], list[float]]:
+        """Means and stds of ``key``; NaN (left out) where some seed did not reach the target."""
+        done = [r if r is not None and r["reached"] == r["seeds"] else None for r in chosen]
+        return (
+            [r[f"{key}_mean"] if r else math.nan for r in done],
+            [r[f"{key}_std"] if r else math.nan for r in done],
+        )
+
+    first = tuned[nodes.index(min(nodes))]
+    for key, what in (("iterations", "iterations"), ("samples", "samples (N m T)")):
+        series = {"best η of each N": pick(key, tuned)}
+        if key == "iterations":
+            for lr in grid:
+                series[f"η = {lr:g}"] = pick(key, [by_cell[n, lr] for n in nodes])
+        start = first[f"{key}_mean"] if first is not None else math.nan
+        scale = [min(nodes) / n if key == "iterations" else 1.0 for n in nodes]
+        ideal = (f"linear speedup from N = {min(nodes)} at its best η", [start * f for f in scale])
+        plots.plot_scaling(
+            nodes, series, ctx.figures / f"claims_speedup_{key}.png",
+            title=f"{what} to test AP {target:.4f} (mean ± std over seeds)",
+            xlabel="parties N", ylabel=what, reference=ideal,
+        )  # fmt: skip
+    curves = {
+        f"N = {n}, η = {row['lr']:g}": outcomes[n, row["lr"]].mean_curve()
+        for n, row in zip(nodes, tuned, strict=True)
+        if row is not None
+    }
+    curves[f"target {target:.4f}"] = (np.array([1.0, plan.iterations]), np.array([target] * 2))
+    plots.plot_ap_curves(
+        curves, ctx.figures / "claims_speedup_curves.png",
+        title=f"test AP at each N's best η, {plan.speedup_topology} (mean over seeds)", logx=True,
+    )  # fmt: skip
 
 
 def topology_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
@@ -507,7 +678,8 @@ def topology_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
     )  # fmt: skip
     text = (
         f"SLATE, N = {n}, the speedup study's target **{target:.4f}** and evaluation schedule; "
-        f"the preset's η = {ctx.lr:g} and the speedup study's scaled η = {scaled:g}. λ = "
+        f"the preset's η = {ctx.lr:g} and η = {ctx.lr:g} N = {scaled:g} (Corollary 1's η ∝ N at "
+        f"a fixed accuracy, from the preset's step). λ = "
         '‖W − J‖₂ of the gossip matrix (as `slate topology` prints it); "vs full" = iterations '
         "to target / those of `full` at the same η; consensus distance = (1/N) Σₙ ‖xₙ − x̄‖² "
         "of the final weights.\n\n"
@@ -620,24 +792,23 @@ def momentum_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
     for method, outcome in outcomes.items():
         config = outcome.summaries[0]["config"]
         per_step, initial = gradient_cost(config)
-        m = int(config["batch_size"])
         ap = outcome.final("test_ap")
         its = spread(outcome.to_target(target))
         grads = spread(outcome.to_target(target, x="gradients"))
+        samples = spread(outcome.to_target(target, x="samples"))  # drawn: not gradients × m
         seconds = outcome.final("wall_seconds")
         total = float(gradient_evaluations([plan.iterations], per_step, initial)[0])
         rows.append({
             "method": method, "ap_mean": ap.mean, "ap_std": ap.std,
             "iterations_mean": its.mean, "iterations_std": its.std,
             "gradients_mean": grads.mean, "gradients_std": grads.std, "reached": its.count,
-            "samples_mean": grads.mean * m, "gradients_total": total,
+            "samples_mean": samples.mean, "samples_std": samples.std, "gradients_total": total,
             "seconds_mean": seconds.mean, "seconds_std": seconds.std,
         })  # fmt: skip
         label = METHOD_LABELS[method]
         cells.append([
             label, ap.format(".4f"), its.format(".0f"), grads.format(".0f"),
-            f"{grads.mean * m:.3g}" if grads.count else "—", f"{total:.0f}",
-            seconds.format(".1f"),
+            samples.format(".0f"), f"{total:.0f}", seconds.format(".1f"),
         ])  # fmt: skip
         steps, values = outcome.mean_curve()
         by_iteration[label] = (steps, values)
@@ -666,8 +837,10 @@ def momentum_study(ctx: _Context) -> tuple[list[dict[str, Any]], str]:
         f"{plan.every(plan.evaluations)}. Target: {plan.target_fraction:g} × SLATE's final AP = "
         f"**{target:.4f}**. A gradient evaluation is one party's forward and backward pass on its "
         "m-sample mini-batch: SLATE spends 1 per iteration; SLATE-M spends B/b on its first "
-        "iteration (the initial estimate) and 2 per iteration after it. Wall seconds include "
-        "the evaluations.\n\n"
+        "iteration (the initial estimate) and 2 per iteration after it. Samples are those one "
+        "party draws: m per iteration for both methods, since SLATE-M evaluates its two "
+        "gradients on the same mini-batch (Alg. 2, line 10), and B/b mini-batches of m at "
+        "SLATE-M's first iteration. Wall seconds include the evaluations.\n\n"
         f"{table}\n\n"
         "![test AP by iteration](figures/claims_momentum_iterations.png)\n"
         "![test AP by gradient evaluations](figures/claims_momentum_gradients.png)\n"
