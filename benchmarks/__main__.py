@@ -89,6 +89,51 @@ def _distributed(w8a: list[str], quick: bool) -> list[str]:
     return lines
 
 
+def _communication(w8a: list[str], quick: bool) -> list[str]:
+    """Simulator ms per iteration when parties talk less (w8a MLP, N = 20, ring), against the
+    paper's protocol (H = 1, dense) measured in the same session: rounds without gossip skip
+    the mixing, and CHOCO's compression costs encoding work per edge."""
+    lines = ["\n## Talking less: the simulator's cost per iteration (w8a MLP, N = 20, ring)\n",
+             "| setting | ms / iteration | against H = 1, dense |", "|---|---|---|"]  # fmt: skip
+    short = [*w8a, "--iterations", "500" if quick else "3000", "--eval-every", "100000",
+             "--checkpoint-every", "100000", "--compile", "off"]  # fmt: skip
+    settings = {
+        "H = 1, dense (the paper)": [],
+        "H = 25, dense": ["--gossip-every", "25"],
+        "H = 1, int8": ["--compress", "int8"],
+        "H = 1, topk:0.01": ["--compress", "topk:0.01"],
+        "H = 25, base-2, int8": ["--gossip-every", "25", "--topology", "base-2",
+                                 "--compress", "int8"],
+    }  # fmt: skip
+    baseline = None
+    for label, flags in settings.items():
+        run = slate_run([*short, *flags])["summary"]
+        ms = 1000 * (run["wall_seconds"] - run["evaluation_seconds"]) / run["iterations"]
+        baseline = baseline or ms
+        lines.append(f"| {label} | {ms:.3f} | {ms / baseline:.2f}x |")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def _update_section(lines: list[str]) -> None:
+    """Put one section (``lines[0]`` is its heading) into RESULTS.md in place of the old one,
+    or before the headline, with the date and machine of this measurement."""
+    path = HERE / "RESULTS.md"
+    text = path.read_text()
+    heading = lines[0].strip()
+    stamp = f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}.\n"
+    section = "\n" + "\n".join([lines[0], stamp, *lines[1:]]) + "\n"
+    start = text.find("\n" + heading)
+    if start >= 0:
+        end = text.find("\n## ", start + 1 + len(heading))
+        text = text[:start] + section + text[end if end >= 0 else len(text) :]
+    else:
+        at = text.find("\n## Headline")
+        text = text[:at] + section + text[at:] if at >= 0 else text + section
+    path.write_text(text)
+    print(f"updated {path}")
+
+
 def _end_to_end(data_dir: str, quick: bool) -> list[str]:
     """``slate train`` wall times: w8a (eager, compiled) and MNIST, with their evaluation share.
 
@@ -167,7 +212,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data"))
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
+    parser.add_argument(
+        "--only", choices=("communication",), help="run one section and update it in RESULTS.md"
+    )
     args = parser.parse_args()
+    if args.only == "communication":
+        w8a = ["--dataset", "w8a", "--data-dir", args.data_dir]
+        _update_section(_communication(w8a, args.quick))
+        return
     steps = 50 if args.quick else 400
     lines = [f"# slate benchmarks\n\nMeasured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}.",
              "All cases run SLATE without gradient tracking (Alg. 1 lines 7 and 9), m = 20, "
@@ -207,6 +259,7 @@ def main() -> None:
         lines += _end_to_end(args.data_dir, args.quick)
 
         lines += _distributed(w8a, args.quick)
+        lines += _communication(w8a, args.quick)
     lines += ["\n## Headline (w8a MLP, N = 20)\n", headline, NOTES]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'RESULTS.md'}")

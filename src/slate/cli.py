@@ -163,6 +163,33 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     algo.add_argument("--model", help="model name (default: the dataset's)")
     algo.add_argument("--hidden", type=int, help="hidden width of the MLP (default 28)")
 
+    talk = p.add_argument_group(
+        "communication (defaults: the paper's protocol; docs/communication.md)"
+    )
+    talk.add_argument(
+        "--gossip-every",
+        type=int,
+        default=1,
+        metavar="H",
+        help="local steps per gossip round: parties exchange only every H-th iteration",
+    )
+    talk.add_argument(
+        "--compress",
+        default="none",
+        help="CHOCO compressed gossip: none, int8, topk:FRACTION (e.g. topk:0.01) or sign",
+    )
+    talk.add_argument(
+        "--consensus-step",
+        metavar="GAMMA",
+        help="CHOCO's consensus step gamma in (0, 1], or 'auto' to pick it by simulating "
+        "gossip on this graph (default: per compressor)",
+    )
+    talk.add_argument(
+        "--wan",
+        metavar="RTT_MS,MBIT_S",
+        help="estimate the wall time over a WAN link: compute + RTT per round + bytes/bandwidth",
+    )
+
     run = p.add_argument_group("run")
     run.add_argument(
         "--eval-every",
@@ -358,7 +385,9 @@ def _run_export(args: argparse.Namespace) -> int:
 def _add_reproduce_parser(sub) -> None:
     from slate.reproduce import METHODS, TABLE2_DATASETS
 
-    rep = sub.add_parser("reproduce", help="reproduce the paper's Table 2 / Figures 1-2 / ablation")
+    rep = sub.add_parser(
+        "reproduce", help="the paper's Table 2 / Figures 1-2 / ablation / claims; communication"
+    )
     what = rep.add_subparsers(dest="experiment", required=True)
     t2 = what.add_parser("table2", help="Table 2 and Figures 1-2: all methods, N=20 ring")
     t2.add_argument("--datasets", default=",".join(TABLE2_DATASETS), help="comma-separated")
@@ -376,7 +405,13 @@ def _add_reproduce_parser(sub) -> None:
     )
     cl.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     cl.add_argument("--dataset", default="w7a")
-    for p in (t2, abl, cl):
+    com = what.add_parser(
+        "communication",
+        help="AP against rounds and bytes: local steps, base-2, compression",
+    )
+    com.add_argument("--datasets", default="w7a,fashion-mnist", help="comma-separated")
+    com.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    for p in (t2, abl, cl, com):
         p.add_argument("--data-dir", help="folder laid out as DIR/w7a, DIR/mnist, ...")
         p.add_argument("--out", default="reproduction", help="output folder (runs are reused)")
         p.add_argument("--configs", help="folder of TOML presets (default: the repo's configs/)")
@@ -421,6 +456,14 @@ def _run_reproduce(args: argparse.Namespace) -> int:
             args.data_dir, Path(args.out), studies=_comma_list(args.studies, flag="--studies"),
             seeds=_comma_list(args.seeds, int, "--seeds"), dataset=args.dataset,
             config_dir=config_dir, device=args.device, iterations=args.iterations,
+        )  # fmt: skip
+    elif args.experiment == "communication":
+        from slate.studies.communication import communication
+
+        communication(
+            args.data_dir, Path(args.out), datasets=_comma_list(args.datasets, flag="--datasets"),
+            seeds=_comma_list(args.seeds, int, "--seeds"), config_dir=config_dir,
+            device=args.device, iterations=args.iterations,
         )  # fmt: skip
     else:
         reproduce.ablation(

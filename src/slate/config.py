@@ -95,6 +95,10 @@ class TrainConfig:
     momentum: str = "storm"
     lr_dual: float | None = None
     coda_objective: str = "square"
+    gossip_every: int = 1
+    compress: str = "none"
+    consensus_step: str | float | None = None
+    wan: str | None = None
     partition: str = "stratified"
     dirichlet_alpha: float = 0.5
     model: str | None = None

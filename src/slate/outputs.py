@@ -45,6 +45,9 @@ HISTORY_COLUMNS = (
     "consensus_distance",
     "elapsed_seconds",
     "parties_alive",
+    "rounds",
+    "comm_bytes_per_party",
+    "estimated_wan_seconds",
 )
 
 
@@ -88,11 +91,31 @@ def write_run_folder(
         out / "ap_curve.png",
         title=f"Test AP of the averaged model on {run.config.dataset}",
     )
+    _plot_communication(run, history, label, out)
     run.compute.layout.load_into(run.model, xbar, buffers)
     description = describe_run(run.config, run.data.input_shape, run.data.preprocessing)
     save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)
+
+
+def _plot_communication(run: Run, history: list[dict[str, float]], label: str, out: Path) -> None:
+    """AP against the bytes one party sent (``ap_bytes.png``) and, with ``--wan``, against the
+    estimated WAN time (``ap_wan_time.png``)."""
+    ap = [r["test_ap"] for r in history]
+    sent = [r["comm_bytes_per_party"] / 1e6 for r in history]
+    if sent[-1] > 0:
+        plots.plot_ap_curves(
+            {label: (sent, ap)}, out / "ap_bytes.png",
+            title=f"Test AP against traffic on {run.config.dataset}",
+            xlabel="MB sent per party",
+        )  # fmt: skip
+    if run.wan is not None:
+        plots.plot_ap_curves(
+            {label: ([r["estimated_wan_seconds"] for r in history], ap)}, out / "ap_wan_time.png",
+            title=f"Test AP against estimated WAN time ({run.wan})",
+            xlabel="estimated seconds over the WAN",
+        )  # fmt: skip
 
 
 def write_pr_curve(path: Path, precision, recall, logits) -> None:
@@ -139,11 +162,26 @@ def build_summary(
         "n_parameters": run.compute.layout.size,
         "device": str(run.device),
         **traffic,
+        **_communication_summary(run, final),
         "parties_alive": run.engine.n_parties,
         "members": list(run.members),
         "party_events": run.party_events,
         "graph_changes": run.graph_changes,
         "config": config.to_dict(),
+    }
+
+
+def _communication_summary(run: Run, final: dict[str, float]) -> dict[str, Any]:
+    """How the parties talked: local steps, compressor, CHOCO's gamma, and the WAN estimate
+    (that of the last history row)."""
+    settings = run.comm.settings
+    compressed = settings.compressor is not None
+    return {
+        "gossip_every": settings.every,
+        "compress": settings.compressor.name if compressed else "none",
+        "consensus_step": settings.consensus_step if compressed else None,
+        "wan": str(run.wan) if run.wan is not None else None,
+        "estimated_wan_seconds": final["estimated_wan_seconds"] if run.wan is not None else None,
     }
 
 

@@ -150,6 +150,7 @@ def ap_curves_figure(
     xlabel: str = "iteration",
     logx: bool = False,
     logy: bool = False,
+    bands: Mapping[str, Sequence[float]] | None = None,
 ) -> Figure:
     """Build a figure of a metric against the iteration, one line per method.
 
@@ -160,6 +161,8 @@ def ap_curves_figure(
         xlabel: label of the x axis (e.g. gradient evaluations instead of iterations).
         logx: logarithmic x axis; points at ``x <= 0`` are left out.
         logy: logarithmic y axis; points at ``y <= 0`` are left out.
+        bands: optional half-widths (e.g. standard deviations over seeds) per method, drawn as
+            a shaded band around its line.
 
     Returns:
         The figure; its single axes holds one line per method, labelled by its name.
@@ -183,7 +186,10 @@ def ap_curves_figure(
         if logy:
             keep &= v > 0
         it, v = it[keep], v[keep]
-        ax.plot(it, v, marker="o" if it.size <= 30 else None, markersize=3, label=name)
+        (line,) = ax.plot(it, v, marker="o" if it.size <= 30 else None, markersize=3, label=name)
+        if bands is not None and name in bands:
+            half = np.asarray(bands[name], dtype=float).ravel()[keep]
+            ax.fill_between(it, v - half, v + half, color=line.get_color(), alpha=0.15)
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -206,6 +212,7 @@ def plot_ap_curves(
     xlabel: str = "iteration",
     logx: bool = False,
     logy: bool = False,
+    bands: Mapping[str, Sequence[float]] | None = None,
 ) -> Path:
     """Write a metric-versus-iteration plot, one line per method, as a PNG.
 
@@ -224,7 +231,9 @@ def plot_ap_curves(
     Raises:
         ValueError: see :func:`ap_curves_figure`.
     """
-    figure = ap_curves_figure(histories, title, ylabel, xlabel=xlabel, logx=logx, logy=logy)
+    figure = ap_curves_figure(
+        histories, title, ylabel, xlabel=xlabel, logx=logx, logy=logy, bands=bands
+    )
     return _save(figure, path)
 
 

@@ -207,7 +207,7 @@ class PartySetChanges:
                 sampler_used=self._chunk_used,
                 loss_sum=self.loss_sum,
                 loss_steps=self.loss_steps,
-                traffic=(self.comm.bytes_sent, self.comm.messages_sent),
+                traffic=self.comm.counters(),
                 history_length=len(self.history),
             )
         )
@@ -221,7 +221,7 @@ class PartySetChanges:
         self.sampler.draw(snapshot.sampler_used)
         self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
         self.loss_sum, self.loss_steps = snapshot.loss_sum, snapshot.loss_steps
-        self.comm.bytes_sent, self.comm.messages_sent = snapshot.traffic
+        self.comm.restore_counters(snapshot.traffic)
         del self.history[snapshot.history_length :]
         self._last_scores = (-1, None, None)
 
@@ -262,9 +262,10 @@ class PartySetChanges:
         self.topology, graph = surviving_topology(self.base_topology, self.members)
         if self.snapshots is not None:  # parties drift apart one step per hop of the new graph
             self.snapshots.resize(snapshot_depth(diameter(self.topology.W)))
-        traffic = (self.comm.bytes_sent, self.comm.messages_sent)
-        self.comm = self.engine.communicator(self.topology, self.device)
-        self.comm.bytes_sent, self.comm.messages_sent = traffic
+        traffic = self.comm.counters()
+        # Compressed gossip's public copies restart at zero on every survivor (engines.choco).
+        self.comm = self.make_communicator(torch.zeros_like(self.x))
+        self.comm.restore_counters(traffic)
         self.algorithm.restart_tracking()
         self._last_scores = (-1, None, None)
         self.graph_changes.append({"iteration": self.iteration, **graph.to_dict()})

@@ -35,6 +35,7 @@ from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
 from slate.evaluation import TestScores, evaluation_for
+from slate.gossip import check_gossip_flags, gossip_settings, parse_wan
 from slate.models import build_model
 from slate.recovery import (
     PartySetChanges,
@@ -186,6 +187,7 @@ def _check_numbers(config: TrainConfig) -> None:
     if config.out is not None:
         check_out_dir(config.out)
     _check_party_loss(config)
+    check_gossip_flags(config)
 
 
 PARTY_LOSS_CHOICES = ("continue", "stop")
@@ -287,10 +289,12 @@ class Run(PartySetChanges):
             context=self.algorithm.context([self.labels[p] for p in local_parts]),
             compile=should_compile(config, self.engine.name, self.device, model),
         )
-        self.comm: Communicator = self.engine.communicator(self.topology, self.device)
+        self.x = self.initial_parameters()
+        self.gossip = gossip_settings(config, self.topology, self.x.shape[1])
+        self.wan = parse_wan(config.wan)
+        self.comm: Communicator = self.make_communicator(self.x)
         self.test_features = torch.from_numpy(self.data.x_test).to(self.device)
         self.test_labels = torch.from_numpy(self.data.y_test).to(self.device)
-        self.x = self.initial_parameters()
         self.algorithm.init_state(self.x)
         self.iteration = 0
         self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
@@ -317,6 +321,11 @@ class Run(PartySetChanges):
         x0 = self.compute.layout.flatten(self.model)
         extra = self.algorithm.initial_extra(1, self.device, x0.dtype)[0]
         return torch.cat([x0, extra]).expand(self.n_local, -1).clone()
+
+    def make_communicator(self, x0: Tensor) -> Communicator:
+        """The engine's communicator over the current topology; compressed gossip's public
+        copies start at ``x0``."""
+        return self.engine.communicator(self.topology, self.device, self.gossip, x0)
 
     def batch(self, indices: Tensor) -> Batch:
         """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
@@ -388,7 +397,8 @@ class Run(PartySetChanges):
             "loss_sum": self.loss_sum.cpu(),
             "loss_steps": self.loss_steps,
             "evaluation_seconds": self.evaluation_seconds,
-            "traffic": [self.comm.bytes_sent, self.comm.messages_sent],
+            "traffic": list(self.comm.counters()),
+            "communicator": self.comm.state_dict(),
             "config": self.config.to_dict(),
             "members": self.members,
             "exchanges": self.exchange.record,
@@ -416,7 +426,8 @@ class Run(PartySetChanges):
         self.loss_sum = state["loss_sum"].to(self.device)
         self.loss_steps = state["loss_steps"]
         self.evaluation_seconds = state.get("evaluation_seconds", 0.0)
-        self.comm.bytes_sent, self.comm.messages_sent = state["traffic"]
+        self.comm.restore_counters(state["traffic"])
+        self.comm.load_state_dict(state.get("communicator", {}))
         self.party_events = list(state.get("party_events", []))
         self.graph_changes = list(state.get("graph_changes", []))
 
@@ -543,16 +554,20 @@ class Run(PartySetChanges):
             )
 
     def mean_traffic(self) -> dict[str, float]:
-        """Bytes and messages sent per party, averaged over all parties (collective)."""
-        local = torch.tensor(
-            [self.comm.bytes_sent, self.comm.messages_sent], dtype=torch.float64, device=self.device
-        )
-        if self.engine.name == "simulator":  # the simulator's counters are already means
-            return dict(
-                zip(("comm_bytes_per_party", "messages_per_party"), local.tolist(), strict=True)
-            )
-        mean = (self.engine.total(local) / self.engine.n_parties).tolist()
-        return {"comm_bytes_per_party": mean[0], "messages_per_party": mean[1]}
+        """Bytes, messages and rounds per party, averaged over all parties (collective)."""
+        local = torch.tensor(self.comm.counters(), dtype=torch.float64, device=self.device)
+        if self.engine.name != "simulator":  # the simulator's counters are already means
+            local = self.engine.total(local) / self.engine.n_parties
+        names = ("comm_bytes_per_party", "messages_per_party", "rounds")
+        return dict(zip(names, local.tolist(), strict=True))
+
+    def estimated_wan_seconds(self, elapsed: float, traffic: dict[str, float]) -> float:
+        """``--wan``: training time without evaluations, plus one RTT per round and the bytes'
+        transfer (:class:`slate.gossip.WanLink`); NaN without ``--wan``."""
+        if self.wan is None:
+            return math.nan
+        compute = max(0.0, elapsed - self.evaluation_seconds)
+        return self.wan.seconds(compute, traffic["rounds"], traffic["comm_bytes_per_party"])
 
     def take_mean_loss(self) -> float:
         """Mean training loss of all parties since the last call (collective), then reset."""

@@ -84,12 +84,16 @@ class RunResult:
 def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
     trained = run.loss_steps > 0
     loss = run.take_mean_loss()
+    traffic = run.mean_traffic()
     return {
         "iteration": run.iteration,
         **run.evaluate(),
         "train_loss": loss if trained else math.nan,
         "elapsed_seconds": elapsed,
         "parties_alive": run.engine.n_parties,
+        "rounds": traffic["rounds"],
+        "comm_bytes_per_party": traffic["comm_bytes_per_party"],
+        "estimated_wan_seconds": run.estimated_wan_seconds(elapsed, traffic),
     }
 
 

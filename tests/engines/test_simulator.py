@@ -174,7 +174,8 @@ def test_mixing_equals_the_dense_product(topology_name, width) -> None:
 def test_sparse_networks_are_stored_sparse() -> None:
     def layout(name: str, n: int) -> torch.layout:
         topology = build_topology(name, n)
-        return SimulatorCommunicator(topology, torch.device("cpu"), torch.float32)._gossip.layout
+        comm = SimulatorCommunicator(topology, torch.device("cpu"), torch.float32)
+        return comm.gossip_matrix(0)[0].layout
 
     assert layout("ring", 20) == torch.sparse_csr  # 60 of 400 entries
     assert layout("ring", 4) == torch.strided  # 12 of 16

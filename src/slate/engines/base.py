@@ -10,37 +10,102 @@ engine. It communicates only through
 
 and never knows which engine carries these out. ``mix_step(x, v, lr)`` is ``mix(x - lr * v)``,
 which an engine may carry out in one fused pass.
+
+**Talking less** (:class:`GossipSettings`, docs/communication.md). Three settings change what
+``mix`` sends, the same way on both engines; their defaults are the paper's protocol:
+
+* *local steps*: with ``every = H``, only iterations :math:`t` with :math:`(t + 1) \bmod H = 0`
+  are gossip rounds; on the others ``mix`` is the identity and sends nothing (Koloskova et al.,
+  ICML 2020: :math:`W(t) = I` except every :math:`H`-th step). The topology advances by gossip
+  round, :math:`r = \lfloor t / H \rfloor`, so a time-varying graph's cycle is not skipped;
+* *time-varying graphs* (``one-peer-exponential``, ``base-K``): round :math:`r` applies
+  ``topology.matrix_at(r)``;
+* *compressed gossip* (CHOCO-SGD, :mod:`slate.engines.choco`): with a compressor, a gossip
+  round sends compressed differences to public copies instead of the parameters.
+
+Every communicator counts what a party sends: bytes as encoded, messages, and ``rounds``, the
+sequential exchanges (a gossip round is one; an exact average by ring all-reduce is
+:math:`2 (N - 1)` sequential steps).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["Communicator"]
+if TYPE_CHECKING:
+    from slate.compression import Compressor
+    from slate.topology import Topology
+
+__all__ = ["Communicator", "GossipSettings", "all_reduce_steps"]
+
+
+@dataclass(frozen=True)
+class GossipSettings:
+    r"""How often and how compactly parties gossip (``--gossip-every``, ``--compress``).
+
+    Attributes:
+        every: :math:`H \ge 1`, iterations per gossip round (1: every iteration, the paper's).
+        compressor: the CHOCO compression operator, or ``None`` for dense gossip (the paper's).
+        consensus_step: CHOCO's :math:`\gamma` (ignored without a compressor).
+    """
+
+    every: int = 1
+    compressor: Compressor | None = None
+    consensus_step: float = 1.0
+
+    @property
+    def is_paper_protocol(self) -> bool:
+        return self.every == 1 and self.compressor is None
+
+
+def all_reduce_steps(n: int) -> int:
+    """Sequential steps of a ring all-reduce over ``n`` parties: ``2 (n - 1)`` (reduce-scatter,
+    then all-gather)."""
+    return 2 * (n - 1) if n > 1 else 0
 
 
 class Communicator(ABC):
-    """Carries out the mixing steps of one engine and counts what it would send."""
+    """Carries out the mixing steps of one engine and counts what it sends.
 
-    def __init__(self) -> None:
+    Subclasses implement one gossip round (:meth:`_gossip`) and the exact average; the schedule
+    of local steps and time-varying rounds lives here, once for both engines.
+    """
+
+    def __init__(self, topology: Topology, settings: GossipSettings | None = None) -> None:
+        self.topology = topology
+        self.settings = settings or GossipSettings()
         self.iteration = 0
         self.bytes_sent = 0.0
         self.messages_sent = 0.0
+        self.rounds = 0.0
 
     def set_iteration(self, t: int) -> None:
-        """Tell the communicator which round comes next (time-varying topologies use it)."""
+        """Tell the communicator which iteration comes next."""
         self.iteration = t
 
-    @abstractmethod
-    def mix(self, x: Tensor) -> Tensor:
-        """Return :math:`(\\underline{W}_t \\otimes I_d)\\, x` for this round's gossip matrix."""
+    @property
+    def gossips_now(self) -> bool:
+        """Whether this iteration ends with a gossip round: :math:`(t + 1) \\bmod H = 0`."""
+        return (self.iteration + 1) % self.settings.every == 0
 
-    @abstractmethod
-    def average(self, x: Tensor) -> Tensor:
-        """Return :math:`\\mathbf{J} x`: every party receives the exact mean of all parties."""
+    @property
+    def round(self) -> int:
+        """The gossip round of this iteration, :math:`\\lfloor t / H \\rfloor` (``t`` for
+        ``H = 1``): the index time-varying topologies are read at."""
+        return self.iteration // self.settings.every
+
+    def mix(self, x: Tensor) -> Tensor:
+        """:math:`(\\underline{W}_r \\otimes I_d)\\, x` on a gossip round, ``x`` otherwise."""
+        if not self.gossips_now:
+            return x
+        if self.topology.is_full_average_at(self.round):
+            return self.average(x)
+        return self._gossip(x, self.round)
 
     def mix_step(self, x: Tensor, direction: Tensor, lr: float) -> Tensor:
         """Return ``mix(x - lr * direction)``: a local step, then one gossip round (Alg. 1 line 9).
@@ -48,11 +113,54 @@ class Communicator(ABC):
         Engines may fuse the two passes (the simulator does, block by block in cache); the
         result is the same up to float rounding.
         """
+        if self.gossips_now and not self.topology.is_full_average_at(self.round):
+            return self._gossip_step(x, direction, lr, self.round)
         return self.mix(torch.add(x, direction, alpha=-lr))
 
+    @abstractmethod
+    def _gossip(self, x: Tensor, r: int) -> Tensor:
+        """One gossip round with the matrix ``topology.matrix_at(r)`` (not ``J``)."""
+
+    def _gossip_step(self, x: Tensor, direction: Tensor, lr: float, r: int) -> Tensor:
+        return self._gossip(torch.add(x, direction, alpha=-lr), r)
+
+    @abstractmethod
+    def average(self, x: Tensor) -> Tensor:
+        """Return :math:`\\mathbf{J} x`: every party receives the exact mean of all parties."""
+
+    def _count(self, payload_bytes: float, messages: float, rounds: float = 1.0) -> None:
+        self.bytes_sent += payload_bytes
+        self.messages_sent += messages
+        self.rounds += rounds
+
+    def _count_all_reduce(self, x: Tensor, n: int) -> None:
+        # A ring all-reduce sends 2 (N - 1) / N of the buffer per party in 2 (N - 1) messages,
+        # one after the other.
+        if n > 1:
+            payload = x.shape[-1] * x.element_size()
+            self._count(2 * (n - 1) / n * payload, all_reduce_steps(n), all_reduce_steps(n))
+
     def traffic(self) -> dict[str, float]:
-        """Per-party totals of what was (or would have been) sent: bytes and messages."""
+        """Per-party totals of what was (or would have been) sent: bytes, messages, rounds."""
         return {
             "comm_bytes_per_party": self.bytes_sent,
             "messages_per_party": self.messages_sent,
+            "rounds": self.rounds,
         }
+
+    def counters(self) -> tuple[float, float, float]:
+        """``(bytes, messages, rounds)`` sent so far, for checkpoints and snapshots."""
+        return (self.bytes_sent, self.messages_sent, self.rounds)
+
+    def restore_counters(self, values: tuple[float, ...] | list[float]) -> None:
+        """Set the counters from :meth:`counters` (a checkpoint written before ``rounds``
+        existed holds two values: its runs gossiped every iteration)."""
+        self.bytes_sent, self.messages_sent = values[0], values[1]
+        self.rounds = values[2] if len(values) > 2 else 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs beyond the counters (CHOCO's public copies); default none."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state

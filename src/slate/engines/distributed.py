@@ -42,7 +42,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from slate.engines.base import Communicator
+from slate.engines.base import Communicator, GossipSettings
+from slate.engines.choco import ChocoGossip, RoundEdges
 from slate.engines.local import Engine
 from slate.engines.membership import (
     FINAL_MEMBERS_KEY,
@@ -233,66 +234,98 @@ class DistributedCommunicator(Communicator):
     """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce.
 
     ``rank`` is this party's index in ``topology`` (and in ``group``, or in the default group).
+    With a compressor (CHOCO, :mod:`slate.engines.choco`), each message is the compressed
+    encoding itself (``torch.uint8``), not dense floats.
     """
 
     def __init__(
-        self, topology: Topology, rank: int, group: Any = None, waiter: _Waiter | None = None
+        self,
+        topology: Topology,
+        rank: int,
+        group: Any = None,
+        waiter: _Waiter | None = None,
+        settings: GossipSettings | None = None,
+        x0: Tensor | None = None,
     ) -> None:
-        super().__init__()
-        self.topology = topology
+        super().__init__(topology, settings)
         self.rank = rank
         self.group = group
         self.n = topology.n
-        self.self_weight = float(topology.W[rank, rank])
-        self.neighbours = topology.neighbours(rank)
         self.waiter = waiter or _Waiter(_Guard(rank), None)
         # With recovery, every gossip message carries a last element: 1 (parameters) or 0 (the
         # sender has left this generation), so that a blocked receiver wakes up at once.
         self.signals_leaving = self.waiter.membership is not None
-        self._message_numel = 0
+        self._message: tuple[int, torch.dtype] | None = None  # the size and type of a message
         self._unwaited: list[Any] = []  # leave messages are never waited for
+        self.choco: ChocoGossip | None = None
+        if self.settings.compressor is not None:
+            if x0 is None:
+                raise ValueError("compressed gossip needs the starting parameters x0")
+            self.choco = ChocoGossip(
+                topology, [rank], self.settings.compressor, self.settings.consensus_step, x0,
+                self._exchange_payloads,
+            )  # fmt: skip
 
     def _peer(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)
 
-    def mix(self, x: Tensor) -> Tensor:
-        if self.topology.is_full_average_at(self.iteration):
-            return self.average(x)
-        if not self.neighbours:
+    def _gossip(self, x: Tensor, r: int) -> Tensor:
+        if self.choco is not None:
+            mixed, messages = self.choco.gossip(x, r)
+            self._count(messages * self.choco.payload_bytes(x.shape[-1]), messages)
+            return mixed
+        neighbours = self.topology.neighbours_at(self.rank, r)
+        if not neighbours:
             return x
         flat = x.reshape(-1).contiguous()
-        message = torch.cat([flat, flat.new_ones(1)]) if self.signals_leaving else flat
-        self._message_numel = message.numel()
-        received = {r: torch.empty_like(message) for r, _ in self.neighbours}
-        sends, receives = [], []
-        for r, _ in self.neighbours:
-            sends.append(dist.P2POp(dist.isend, message, self._peer(r), self.group))
-            receives.append(dist.P2POp(dist.irecv, received[r], self._peer(r), self.group))
-        works = self.waiter.post(
-            lambda: dist.batch_isend_irecv(sends + receives), [r for r, _ in self.neighbours]
-        )
+        received = self._swap([flat] * len(neighbours), [peer for peer, _ in neighbours])
+        out = self.topology.self_weight_at(self.rank, r) * flat
+        for (_, w), theirs in zip(neighbours, received, strict=True):
+            out = out + w * theirs
+        self._count(len(neighbours) * flat.numel() * flat.element_size(), len(neighbours))
+        return out.view_as(x)
+
+    def _exchange_payloads(self, payload: Tensor, edges: RoundEdges) -> Tensor:
+        """CHOCO's exchange: row ``e`` of ``payload`` goes to ``edges.peers[e]``, whose own
+        payload for this party comes back as row ``e``."""
+        received = self._swap(list(payload), list(edges.peers))
+        return torch.stack(received) if received else payload
+
+    def _swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
+        """Send ``messages[k]`` to ``peers[k]`` and receive one message of the same size and type
+        from each, all at once (``batch_isend_irecv``)."""
+        if self.signals_leaving:  # one tagged copy per distinct message
+            tagged = {id(m): torch.cat([m, m.new_ones(1)]) for m in messages}
+            messages = [tagged[id(m)] for m in messages]
+        self._message = (messages[0].numel(), messages[0].dtype)
+        received = [torch.empty_like(m) for m in messages]
+        sends = [
+            dist.P2POp(dist.isend, m, self._peer(p), self.group)
+            for m, p in zip(messages, peers, strict=True)
+        ]
+        receives = [
+            dist.P2POp(dist.irecv, buf, self._peer(p), self.group)
+            for buf, p in zip(received, peers, strict=True)
+        ]
+        works = self.waiter.post(lambda: dist.batch_isend_irecv(sends + receives), peers)
         k = len(sends)
         # Receives first: a neighbour that has left sends a leave message instead of its
         # parameters, and a send to it may otherwise block.
-        for (r, _), work in zip(self.neighbours, works[k:], strict=True):
-            self.waiter.point_to_point(work, r)
-            if self.signals_leaving and float(received[r][-1]) == LEAVE:
-                raise ExchangeFailed(f"party {r} of this generation left it")
-        for (r, _), work in zip(self.neighbours, works[:k], strict=True):
-            self.waiter.point_to_point(work, r)
-        out = self.self_weight * flat
-        for r, w in self.neighbours:
-            out = out + w * received[r][: flat.numel()]
-        self.bytes_sent += len(self.neighbours) * flat.numel() * flat.element_size()
-        self.messages_sent += len(self.neighbours)
-        return out.view_as(x)
+        for peer, work, buf in zip(peers, works[k:], received, strict=True):
+            self.waiter.point_to_point(work, peer)
+            if self.signals_leaving and float(buf[-1]) == LEAVE:
+                raise ExchangeFailed(f"party {peer} of this generation left it")
+        for peer, work in zip(peers, works[:k], strict=True):
+            self.waiter.point_to_point(work, peer)
+        return [buf[:-1] for buf in received] if self.signals_leaving else received
 
     def signal_leaving(self) -> None:
-        """Send every neighbour a leave message in place of the next parameters."""
-        if not (self.signals_leaving and self._message_numel):
+        """Send every neighbour (of any round) a leave message in place of the next one."""
+        if not (self.signals_leaving and self._message is not None):
             return
-        leave = torch.full((self._message_numel,), LEAVE)
-        for r, _ in self.neighbours:
+        numel, dtype = self._message
+        leave = torch.full((numel,), LEAVE, dtype=dtype)
+        for r in self.topology.union_neighbours(self.rank):
             # A neighbour whose connection is already gone needs no message.
             with contextlib.suppress(RuntimeError, dist.DistBackendError):
                 self._unwaited.append(dist.isend(leave, self._peer(r), self.group))
@@ -302,11 +335,15 @@ class DistributedCommunicator(Communicator):
         self.waiter.collective(
             lambda: dist.all_reduce(total, group=self.group, async_op=True), list(range(self.n))
         )
-        if self.n > 1:
-            payload = x.numel() * x.element_size()
-            self.bytes_sent += 2 * (self.n - 1) / self.n * payload
-            self.messages_sent += 2 * (self.n - 1)
+        self._count_all_reduce(x, self.n)
         return total / self.n
+
+    def state_dict(self) -> dict:
+        return {"choco": self.choco.state_dict()} if self.choco is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.choco is not None and "choco" in state:
+            self.choco.load_state_dict(state["choco"])
 
 
 class DistributedEngine(Engine):
@@ -485,9 +522,17 @@ class DistributedEngine(Engine):
     def _everyone(self) -> list[int]:
         return list(range(self.n_parties))
 
-    def communicator(self, topology: Topology, device: torch.device) -> Communicator:
+    def communicator(
+        self,
+        topology: Topology,
+        device: torch.device,
+        settings: GossipSettings | None = None,
+        x0: Tensor | None = None,
+    ) -> Communicator:
         del device
-        comm = DistributedCommunicator(topology, self.members.index(self.rank), waiter=self.waiter)
+        comm = DistributedCommunicator(
+            topology, self.members.index(self.rank), waiter=self.waiter, settings=settings, x0=x0
+        )
         self._communicator = comm
         return comm
 

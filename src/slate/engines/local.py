@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from slate.engines.base import Communicator
+from slate.engines.base import Communicator, GossipSettings
 from slate.engines.simulator import SimulatorCommunicator
 from slate.topology import Topology
 
@@ -30,8 +30,15 @@ class Engine(ABC):
     is_main: bool
 
     @abstractmethod
-    def communicator(self, topology: Topology, device: torch.device) -> Communicator:
-        """The mixing implementation for this engine."""
+    def communicator(
+        self,
+        topology: Topology,
+        device: torch.device,
+        settings: GossipSettings | None = None,
+        x0: Tensor | None = None,
+    ) -> Communicator:
+        """The mixing implementation for this engine (``x0``: the local parties' starting
+        parameters, which compressed gossip's public copies start from)."""
 
     def set_members(self, members: list[int]) -> None:
         """The run continues with ``members`` (the distributed engine learns it on its own)."""
@@ -77,8 +84,14 @@ class SimulatorEngine(Engine):
         self.local_parties = sorted(members)
         self.n_parties = len(members)
 
-    def communicator(self, topology: Topology, device: torch.device) -> Communicator:
-        return SimulatorCommunicator(topology, device, torch.float32)
+    def communicator(
+        self,
+        topology: Topology,
+        device: torch.device,
+        settings: GossipSettings | None = None,
+        x0: Tensor | None = None,
+    ) -> Communicator:
+        return SimulatorCommunicator(topology, device, torch.float32, settings, x0)
 
     def mean(self, x: Tensor) -> Tensor:
         return x.mean(dim=0)

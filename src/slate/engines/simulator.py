@@ -6,7 +6,8 @@ All parties' parameters are stacked into ``x`` of shape ``(N, d)``; ``mix(x)`` i
 of W's entries non-zero) multiplies with W in compressed sparse row form, whose cost grows with
 the number of edges rather than N². A large buffer is stepped and mixed block by block in
 cache (:meth:`SimulatorCommunicator.mix_step`). The traffic counters report what the distributed
-engine would send for the same rounds: one flat buffer per neighbour per gossip exchange.
+engine would send for the same rounds: one flat buffer per neighbour per gossip exchange, or one
+compressed payload per edge with ``--compress`` (:mod:`slate.engines.choco`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slate.engines.base import Communicator
+from slate.engines.base import Communicator, GossipSettings
+from slate.engines.choco import ChocoGossip, simulated_exchange
 from slate.topology import Topology
 
 __all__ = ["SimulatorCommunicator"]
@@ -43,36 +45,66 @@ class SimulatorCommunicator(Communicator):
     """:class:`Communicator` for stacked parties on one device.
 
     Args:
-        topology: the network; ``topology.matrix_at(t)`` gives round ``t``'s matrix.
+        topology: the network; ``topology.matrix_at(r)`` gives gossip round ``r``'s matrix.
         device: where the parties' parameters live.
-        dtype: the parameters' dtype (the matrix is cast to it once).
+        dtype: the parameters' dtype (the matrices are cast to it once).
+        settings: local steps and compression (default: the paper's protocol).
+        x0: the parties' starting parameters ``(N, d)``; needed with a compressor (CHOCO's
+            public copies start there).
     """
 
-    def __init__(self, topology: Topology, device: torch.device, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.topology = topology
-        self.n = topology.W.shape[0]
-        self._gossip = _gossip_matrix(np.array(topology.W), dtype, device)
-        self._gossip_is_identity = bool(np.array_equal(topology.W, np.eye(self.n)))
-        self._mean_degree = (
-            sum(len(topology.neighbours(i)) for i in range(self.n)) / self.n if self.n > 1 else 0.0
-        )
+    def __init__(
+        self,
+        topology: Topology,
+        device: torch.device,
+        dtype: torch.dtype,
+        settings: GossipSettings | None = None,
+        x0: Tensor | None = None,
+    ) -> None:
+        super().__init__(topology, settings)
+        self.n = topology.n
+        self.device, self.dtype = device, dtype
+        self._matrices: dict[int, tuple[Tensor | None, float]] = {}
+        self.choco: ChocoGossip | None = None
+        if self.settings.compressor is not None:
+            if x0 is None:
+                raise ValueError("compressed gossip needs the starting parameters x0")
+            self.choco = ChocoGossip(
+                topology, range(self.n), self.settings.compressor,
+                self.settings.consensus_step, x0, simulated_exchange,
+            )  # fmt: skip
 
-    def mix(self, x: Tensor) -> Tensor:
-        if self.topology.is_full_average_at(self.iteration):
-            return self.average(x)
-        if self._gossip_is_identity:
-            return x
-        self._count_gossip(x)
-        return self._mix_in_blocks(x, None, 0.0)
+    def gossip_matrix(self, r: int) -> tuple[Tensor | None, float]:
+        """Round ``r``'s matrix (``None`` for the identity) and its mean degree, cached per
+        position in the topology's cycle."""
+        key = r % max(1, self.topology.cycle_length)
+        if key not in self._matrices:
+            W = np.array(self.topology.matrix_at(r))
+            off = W > 0
+            np.fill_diagonal(off, False)
+            identity = bool(np.array_equal(W, np.eye(self.n)))
+            gossip = None if identity else _gossip_matrix(W, self.dtype, self.device)
+            self._matrices[key] = (gossip, float(off.sum()) / self.n)
+        return self._matrices[key]
 
-    def mix_step(self, x: Tensor, direction: Tensor, lr: float) -> Tensor:
-        if self.topology.is_full_average_at(self.iteration) or self._gossip_is_identity:
-            return super().mix_step(x, direction, lr)
-        self._count_gossip(x)
-        return self._mix_in_blocks(x, direction, lr)
+    def _gossip(self, x: Tensor, r: int) -> Tensor:
+        return self._gossip_step(x, None, 0.0, r)
 
-    def _mix_in_blocks(self, x: Tensor, direction: Tensor | None, lr: float) -> Tensor:
+    def _gossip_step(self, x: Tensor, direction: Tensor | None, lr: float, r: int) -> Tensor:
+        if self.choco is not None:
+            stepped = x if direction is None else torch.add(x, direction, alpha=-lr)
+            mixed, messages = self.choco.gossip(stepped, r)
+            payload = self.choco.payload_bytes(x.shape[-1])
+            self._count(messages * payload / self.n, messages / self.n)
+            return mixed
+        gossip, degree = self.gossip_matrix(r)
+        if gossip is None:
+            return x if direction is None else torch.add(x, direction, alpha=-lr)
+        self._count(degree * x.shape[-1] * x.element_size(), degree)
+        return self._mix_in_blocks(gossip, x, direction, lr)
+
+    @staticmethod
+    def _mix_in_blocks(gossip: Tensor, x: Tensor, direction: Tensor | None, lr: float) -> Tensor:
         """``W (x - lr direction)`` on column blocks of about ``BLOCK_BYTES`` each (CPU).
 
         A large model's ``(N, d)`` buffer does not fit in cache, so a separate step and mix would
@@ -82,28 +114,23 @@ class SimulatorCommunicator(Communicator):
         n, d = x.shape
         width = max(1024, BLOCK_BYTES // (n * x.element_size()))
         if d <= width or x.device.type != "cpu":
-            return self._gossip @ (x if direction is None else torch.add(x, direction, alpha=-lr))
+            return gossip @ (x if direction is None else torch.add(x, direction, alpha=-lr))
         out = torch.empty_like(x)
         for start in range(0, d, width):
             cols = slice(start, start + width)
             block = x[:, cols]
             if direction is not None:
                 block = torch.add(block, direction[:, cols], alpha=-lr)
-            out[:, cols] = self._gossip @ block
+            out[:, cols] = gossip @ block
         return out
 
     def average(self, x: Tensor) -> Tensor:
-        self._count_all_reduce(x)
+        self._count_all_reduce(x, self.n)
         return x.mean(dim=0, keepdim=True).expand_as(x).clone()
 
-    def _count_gossip(self, x: Tensor) -> None:
-        payload = x.shape[-1] * x.element_size()
-        self.bytes_sent += self._mean_degree * payload
-        self.messages_sent += self._mean_degree
+    def state_dict(self) -> dict:
+        return {"choco": self.choco.state_dict()} if self.choco is not None else {}
 
-    def _count_all_reduce(self, x: Tensor) -> None:
-        # A ring all-reduce sends 2 (N - 1) / N of the buffer per party in 2 (N - 1) messages.
-        if self.n > 1:
-            payload = x.shape[-1] * x.element_size()
-            self.bytes_sent += 2 * (self.n - 1) / self.n * payload
-            self.messages_sent += 2 * (self.n - 1)
+    def load_state_dict(self, state: dict) -> None:
+        if self.choco is not None and "choco" in state:
+            self.choco.load_state_dict(state["choco"])

@@ -1,0 +1,118 @@
+r"""The flags that make a run talk less, checked and turned into :class:`GossipSettings`; and
+the WAN time a site can plan with (``--wan``).
+
+* ``--gossip-every H``: local steps between gossip rounds (:mod:`slate.engines.base`).
+* ``--compress none|int8|topk:FRACTION|sign`` and ``--consensus-step GAMMA|auto``: CHOCO
+  compressed gossip (:mod:`slate.engines.choco`, :mod:`slate.compression`).
+* ``--wan RTT_MS,MBIT_S``: :math:`T_{\mathrm{WAN}} = T_{\mathrm{compute}} + R \cdot
+  \mathrm{RTT} + 8 B / \mathrm{bandwidth}`, with :math:`R` the sequential exchanges (rounds) and
+  :math:`B` the bytes one party sent; :math:`T_{\mathrm{compute}}` is the measured training time
+  without evaluations (for the simulator, the time of all N parties in one process: an upper
+  bound for one site).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slate.compression import Compressor, parse_compressor
+from slate.engines.base import GossipSettings
+from slate.engines.choco import auto_consensus_step
+from slate.errors import ConfigError
+from slate.topology import Topology
+
+__all__ = ["WanLink", "check_gossip_flags", "gossip_settings", "parse_wan"]
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class WanLink:
+    """A wide-area link: round-trip time and bandwidth (``--wan RTT_MS,MBIT_S``)."""
+
+    rtt_ms: float
+    mbit_s: float
+
+    def seconds(self, compute_seconds: float, rounds: float, bytes_sent: float) -> float:
+        """Estimated wall time: compute, plus one RTT per round, plus the bytes' transfer."""
+        transfer = 8.0 * bytes_sent / (self.mbit_s * 1e6)
+        return compute_seconds + rounds * self.rtt_ms / 1e3 + transfer
+
+    def __str__(self) -> str:
+        return f"{self.rtt_ms:g} ms RTT, {self.mbit_s:g} Mbit/s"
+
+
+def parse_wan(text: str | None) -> WanLink | None:
+    """``"80,100"`` -> 80 ms round trip at 100 Mbit/s; ``None`` -> no estimate."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        rtt, bandwidth = (float(p) for p in parts)
+    except ValueError:
+        rtt = bandwidth = math.nan
+    if not (math.isfinite(rtt) and rtt >= 0 and math.isfinite(bandwidth) and bandwidth > 0):
+        raise ConfigError(
+            f"--wan {text!r} is not RTT_MS,MBIT_S: give the round-trip time in milliseconds "
+            "(>= 0) and the bandwidth in Mbit/s (> 0), separated by a comma, e.g. --wan 80,100 "
+            "for 80 ms at 100 Mbit/s."
+        )
+    return WanLink(rtt, bandwidth)
+
+
+def _parse_consensus_step(value: object, compressor: Compressor) -> float | str:
+    if value is None:
+        return compressor.default_consensus_step
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        gamma = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        gamma = math.nan
+    if not 0 < gamma <= 1:
+        raise ConfigError(
+            f"--consensus-step {value!r} is not valid: CHOCO's consensus step gamma must lie in "
+            f"(0, 1], or be 'auto' (chosen by simulating gossip on this run's graph). The "
+            f"default for --compress {compressor.name} is {compressor.default_consensus_step:g}."
+        )
+    return gamma
+
+
+def check_gossip_flags(config) -> None:
+    """One-paragraph errors for ``--gossip-every``, ``--compress``, ``--consensus-step`` and
+    ``--wan``, before any data is read."""
+    every = config.gossip_every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ConfigError(
+            f"--gossip-every must be a whole number of iterations >= 1 (1: gossip after every "
+            f"local step, the paper's protocol; H: H local steps per gossip round), got "
+            f"{every!r}."
+        )
+    if every > 1 and config.gradient_tracking:
+        raise ConfigError(
+            f"--gradient-tracking cannot be combined with --gossip-every {every}: the tracker "
+            "(Alg. 1 line 8) assumes one exchange per step, and local steps make it drift; "
+            "the K-GT correction (Liu et al., 2023) is not implemented. Use one of the two "
+            "(docs/algorithms.md)."
+        )
+    compressor = parse_compressor(config.compress)
+    if config.consensus_step is not None and compressor.name == "none":
+        raise ConfigError(
+            "--consensus-step sets CHOCO's gamma for compressed gossip; it needs --compress "
+            "int8, topk:FRACTION or sign."
+        )
+    _parse_consensus_step(config.consensus_step, compressor)
+    parse_wan(config.wan)
+
+
+def gossip_settings(config, topology: Topology, d: int) -> GossipSettings:
+    """The run's :class:`GossipSettings`; ``--consensus-step auto`` is resolved here, by
+    simulating gossip on ``topology`` with ``d``-dimensional parameters."""
+    compressor = parse_compressor(config.compress)
+    if compressor.name == "none":
+        return GossipSettings(every=config.gossip_every)
+    gamma = _parse_consensus_step(config.consensus_step, compressor)
+    if gamma == AUTO:
+        gamma = auto_consensus_step(topology, compressor, d)
+    return GossipSettings(every=config.gossip_every, compressor=compressor, consensus_step=gamma)
