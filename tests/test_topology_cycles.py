@@ -32,6 +32,7 @@ from slate.topology import (
     simple_base_rounds,
     surviving_topology,
 )
+from tests.references import brute_force_mh
 
 TOL = 1e-12
 
@@ -93,18 +94,6 @@ def gossip_by_party(topology: Topology, x: np.ndarray, t: int) -> np.ndarray:
         for j, w in topology.neighbours_at(i, t):
             out[i] += w * x[j]
     return out
-
-
-def brute_force_mh(adjacency: np.ndarray) -> np.ndarray:
-    n = adjacency.shape[0]
-    degree = [sum(1 for j in range(n) if j != i and adjacency[i, j]) for i in range(n)]
-    W = np.zeros((n, n))
-    for i in range(n):
-        for j in range(n):
-            if i != j and adjacency[i, j]:
-                W[i, j] = 1.0 / (1.0 + max(degree[i], degree[j]))
-        W[i, i] = 1.0 - sum(W[i, j] for j in range(n) if j != i)
-    return W
 
 
 # ---------------------------------------------------------------------------------------------

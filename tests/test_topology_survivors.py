@@ -26,6 +26,7 @@ from slate.topology import (
     surviving_topology,
     torus,
 )
+from tests.references import brute_force_mh
 
 TOL = 1e-12
 
@@ -33,19 +34,6 @@ TOL = 1e-12
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def brute_force_mh(adjacency: np.ndarray) -> np.ndarray:
-    """Metropolis-Hastings weights, one entry at a time, straight from the formula."""
-    n = adjacency.shape[0]
-    degree = [sum(1 for j in range(n) if j != i and adjacency[i, j]) for i in range(n)]
-    W = np.zeros((n, n))
-    for i in range(n):
-        for j in range(n):
-            if i != j and adjacency[i, j]:
-                W[i, j] = 1.0 / (1.0 + max(degree[i], degree[j]))
-        W[i, i] = 1.0 - sum(W[i, j] for j in range(n) if j != i)
-    return W
 
 
 def adjacency_of(W: np.ndarray) -> np.ndarray:
