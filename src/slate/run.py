@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from slate import metrics
+from slate.agreement import check_same_run, run_fingerprint
 from slate.algorithms import Algorithm, AlgorithmConfig, build_algorithm
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset, load_dataset
@@ -254,6 +255,7 @@ class Run(PartySetChanges):
         config = self.config = with_evaluation_defaults(
             config, self.data.n_test, party_ap_possible=not self.data.federated
         )
+        self._agree_on_the_run()
         self.n_local = len(self.engine.local_parties)
         local_parts = self.data.parts
         self.features = torch.from_numpy(self.data.x_train).to(self.device)
@@ -310,6 +312,15 @@ class Run(PartySetChanges):
             Snapshots(snapshot_depth(diameter(self.topology.W))) if self.recovers else None
         )
         self._fault_at = _fault_injection(self.engine)
+
+    def _agree_on_the_run(self) -> None:
+        """Every process's trajectory settings must equal the others' (:mod:`slate.agreement`);
+        a returning party also checks its own against the recorded ones."""
+        if self.engine.name == "simulator":
+            return
+        mine = [(party, run_fingerprint(self.config)) for party in self.engine.local_parties]
+        everyone = self.exchange.gather_objects(mine)
+        check_same_run(list(everyone) + (mine if self.exchange.replaying else []))
 
     @property
     def recovers(self) -> bool:

@@ -184,3 +184,29 @@ def test_non_loopback_rendezvous_warns_about_the_transport():
     assert is_loopback("127.0.0.5") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("10.0.0.5") and not is_loopback("site0.example.org")
     assert "VPN or SSH" in INSECURE_WARNING
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+@pytest.mark.parametrize(
+    "flag,theirs,ours",
+    [(["--compress", "int8"], "'int8'", "'none'"), (["--lr", "0.1"], "0.1", "0.01")],
+)
+def test_a_flag_changed_at_one_site_stops_every_site_before_step_one(tmp_path, flag, theirs, ours):
+    """Site 1 differs in one training flag: every site exits 2 with the same paragraph naming
+    the site, the flag and both values, and nobody trains (no checkpoint, no model)."""
+    write_shards(tmp_path, rows=300)
+    port = free_port()
+    procs = []
+    for r in range(PARTIES):
+        command = [sys.executable, "-m", "slate", "train", "--rank", str(r), "--nodes",
+                   str(PARTIES), "--rendezvous", f"127.0.0.1:{port}", "--train", "train.svm",
+                   "--out", "run", *TRAIN_FLAGS, *(flag if r == 1 else [])]  # fmt: skip
+        procs.append(subprocess.Popen(command, cwd=tmp_path / f"site{r}", text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
+    outputs = [p.communicate(timeout=200) for p in procs]
+    name = flag[0]
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 2, err
+        assert f"party 1 has {name} {theirs} where party 0 has {ours}" in err
+        assert "Traceback" not in err
+    assert not list(tmp_path.rglob("checkpoint*")) and not list(tmp_path.rglob("model.pt"))

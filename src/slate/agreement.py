@@ -1,0 +1,74 @@
+"""The parties agree on the run, not only on the data.
+
+Every setting that changes the trajectory, or the sequence of collectives the parties take part
+in, must be the same at every site: a different ``--lr`` silently mixes two models, and a
+different ``--compress`` or ``--eval-every`` makes the messages or collectives of the parties
+disagree (gloo then aborts or waits for the timeout). Before step 1 each party therefore sends
+the others its :func:`run_fingerprint`; all of them run :func:`check_same_run` on the same list,
+so either all go on or all stop with the same one-paragraph message, which names the site, the
+flag and both values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import torch
+
+from slate.errors import ConfigError
+
+__all__ = ["TRAJECTORY_FLAGS", "RunMismatch", "check_same_run", "run_fingerprint"]
+
+#: ``TrainConfig`` fields that every site must share (resolved values).
+TRAJECTORY_FLAGS = (
+    "algorithm", "nodes", "topology", "fed_period", "iterations", "batch_size", "positives",
+    "lr", "margin", "gradient_tracking", "alpha", "initial_batch", "momentum", "lr_dual",
+    "coda_objective", "gossip_every", "compress", "consensus_step", "partition",
+    "dirichlet_alpha", "model", "hidden", "eval_every", "checkpoint_every", "seed", "compile",
+    "party_ap", "on_party_loss", "standardize",
+)  # fmt: skip
+
+
+class RunMismatch(ConfigError):
+    """The sites were started with different training settings."""
+
+
+def _slate_version() -> str:
+    try:
+        return version("slate")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        return "unknown"
+
+
+def run_fingerprint(config: Any) -> dict[str, Any]:
+    """The settings of ``config`` (a resolved ``TrainConfig``) that every site must share, and
+    the slate and torch versions."""
+    values = dataclasses.asdict(config)
+    out = {name: values[name] for name in TRAJECTORY_FLAGS}
+    out["slate version"] = _slate_version()
+    out["torch version"] = torch.__version__
+    return out
+
+
+def _flag(name: str) -> str:
+    return name if " " in name else "--" + name.replace("_", "-")
+
+
+def check_same_run(fingerprints: list[tuple[int, dict[str, Any]]]) -> None:
+    """Raise :class:`RunMismatch` unless every ``(rank, fingerprint)`` equals party 0's (the
+    lowest rank's); the message names the first differing site and flag and both values."""
+    ordered = sorted(fingerprints, key=lambda item: item[0])
+    ref_rank, reference = ordered[0]
+    for rank, fingerprint in ordered[1:]:
+        for name, value in reference.items():
+            theirs = fingerprint.get(name)
+            if theirs != value:
+                raise RunMismatch(
+                    f"The sites were started with different training settings: party {rank} has "
+                    f"{_flag(name)} {theirs!r} where party {ref_rank} has {value!r}. Every site "
+                    "must run the same algorithm with the same flags (and the same slate and "
+                    "torch versions); no step was taken. Restart the sites with one command "
+                    "line (only --rank, --train, --test and --out may differ)."
+                )
