@@ -85,6 +85,22 @@ def test_one_cycle_of_gossip_is_the_exact_average(name, n):
     assert comm.rounds == topology.cycle_length
 
 
+@pytest.mark.parametrize("spec", ["none", "int8"])
+def test_federated_local_rounds_send_nothing_and_are_no_rounds(spec):
+    """W = I between averages: no bytes, no messages, no rounds, compressed or not."""
+    topology = build_topology("federated", 4, fed_period=5)
+    compressor = None if spec == "none" else parse_compressor(spec)
+    x0 = torch.zeros(4, 6)
+    comm = SimulatorCommunicator(
+        topology, CPU, torch.float32, GossipSettings(compressor=compressor), x0=x0
+    )
+    for t in range(10):
+        comm.set_iteration(t)
+        comm.mix(x0 + t)
+    assert comm.rounds == 2 * 2 * (4 - 1)  # two averages, each 2 (N - 1) all-reduce steps
+    assert comm.messages_sent == 2 * 2 * (4 - 1)
+
+
 def test_an_exact_average_counts_the_all_reduce_steps():
     comm = SimulatorCommunicator(build_topology("full", 5), CPU, torch.float32)
     comm.mix(torch.zeros(5, 10))
@@ -262,12 +278,12 @@ def _run_parties(world, init, spec, topology_name, every):
 
 
 @pytest.mark.parametrize(
-    "spec,topology_name,every",
-    [("int8", "base-2", 2), ("topk:0.2", "one-peer-exponential", 1), ("none", "base-3", 3),
-     ("sign", "ring", 1)],
+    "spec,topology_name,every,world",
+    [("int8", "base-2", 2, 5), ("topk:0.2", "one-peer-exponential", 1, 4),
+     ("none", "base-3", 3, 4), ("sign", "ring", 1, 4)],
 )  # fmt: skip
-def test_distributed_communicator_equals_the_simulator(tmp_path, spec, topology_name, every):
-    world = 4
+def test_distributed_communicator_equals_the_simulator(tmp_path, spec, topology_name, every, world):
+    """Every party counts the same rounds, also one idle in some round of base-2 over 5."""
     results = _run_parties(world, f"file://{tmp_path / 'store'}", spec, topology_name, every)
     topology = build_topology(topology_name, world)
     compressor = None if spec == "none" else parse_compressor(spec)

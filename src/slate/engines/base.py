@@ -83,6 +83,7 @@ class Communicator(ABC):
         self.bytes_sent = 0.0
         self.messages_sent = 0.0
         self.rounds = 0.0
+        self._round_exchanges: dict[int, bool] = {}
 
     def set_iteration(self, t: int) -> None:
         """Tell the communicator which iteration comes next."""
@@ -105,6 +106,7 @@ class Communicator(ABC):
             return x
         if self.topology.is_full_average_at(self.round):
             return self.average(x)
+        self._count_round(self.round)
         return self._gossip(x, self.round)
 
     def mix_step(self, x: Tensor, direction: Tensor, lr: float) -> Tensor:
@@ -114,6 +116,7 @@ class Communicator(ABC):
         result is the same up to float rounding.
         """
         if self.gossips_now and not self.topology.is_full_average_at(self.round):
+            self._count_round(self.round)
             return self._gossip_step(x, direction, lr, self.round)
         return self.mix(torch.add(x, direction, alpha=-lr))
 
@@ -128,7 +131,16 @@ class Communicator(ABC):
     def average(self, x: Tensor) -> Tensor:
         """Return :math:`\\mathbf{J} x`: every party receives the exact mean of all parties."""
 
-    def _count(self, payload_bytes: float, messages: float, rounds: float = 1.0) -> None:
+    def _count_round(self, r: int) -> None:
+        """A gossip round is one sequential exchange of the network when any party of it
+        exchanges (the same count at every party, also one idle in this round)."""
+        key = r % max(1, self.topology.cycle_length)
+        if key not in self._round_exchanges:
+            self._round_exchanges[key] = any(self.topology.degrees_at(r))
+        if self._round_exchanges[key]:
+            self.rounds += 1
+
+    def _count(self, payload_bytes: float, messages: float, rounds: float = 0.0) -> None:
         self.bytes_sent += payload_bytes
         self.messages_sent += messages
         self.rounds += rounds

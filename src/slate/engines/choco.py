@@ -4,7 +4,7 @@ Party :math:`i` keeps *public copies*: :math:`\hat x_{i \to j}`, its own paramet
 neighbour :math:`j` knows them, and :math:`\hat x_{j \to i}`, the neighbour's as it knows them.
 Both ends of an edge hold the same two copies, because they change only by what is sent. One
 gossip round with the matrix :math:`W(r)`, after the local step has produced
-:math:`x_i^{t+1/2}` (CHOCO-SGD, Algorithm 1 of the ICML 2020 paper):
+:math:`x_i^{t+1/2}` (CHOCO-SGD: Koloskova et al., ICML 2019; for deep learning, ICLR 2020):
 
 .. math::
 
