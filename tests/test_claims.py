@@ -379,6 +379,6 @@ def test_unknown_study_is_a_user_error(presets: Path, tmp_path: Path, capsys) ->
 
 def test_docs_quote_the_claims_command_with_paths_relative_to_the_repository() -> None:
     text = (REPO / "docs/claims.md").read_text()
-    commands = [line for line in text.splitlines() if "slate reproduce claims" in line]
+    commands = [line for line in text.splitlines() if "reproduce claims --" in line]
     assert commands and all("--data-dir ../shared/data" in line for line in commands)
     assert "/work/" not in text  # no one machine's absolute paths

@@ -388,7 +388,7 @@ class ClaimsPlan:
             speedup.
         speedup_lrs: the step-size grid that every N of the speedup study runs, the smallest N
             included; each N's speedup is taken at its best step size (:func:`best_step_size`).
-            The default spans 0.01 (the paper's w7a step for N = 20) to 0.64 in factors of 4.
+            The default spans 0.01 (the paper's w7a step for N = 20) to 10.24 in factors of 4.
         speedup_topology: the topology of the speedup study.
         topology_nodes: N of the topology study.
         topologies: the topologies compared.
@@ -401,8 +401,8 @@ class ClaimsPlan:
     target_fraction: float = 0.95
     fine_evaluations: int = 500
     evaluations: int = 200
-    speedup_nodes: tuple[int, ...] = (1, 4, 8, 32)
-    speedup_lrs: tuple[float, ...] = (0.01, 0.04, 0.16, 0.64)
+    speedup_nodes: tuple[int, ...] = (1, 4, 8, 16, 32)
+    speedup_lrs: tuple[float, ...] = (0.01, 0.04, 0.16, 0.64, 2.56, 10.24)
     speedup_topology: str = "full"
     topology_nodes: int = 16
     topologies: tuple[str, ...] = ("ring", "torus", "exponential", "full")
