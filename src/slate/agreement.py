@@ -48,7 +48,7 @@ def run_fingerprint(config: Any) -> dict[str, Any]:
     values = dataclasses.asdict(config)
     out = {name: values[name] for name in TRAJECTORY_FLAGS}
     out["slate version"] = _slate_version()
-    out["torch version"] = torch.__version__
+    out["torch version"] = str(torch.__version__)  # TorchVersion does not load weights_only
     return out
 
 
