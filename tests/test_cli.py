@@ -48,6 +48,9 @@ HISTORY_COLUMNS = [
     "consensus_distance",
     "elapsed_seconds",
     "parties_alive",
+    "rounds",
+    "comm_bytes_per_party",
+    "estimated_wan_seconds",
 ]
 
 
@@ -403,6 +406,14 @@ def test_train_history(digits_run: Path) -> None:
     elapsed = [float(r["elapsed_seconds"]) for r in rows]
     assert elapsed == sorted(elapsed)
     assert float(rows[0]["consensus_distance"]) == pytest.approx(0.0, abs=1e-12)
+    # The paper's protocol on a ring: one round per iteration, two neighbours' worth of the
+    # float32 parameters per round; no --wan, no estimate.
+    assert [float(r["rounds"]) for r in rows] == [0, 20, 40, 60]
+    parameter_bytes = 4 * summary["n_parameters"]
+    assert [float(r["comm_bytes_per_party"]) for r in rows] == [
+        2 * parameter_bytes * t for t in (0, 20, 40, 60)
+    ]
+    assert all(math.isnan(float(r["estimated_wan_seconds"])) for r in rows)
 
 
 def test_train_model_reproduces_test_ap(digits_run: Path, digits_test_set) -> None:

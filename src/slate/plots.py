@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -31,6 +32,9 @@ DPI = 120
 """Resolution of every written PNG, in dots per inch."""
 
 PathLike = str | os.PathLike[str]
+
+
+MANY_LINES = 10  # more lines than the default colour cycle: a 20-colour palette, legend aside
 
 
 def _save(fig: Figure, path: PathLike) -> Path:
@@ -171,8 +175,11 @@ def ap_curves_figure(
         ValueError: ``histories`` is empty, or iterations and values differ in length.
     """
     _require_nonempty(histories, "histories")
-    fig = Figure(figsize=(6.4, 4.8))
+    fig = Figure(figsize=(6.4, 4.8) if len(histories) <= MANY_LINES else (9.6, 5.4))
     ax = fig.add_subplot()
+    if len(histories) > MANY_LINES:  # the default cycle repeats its 10 colours
+        palette = matplotlib.colormaps["tab20"]
+        ax.set_prop_cycle(color=[palette(i) for i in range(20)])
     for name, (iterations, values) in histories.items():
         it = np.asarray(iterations, dtype=float).ravel()
         v = np.asarray(values, dtype=float).ravel()
@@ -198,7 +205,10 @@ def ap_curves_figure(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best")
+    if len(histories) > MANY_LINES:
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
+    else:
+        ax.legend(loc="best")
     fig.tight_layout()
     return fig
 
