@@ -181,6 +181,8 @@ def test_resume_from_a_damaged_checkpoint_is_a_clear_error(tmp_path, content):
 def test_resume_without_a_checkpoint_says_so(tmp_path):
     done = slate("train", "--resume", str(tmp_path / "nothing"))
     assert done.returncode == 2 and "no checkpoint" in done.stderr
+    # It names both kinds of checkpoint a run folder can hold.
+    assert "checkpoint.pt" in done.stderr and "checkpoint-rank<r>-<iteration>.pt" in done.stderr
 
 
 def test_every_torch_load_is_weights_only():

@@ -105,9 +105,15 @@ def prune_rank_checkpoints(folder: Path, rank: int) -> None:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint with ``weights_only=True``; a missing or damaged file is a ConfigError."""
     if not path.is_file():
+        where = (
+            f"in {path.parent}: neither the simulator's {SIMULATOR_NAME} nor a party's "
+            "checkpoint-rank<r>-<iteration>.pt (there or under party<r>/)"
+            if path.name == SIMULATOR_NAME
+            else str(path)
+        )
         raise ConfigError(
-            f"--resume: no checkpoint {path}. A run folder holds one once the run has passed its "
-            "first --checkpoint-every iterations (or was interrupted with Ctrl-C)."
+            f"--resume: no checkpoint {where}. A run folder holds one once the run has passed "
+            "its first --checkpoint-every iterations (or was interrupted with Ctrl-C)."
         )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
