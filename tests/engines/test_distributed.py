@@ -138,3 +138,26 @@ def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_pat
     assert "Traceback" not in stderr
     for survivor in (0, 2):
         assert f"Party {survivor} lost contact with party (rank) 1" in stderr, stderr
+
+
+def test_the_launcher_passes_sigint_on_even_when_it_inherited_it_ignored(tmp_path):
+    """A launcher started by a script with ``&`` (no job control) inherits SIGINT ignored; a
+    SIGINT sent to it must still reach the parties, which stop with a checkpoint."""
+    out = tmp_path / "run"
+    ignore_then_run = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'slate', *sys.argv[1:]])"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", ignore_then_run, "train", *COMMON, "--iterations", "100000",
+         "--checkpoint-every", "50", "--engine", "distributed", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(out.glob("checkpoint-rank0-*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    saved = sorted(out.glob("checkpoint-rank0-*.pt"))
+    assert saved and "Traceback" not in stderr

@@ -10,6 +10,7 @@ workers directly and use torchrun's rendezvous (``MASTER_ADDR`` / ``MASTER_PORT`
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
@@ -18,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch.distributed as dist
 
@@ -71,16 +72,32 @@ def launch_local(argv: Sequence[str], nodes: int, timeout_s: float) -> int:
         )
         for rank in range(nodes)
     ]
-    try:
-        codes = [w.wait() for w in workers]
-    except KeyboardInterrupt:
-        for w in workers:
-            if w.poll() is None:
-                w.send_signal(signal.SIGINT)
+    with _forwarding_stop_signals(workers):
         codes = [w.wait() for w in workers]
     finished = bool(store.check([FINAL_MEMBERS_KEY]))
     del store
     return _exit_code(codes, finished)
+
+
+@contextlib.contextmanager
+def _forwarding_stop_signals(workers: list[subprocess.Popen]) -> Iterator[None]:
+    """While the workers run, SIGINT and SIGTERM to the launcher are passed on to them (each
+    then stops at its next safe point with a checkpoint). The handlers are installed explicitly,
+    so that this holds also where the launcher inherited SIGINT ignored (a job started with
+    ``&`` by a shell without job control)."""
+
+    def forward(signum: int, frame: object) -> None:
+        del frame
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _exit_code(codes: list[int], finished: bool) -> int:
