@@ -50,6 +50,7 @@ class Dataset:
     encoder: Any = None  # a fitted slate.data.encoding.TableEncoder for user tables
     notes: list[str] = field(default_factory=list)  # warnings for the console
     held_out: str = "test"  # what the held-out rows are: "test", or tune's "validation"
+    parts: list[np.ndarray] | None = None  # each party's training rows; None: --partition cuts
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -126,9 +126,15 @@ def load_local_data(
 
 
 def _partitioned_data(config: TrainConfig, local_parties: list[int], data: Dataset) -> LocalData:
-    parts = make_partition(
-        data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
-    )
+    parts = data.parts
+    if parts is None:
+        parts = make_partition(
+            data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
+        )
+    elif len(parts) != config.nodes:
+        raise ConfigError(
+            f"The data assigns rows to {len(parts)} parties, but --nodes is {config.nodes}."
+        )
     check_party_counts(data.y_train, parts, config.positives, config.batch_size)
     local = [parts[n] for n in local_parties]
     rows = np.concatenate(local)
