@@ -383,7 +383,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _add_reproduce_parser(sub) -> None:
-    from slate.reproduce import METHODS, TABLE2_DATASETS
+    from slate.studies.reproduce import METHODS, TABLE2_DATASETS
 
     rep = sub.add_parser(
         "reproduce", help="the paper's Table 2 / Figures 1-2 / ablation / claims; communication"
@@ -438,7 +438,7 @@ def _comma_list(text: str, kind=str, flag: str = "") -> list:
 
 def _run_reproduce(args: argparse.Namespace) -> int:
 
-    from slate import reproduce
+    from slate.studies import reproduce
 
     config_dir = Path(args.configs) if args.configs else None
     if args.experiment == "table2":
@@ -450,7 +450,7 @@ def _run_reproduce(args: argparse.Namespace) -> int:
             config_dir=config_dir, device=args.device, iterations=args.iterations,
         )  # fmt: skip
     elif args.experiment == "claims":
-        from slate.claims import claims
+        from slate.studies.claims import claims
 
         claims(
             args.data_dir, Path(args.out), studies=_comma_list(args.studies, flag="--studies"),

@@ -1,4 +1,4 @@
-"""Tests of slate.claims (``slate reproduce claims``) on tiny settings of the digits dataset."""
+"""Tests of slate.studies.claims (``slate reproduce claims``) on tiny settings of digits."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slate import claims as claims_module
-from slate.claims import (
+from slate.cli import main
+from slate.errors import ConfigError, DataError, TrainingDiverged
+from slate.studies import claims as claims_module
+from slate.studies.claims import (
     DIVERGED,
     ClaimsPlan,
     Outcome,
@@ -24,10 +26,8 @@ from slate.claims import (
     samples_drawn,
     spread,
 )
-from slate.cli import main
-from slate.errors import ConfigError, DataError, TrainingDiverged
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PRESET = """\
 dataset = "digits"

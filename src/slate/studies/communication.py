@@ -38,7 +38,7 @@ import numpy as np
 
 from slate import plots
 from slate.gossip import WanLink
-from slate.reproduce import _train_config, default_config_dir, load_preset, run_or_reuse
+from slate.studies.reproduce import default_config_dir, load_preset, run_or_reuse, train_config
 from slate.studies.tables import markdown_table, write_csv
 
 __all__ = [
@@ -186,7 +186,7 @@ def _run_dataset(preset, data_dir, out, seeds, device, iterations, log) -> list[
         for seed in seeds:
             folder = out / dataset / "communication" / setting.key / f"seed{seed}"
             log(f"{dataset} {setting.key} seed {seed}")
-            config = _train_config(
+            config = train_config(
                 preset, "slate", seed, data_dir=data_dir, device=device, iterations=iterations,
                 eval_every=every if iterations is None else None, **setting.flags,
             )  # fmt: skip

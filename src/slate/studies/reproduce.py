@@ -26,11 +26,16 @@ from slate.errors import ConfigError, DataError
 
 __all__ = [
     "METHODS",
+    "METHOD_LABELS",
+    "TABLE2_DATASETS",
     "ablation",
+    "dataset_available",
     "default_config_dir",
     "load_preset",
+    "mean_std",
     "run_or_reuse",
     "table2",
+    "train_config",
 ]
 
 METHODS = ("dpsgd", "coda", "slate", "slate-m")
@@ -40,7 +45,7 @@ TABLE2_DATASETS = ("w7a", "w8a", "mnist", "fashion-mnist", "cifar10", "tiny-imag
 
 def default_config_dir() -> Path:
     """The repository's ``configs/`` folder (next to ``src/``)."""
-    return Path(__file__).resolve().parents[2] / "configs"
+    return Path(__file__).resolve().parents[3] / "configs"
 
 
 def load_preset(dataset: str, config_dir: Path) -> dict[str, Any]:
@@ -59,7 +64,13 @@ def load_preset(dataset: str, config_dir: Path) -> dict[str, Any]:
     return preset
 
 
-def _train_config(preset: dict[str, Any], method: str, seed: int, **overrides) -> TrainConfig:
+def train_config(preset: dict[str, Any], method: str, seed: int, **overrides) -> TrainConfig:
+    """The :class:`TrainConfig` of one run of ``method`` from a preset.
+
+    The preset's top-level keys that are ``TrainConfig`` fields, then its ``[methods.<method>]``
+    table, then the ``overrides`` that are not None (an ``iterations`` override drops the
+    preset's ``eval_every``); a key that is no ``TrainConfig`` field is a ConfigError.
+    """
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     values = {k: v for k, v in preset.items() if k in fields}
     values.update(preset.get("methods", {}).get(method, {}))
@@ -95,12 +106,13 @@ def _pr_curve(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     return data[:, 0], data[:, 1]
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
     mean = statistics.fmean(values)
     return mean, statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def _dataset_available(preset: dict[str, Any], data_dir: str | None) -> str | None:
+def dataset_available(preset: dict[str, Any], data_dir: str | None) -> str | None:
     """None if the dataset loads, else the reason it does not."""
     from slate.data.datasets import load_dataset
 
@@ -130,7 +142,7 @@ def table2(
     rows: list[dict[str, Any]] = []
     for dataset in datasets:
         preset = load_preset(dataset, config_dir)
-        reason = _dataset_available(preset, data_dir)
+        reason = dataset_available(preset, data_dir)
         if reason is not None:
             log(f"skip {dataset}: not present ({reason}).")
             continue
@@ -148,7 +160,7 @@ def _table2_dataset(preset, data_dir, out, methods, seeds, device, iterations, l
         for seed in seeds:
             folder = out / dataset / method / f"seed{seed}"
             log(f"{dataset} {method} seed {seed}")
-            config = _train_config(
+            config = train_config(
                 preset, method, seed, data_dir=data_dir, device=device, iterations=iterations
             )
             summary = run_or_reuse(config, folder, log)
@@ -161,7 +173,7 @@ def _table2_dataset(preset, data_dir, out, methods, seeds, device, iterations, l
         steps = _history(first)[0]
         mean_curve = np.mean([_history(out / dataset / method / f"seed{s}")[1] for s in seeds], 0)
         histories[METHOD_LABELS[method]] = (steps, list(mean_curve))
-        mean, std = _mean_std(aps)
+        mean, std = mean_std(aps)
         rows.append({
             "dataset": dataset, "method": method, "ap_mean": mean, "ap_std": std,
             "seeds": len(seeds), "paper_ap": preset.get("paper", {}).get(method, math.nan),
@@ -235,7 +247,7 @@ def ablation(
         for values in itertools.product(*(grid[n] for n in names)):
             setting = dict(zip(names, values, strict=True))
             tag = "-".join(f"{k}{v}" for k, v in setting.items())
-            config = _train_config(
+            config = train_config(
                 preset, method, seed, data_dir=data_dir, device=device,
                 iterations=iterations, batch_size=batch_size, **setting,
             )  # fmt: skip
