@@ -414,7 +414,9 @@ def _add_reproduce_parser(sub) -> None:
     for p in (t2, abl, cl, com):
         p.add_argument("--data-dir", help="folder laid out as DIR/w7a, DIR/mnist, ...")
         p.add_argument("--out", default="reproduction", help="output folder (runs are reused)")
-        p.add_argument("--configs", help="folder of TOML presets (default: the repo's configs/)")
+        p.add_argument(
+            "--configs", help="folder of TOML presets (default: those installed with slate)"
+        )
         p.add_argument("--device", default="cpu")
         p.add_argument("--iterations", type=int, help="override the presets' iteration counts")
 

@@ -15,6 +15,7 @@ import math
 import statistics
 import tomllib
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,10 @@ TABLE2_DATASETS = ("w7a", "w8a", "mnist", "fashion-mnist", "cifar10", "tiny-imag
 
 
 def default_config_dir() -> Path:
-    """The repository's ``configs/`` folder (next to ``src/``)."""
-    return Path(__file__).resolve().parents[3] / "configs"
+    """The presets installed with slate: the ``configs/`` folder of the ``slate.studies``
+    package, one TOML per paper experiment (the repository's top-level ``configs/`` links to
+    it)."""
+    return Path(str(resources.files("slate.studies").joinpath("configs")))
 
 
 def load_preset(dataset: str, config_dir: Path) -> dict[str, Any]:

@@ -133,7 +133,7 @@ def claims(
         studies: some of :data:`STUDIES`, in that order in the report.
         seeds: the seeds of every setting.
         dataset: the dataset, with a preset in ``config_dir``.
-        config_dir: folder of the TOML presets (default: the repository's ``configs/``).
+        config_dir: folder of the TOML presets (default: :func:`default_config_dir`).
         device: torch device of the runs.
         iterations: overrides ``plan.iterations`` (evaluation intervals follow it).
         plan: the studies' settings (default :class:`ClaimsPlan`).
