@@ -14,7 +14,7 @@ import slate
 from slate.config import TrainConfig, resolve_config
 from slate.data.encoding import ColumnChoice, TableEncoder
 from slate.data.preprocess import Standardizer
-from slate.data.tabular import RawTable
+from slate.data.readers.delimited import RawTable
 from slate.errors import DataError
 from slate.model_file import FORMAT_VERSION, describe_run, save_model
 from slate.models import MODEL_NAMES, build_model

@@ -24,7 +24,7 @@ from sklearn.metrics import precision_recall_curve as sk_precision_recall_curve
 from slate import load_model, metrics
 from slate.cli import main
 from slate.config import TrainConfig
-from slate.data.libsvm import read_libsvm
+from slate.data.readers.libsvm import read_libsvm
 from slate.operating_points import at_recall
 from slate.train import train
 
@@ -329,7 +329,7 @@ def _write_idx(path: Path, array: np.ndarray) -> None:
 def test_image_files_and_arrays_of_the_wrong_shape(cnn_run, tmp_path, capsys):
     """An IDX images file takes its labels from the file beside it; a .npy of raw pixels
     scores the same; a .npy of another shape is refused with both shapes named."""
-    from slate.data.idx import read_mnist_split
+    from slate.data.readers.idx import read_mnist_split
 
     images, classes = read_mnist_split(FASHION, "test")
     images, classes = images[:300], classes[:300]
@@ -390,7 +390,7 @@ def test_exported_programs_equal_predict_in_a_python_without_slate(
 ):
     """The MLP and the CNN, each exported with preprocessing and sigmoid inside, loaded by plain
     PyTorch: the probabilities equal slate predict's to 1e-6 (any number of rows)."""
-    from slate.data.idx import read_idx
+    from slate.data.readers.idx import read_idx
 
     jobs, expected = [], []
     x, _ = w7a_test_set

@@ -1,9 +1,10 @@
 """slate predict / evaluate / export on a CSV run: features by header name, ID columns carried,
 the label column optional, a missing column refused, the exported program's in-graph imputation.
 
-The run folder is written as a CSV run writes it (describe_run with a fitted TableEncoder), and
-the CSV reader (slate.data.tabular.read_table) is replaced by in-memory tables with the RawTable
-fields, so that these tests pin down predict's part; the last test runs real files end to end.
+The run folder is written as a CSV run writes it (describe_run with a fitted TableEncoder), and the
+CSV reader (slate.data.readers.delimited.read_table) is replaced by in-memory tables with the
+RawTable fields, so that these tests pin down predict's part; the last test runs real files end to
+end.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from slate.cli import main
 from slate.config import TrainConfig, resolve_config
 from slate.data.encoding import ColumnChoice, TableEncoder
-from slate.data.tabular import RawTable
+from slate.data.readers.delimited import RawTable
 from slate.model_file import describe_run, load_model, save_model
 from slate.models import build_model
 

@@ -121,7 +121,7 @@ def read_input(
 
 
 def _read_libsvm(pre: Preprocessing, path: str, run: str) -> InputFile:
-    from slate.data.libsvm import read_libsvm
+    from slate.data.readers.libsvm import read_libsvm
 
     d = int(pre.input["n_features"])
     if path.endswith(".npy"):
@@ -182,7 +182,7 @@ def _read_images(pre: Preprocessing, path: str, run: str) -> InputFile:
     elif dataset == "cifar10":
         images, classes = _cifar_images(where)
     else:
-        from slate.data.tinyimagenet import read_tiny_imagenet
+        from slate.data.readers.tinyimagenet import read_tiny_imagenet
 
         images, classes = read_tiny_imagenet(where, image_size=pre.input_shape[-1])[2:4]
     read = _from_array(pre, path, images, run)
@@ -192,7 +192,7 @@ def _read_images(pre: Preprocessing, path: str, run: str) -> InputFile:
 
 
 def _mnist_images(where: Path) -> tuple[np.ndarray, np.ndarray | None]:
-    from slate.data.idx import read_idx, read_mnist_split
+    from slate.data.readers.idx import read_idx, read_mnist_split
 
     if where.is_dir():
         return read_mnist_split(where, "test")
@@ -213,7 +213,7 @@ def _mnist_images(where: Path) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _cifar_images(where: Path) -> tuple[np.ndarray, np.ndarray]:
-    from slate.data.cifar import CIFAR_TEST_FILE, read_cifar_file
+    from slate.data.readers.cifar import CIFAR_TEST_FILE, read_cifar_file
 
     if where.is_dir():
         nested = where / "cifar-10-batches-bin" / CIFAR_TEST_FILE

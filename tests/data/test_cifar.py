@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slate.data.cifar import read_cifar10_binary, read_cifar_file
+from slate.data.readers.cifar import read_cifar10_binary, read_cifar_file
 from slate.errors import DataError
 
 RECORD = 3073

@@ -12,7 +12,7 @@ from sklearn.model_selection import train_test_split
 
 from slate.config import TrainConfig
 from slate.data.datasets import DATASET_NAMES, load_dataset
-from slate.data.idx import read_mnist_split
+from slate.data.readers.idx import read_mnist_split
 from slate.errors import ConfigError, DataError, SlateError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from slate.data.encoding import ColumnChoice, TableEncoder, looks_like_id
-from slate.data.tabular import RawTable
+from slate.data.readers.delimited import RawTable
 from slate.errors import ConfigError, DataError
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slate.data.idx import read_idx, read_mnist_split
+from slate.data.readers.idx import read_idx, read_mnist_split
 from slate.errors import ConfigError, DataError
 
 REAL_MNIST = (Path(__file__).resolve().parents[2].parent / "shared" / "data") / "mnist"

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
-from slate.data.libsvm import MAX_ELEMENTS, read_libsvm, read_libsvm_file
+from slate.data.readers.files import MAX_ELEMENTS
+from slate.data.readers.libsvm import read_libsvm, read_libsvm_file
 from slate.errors import DataError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from slate.data.tinyimagenet import read_tiny_imagenet
+from slate.data.readers.tinyimagenet import read_tiny_imagenet
 from slate.errors import ConfigError, DataError
 
 WNIDS = ["n02124075", "n01443537", "n09999999"]  # deliberately not sorted

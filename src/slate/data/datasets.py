@@ -124,7 +124,7 @@ def _data_folder(config: TrainConfig, name: str) -> Path:
 
 
 def _load_w(config: TrainConfig, name: str) -> Dataset:
-    from slate.data.libsvm import read_libsvm
+    from slate.data.readers.libsvm import read_libsvm
 
     folder = _data_folder(config, name)
     x_train, y_train = read_libsvm(find_file(folder, name), n_features=300)
@@ -179,7 +179,7 @@ def read_dtype(config: TrainConfig) -> type[np.floating]:
 
 
 def _load_libsvm(config: TrainConfig) -> Dataset:
-    from slate.data.libsvm import read_libsvm_file
+    from slate.data.readers.libsvm import read_libsvm_file
 
     notes: list[str] = []
 
@@ -265,16 +265,16 @@ def normalise_images(
 
 def _read_images(name: str, folder: Path):
     if name in ("mnist", "fashion-mnist"):
-        from slate.data.idx import read_mnist_split
+        from slate.data.readers.idx import read_mnist_split
 
         x_tr, y_tr = read_mnist_split(folder, "train")
         x_te, y_te = read_mnist_split(folder, "test")
         return x_tr[:, None], y_tr, x_te[:, None], y_te
     if name == "cifar10":
-        from slate.data.cifar import read_cifar10_binary
+        from slate.data.readers.cifar import read_cifar10_binary
 
         return read_cifar10_binary(folder)
-    from slate.data.tinyimagenet import read_tiny_imagenet
+    from slate.data.readers.tinyimagenet import read_tiny_imagenet
 
     return read_tiny_imagenet(folder)[:4]
 

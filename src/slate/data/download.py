@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from slate.data.libsvm import read_libsvm
+from slate.data.readers.libsvm import read_libsvm
 from slate.errors import DataError
 
 __all__ = ["DOWNLOAD_TIMEOUT_S", "OFFICIAL_FILES", "RemoteFile", "ensure_files"]

@@ -1,8 +1,8 @@
 r"""From a raw table to the model's features: column selection, imputation, one-hot, scaling.
 
-:func:`slate.data.tabular.read_table` gives typed columns (numbers with NaN for missing cells,
-text as category codes). A :class:`TableEncoder` turns them into a float32 matrix, always the
-same way for training, test and prediction files:
+The delimited-text reader (:mod:`slate.data.readers.delimited`) gives typed columns (numbers with
+NaN for missing cells, text as category codes). A :class:`TableEncoder` turns them into a float32
+matrix, always the same way for training, test and prediction files:
 
 1. **Selection.** ID columns (``--id-column``) and ``--drop-columns`` are never features;
    ``--feature-columns`` keeps only the columns named. Columns are found by header name, so a

@@ -279,7 +279,7 @@ def _read_party_csv(config: TrainConfig, rank: int, train_path: str, test_path: 
 
 
 def _read_party_libsvm(config: TrainConfig, rank: int, train_path: str, test_path: str | None):
-    from slate.data.libsvm import read_libsvm
+    from slate.data.readers.libsvm import read_libsvm
 
     def read(path: str):
         return read_libsvm(

@@ -1,7 +1,7 @@
 """User tables (``--dataset csv``) read with the run's options, split, and checked for IDs.
 
-The reading itself is :func:`slate.data.tabular.read_table`; the transform into features is
-:class:`slate.data.encoding.TableEncoder`. This module holds what both the one-file path
+The reading itself is :func:`slate.data.readers.delimited.read_table`; the transform into
+features is :class:`slate.data.encoding.TableEncoder`. This module holds what both the one-file path
 (:mod:`slate.data.datasets`) and the per-party path (:mod:`slate.data.sources`) share.
 """
 
@@ -39,7 +39,7 @@ def column_choice(config: TrainConfig) -> ColumnChoice:
 
 def read_user_table(config: TrainConfig, path: str, labels: str = "required") -> Any:
     """Read ``path`` with the run's CSV options (label column, delimiter, encoding, NA, kinds)."""
-    from slate.data.tabular import read_table
+    from slate.data.readers.delimited import read_table
 
     if config.label_column is None or config.positive_label is None:
         raise ConfigError("--dataset csv needs --label-column C and --positive-label V.")
