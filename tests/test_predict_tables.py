@@ -55,12 +55,12 @@ def csv_run(tmp_path, monkeypatch):
     save_model(run, model, describe_run(config, (encoder.width,), encoder))
     files: dict[str, RawTable] = {}
 
-    def read_user_table(config, path, labels="required"):
-        assert config.label_column == "fraud" and config.positive_label == "yes"
+    def read(options, path, labels="required"):
+        assert options.label_column == "fraud" and options.positive_label == "yes"
         assert labels in ("optional", "single_class_ok")
         return files[str(path)]
 
-    monkeypatch.setattr("slate.data.tables.read_user_table", read_user_table)
+    monkeypatch.setattr("slate.data.options.TableOptions.read", read)
     return run, files, encoder
 
 

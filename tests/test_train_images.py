@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from slate.config import TrainConfig
-from slate.data.datasets import load_dataset
+from slate.data.sources import load_dataset
 from slate.errors import ConfigError
 from slate.models import Cifar10CNN, ResNet18
 from slate.train import HISTORY_COLUMNS, train

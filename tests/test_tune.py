@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from slate.config import TrainConfig, resolve_config
-from slate.data.datasets import load_dataset
-from slate.data.sources import load_local_data
+from slate.data.sources import load_dataset, load_local_data
 from slate.engines.local import SimulatorEngine
 from slate.tune import tune, tuning_data, validation_split
 
@@ -83,9 +82,10 @@ def test_tune_features_equal_trains_on_the_same_rows(tmp_path, with_test_file):
 def _split_ids(config: TrainConfig, data) -> tuple[np.ndarray, np.ndarray]:
     """The IDs of tune's tuning and validation rows: the same seeded splits of the table (its
     ID column is read but never a feature), checked against tune's labels."""
-    from slate.data.tables import read_user_table, split_table
+    from slate.data.options import TableOptions
+    from slate.data.split import split_table
 
-    table = read_user_table(config, config.train)
+    table = TableOptions.from_config(config).read(config.train)
     if not config.test:
         table, _ = split_table(table, config.test_fraction, config.split_seed, config.train)
     tuning, validation = split_table(table, 0.25, 3, "t")

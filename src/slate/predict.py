@@ -222,16 +222,10 @@ def _cifar_images(where: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_table(pre: Preprocessing, path: str, labels: str) -> InputFile:
-    from slate.config import TrainConfig
-    from slate.data.tables import read_user_table
+    from slate.data.options import TableOptions
 
-    options = {k: v for k, v in pre.input.items() if k != "format"}
-    for key in ("na_values", "categorical_columns"):
-        options[key] = tuple(options.get(key) or ())
-    config = TrainConfig(dataset="csv", **options)
-    table = read_user_table(
-        config, path, labels="single_class_ok" if labels == "required" else "optional"
-    )
+    options = TableOptions.from_saved(pre.input)
+    table = options.read(path, labels="single_class_ok" if labels == "required" else "optional")
     encoder = pre.encoder
     features = pre.table_features(table, encoder)
     notes = [

@@ -22,7 +22,10 @@ from typing import Any
 from sklearn.model_selection import train_test_split
 
 from slate.config import TrainConfig, resolve_config
-from slate.data.datasets import Dataset, encode_tables, load_dataset
+from slate.data.datasets import Dataset
+from slate.data.options import TableOptions
+from slate.data.sources import encode_tables, load_dataset
+from slate.data.split import split_table
 from slate.errors import ConfigError
 
 __all__ = ["PAPER_GRIDS", "parse_grid", "tune", "tuning_data", "validation_split"]
@@ -90,18 +93,16 @@ def tuning_data(config: TrainConfig, fraction: float, seed: int) -> Dataset:
     _check_fraction(fraction)
     if config.dataset != "csv":
         return validation_split(load_dataset(config), fraction, seed)
-    from slate.data.tables import column_choice, read_user_table, split_table
-
     if not config.train:
         raise ConfigError("--dataset csv needs --train FILE.")
-    column_choice(config)
-    table = read_user_table(config, config.train)
+    options = TableOptions.from_config(config)
+    table = options.read(config.train)
     if not config.test:  # the rows slate train would test on stay unseen here too
         table, _ = split_table(table, config.test_fraction, config.split_seed, config.train)
     what = f"{config.train} (--validation-fraction)"
     tuning, validation = split_table(table, fraction, seed, what)
     return encode_tables(
-        config, tuning, validation, _validation_label(fraction, seed), held_out="validation"
+        options, tuning, validation, _validation_label(fraction, seed), held_out="validation"
     )
 
 

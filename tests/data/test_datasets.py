@@ -11,8 +11,9 @@ from sklearn.datasets import load_digits, load_svmlight_file
 from sklearn.model_selection import train_test_split
 
 from slate.config import TrainConfig
-from slate.data.datasets import DATASET_NAMES, load_dataset
+from slate.data.datasets import DATASET_NAMES
 from slate.data.readers.idx import read_mnist_split
+from slate.data.sources import load_dataset
 from slate.errors import ConfigError, DataError, SlateError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"

@@ -136,7 +136,7 @@ def test_large_offset_columns_are_centred_in_float64_before_the_float32_cast(tmp
     timestamps to float32 first (spacing 128 at 1.7e9) left 29 distinct values of 200, with
     z-scores off by up to 0.06."""
     from slate.config import TrainConfig
-    from slate.data.datasets import load_dataset
+    from slate.data.sources import load_dataset
 
     stamps = _timestamp_csv(tmp_path / "train.csv", 200, seed=0)
     test_stamps = _timestamp_csv(tmp_path / "test.csv", 50, seed=1)

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 from slate import APLoss
 from slate.config import TrainConfig, resolve_config
-from slate.data.datasets import load_dataset
 from slate.data.partition import make_partition
 from slate.data.sampler import PartySampler
+from slate.data.sources import load_dataset
 from slate.models import build_model
 from slate.train import train
 

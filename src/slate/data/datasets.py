@@ -1,45 +1,45 @@
 """Named datasets: where their files live, how they are split, and what the test set is.
 
-``load_dataset(config)`` returns a :class:`Dataset` with dense float32 features and 0/1 labels
-(float64 for ``libsvm`` files read with ``--standardize``: they are scaled, then cast, later).
+``read_named_dataset(config)`` returns a :class:`Dataset` with dense float32 features and 0/1
+labels.
 
 * ``digits`` (the default) ships with scikit-learn: 8x8 digits scaled to [0, 1], classes 0-4
   negative and 5-9 positive, a seeded stratified test split, then 80% of the training positives
   dropped, as the paper does for its image sets.
 * ``w7a`` and ``w8a`` come from ``DATA_DIR/<name>/`` (plain or .gz); w8a uses ``w8a.t`` when
   present and otherwise a seeded stratified 25% split, recorded in ``Dataset.test_split``.
-* ``libsvm`` and ``csv`` read the user's ``--train`` (and optional ``--test``) files.
+
+The user's own ``libsvm`` and ``csv`` files are read by :mod:`slate.data.sources`, which is also
+where every dataset is fitted and cut into parties.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from slate.config import TrainConfig
 from slate.data.imbalance import binarize_classes, drop_positives
-from slate.errors import ConfigError, DataError
+from slate.data.split import split_stratified
 
 __all__ = [
     "DATASET_NAMES",
+    "IMAGE_SETS",
+    "NAMED_LOADERS",
     "Dataset",
-    "encode_tables",
     "find_file",
-    "load_dataset",
-    "read_dtype",
-    "split_stratified",
+    "normalise_images",
+    "read_named_dataset",
 ]
 
 
 @dataclass
 class Dataset:
-    """A binary task: features ``(n, ...)`` float32 (float64 until scaled, see the module
-    docstring) and labels ``(n,)`` int64 in {0, 1}."""
+    """A binary task: features ``(n, ...)`` float32 (float64 for LIBSVM files that
+    :mod:`slate.data.sources` scales, then casts) and labels ``(n,)`` int64 in {0, 1}."""
 
     name: str
     x_train: np.ndarray
@@ -72,38 +72,14 @@ def find_file(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
-    return split_stratified(x, y, fraction, seed)
-
-
-def split_stratified(
-    x: np.ndarray, y: np.ndarray, fraction: float, seed: int, what: str | None = None
-):
-    """A seeded stratified split ``(x_train, x_test, y_train, y_test)``, ``fraction`` tested.
-
-    ``what`` names the data in the error raised when a class is too small to split.
-    """
-    if not 0 < fraction < 1:
-        raise ConfigError(f"--test-fraction must lie strictly between 0 and 1, got {fraction}.")
-    counts = np.bincount(y.astype(np.int64))
-    n_test = math.ceil(fraction * len(y))
-    classes = int((counts > 0).sum())
-    if counts[counts > 0].min() < 2 or n_test < classes or len(y) - n_test < classes:
-        raise DataError(
-            f"Cannot split {what + ': ' if what else ''}{len(y)} examples (class counts "
-            f"{counts.tolist()}) into a stratified "
-            f"{fraction:.0%} test set: each class needs at least two examples and both parts at "
-            "least one of each class. Give a larger file, another --test-fraction, or --test FILE."
-        )
-    return train_test_split(x, y, test_size=fraction, stratify=y, random_state=seed)
-
-
 def _load_digits(config: TrainConfig) -> Dataset:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
-    x_tr, x_te, c_tr, c_te = _split(x, digits.target, config.test_fraction, config.split_seed)
+    x_tr, x_te, c_tr, c_te = split_stratified(
+        x, digits.target, config.test_fraction, config.split_seed
+    )
     keep = drop_positives(c_tr, 10, keep=0.2, seed=config.split_seed)
     return Dataset(
         "digits",
@@ -134,7 +110,9 @@ def _load_w(config: TrainConfig, name: str) -> Dataset:
         return Dataset(
             name, x_train, y_train, x_test, y_test, f"official test file {test_path.name}"
         )
-    x_tr, x_te, y_tr, y_te = _split(x_train, y_train, config.test_fraction, config.split_seed)
+    x_tr, x_te, y_tr, y_te = split_stratified(
+        x_train, y_train, config.test_fraction, config.split_seed
+    )
     return Dataset(
         name,
         x_tr,
@@ -144,93 +122,6 @@ def _load_w(config: TrainConfig, name: str) -> Dataset:
         f"{name}.t not found: seeded stratified {config.test_fraction:.0%} split of {name} "
         f"(split seed {config.split_seed})",
     )
-
-
-def _user_files(config: TrainConfig, reader) -> Dataset:
-    """Read ``--train`` and, if given, ``--test`` (else split ``--train``)."""
-    if not config.train:
-        raise ConfigError(
-            f"--dataset {config.dataset} needs --train FILE (and optionally --test FILE)."
-        )
-    x_train, y_train = reader(config.train)
-    if not config.test:
-        x_train, x_test, y_train, y_test = _split(
-            x_train, y_train, config.test_fraction, config.split_seed
-        )
-        split = f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
-        return Dataset(config.dataset, x_train, y_train, x_test, y_test, split)
-    x_test, y_test = reader(config.test)
-    if config.dataset == "libsvm" and config.n_features is None:
-        # Without --n-features each file's width is its own largest index: pad to the wider.
-        width = max(x_train.shape[1], x_test.shape[1])
-        x_train, x_test = (np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in (x_train, x_test))
-    if x_test.shape[1:] != x_train.shape[1:]:
-        raise DataError(
-            f"--test {config.test} has {x_test.shape[1]} features but --train {config.train} "
-            f"has {x_train.shape[1]}; the two files must have the same columns."
-        )
-    return Dataset(config.dataset, x_train, y_train, x_test, y_test, f"test file {config.test}")
-
-
-def read_dtype(config: TrainConfig) -> type[np.floating]:
-    """float64 when the features are standardised later (:mod:`slate.data.sources`), which
-    casts them to float32 after scaling; float32 otherwise."""
-    return np.float64 if config.standardize else np.float32
-
-
-def _load_libsvm(config: TrainConfig) -> Dataset:
-    from slate.data.readers.libsvm import read_libsvm_file
-
-    notes: list[str] = []
-
-    def read(path: str):
-        read = read_libsvm_file(
-            path, n_features=config.n_features, zero_based=config.zero_based,
-            dtype=read_dtype(config),
-        )  # fmt: skip
-        if read.note:
-            notes.append(read.note)
-        return read.x, read.y
-
-    data = _user_files(config, read)
-    data.notes.extend(notes)
-    return data
-
-
-def _load_csv(config: TrainConfig) -> Dataset:
-    """Read the training (and test) table, then encode both with the encoder fitted on the
-    training rows (:mod:`slate.data.encoding`)."""
-    from slate.data.tables import column_choice, read_user_table, split_table
-
-    if not config.train:
-        raise ConfigError("--dataset csv needs --train FILE (and optionally --test FILE).")
-    column_choice(config)  # a contradictory column flag fails before the file is read
-    train = read_user_table(config, config.train)
-    if config.test:
-        test = read_user_table(config, config.test)
-        split = f"test file {config.test}"
-    else:
-        train, test = split_table(train, config.test_fraction, config.split_seed, config.train)
-        split = f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
-    return encode_tables(config, train, test, split)
-
-
-def encode_tables(
-    config: TrainConfig, train: Any, test: Any, split: str, held_out: str = "test"
-) -> Dataset:
-    """The :class:`Dataset` of a training and a held-out table: the encoder (imputation,
-    one-hot, scaling) is fitted on ``train`` only and applied to both."""
-    from slate.data.encoding import TableEncoder
-    from slate.data.tables import column_choice, id_warnings
-
-    choice = column_choice(config)
-    standardize = True if config.standardize is None else config.standardize
-    encoder = TableEncoder.fit([train], choice, standardize)
-    x_train, x_test = encoder.transform(train), encoder.transform(test)
-    return Dataset(
-        "csv", x_train, train.y, x_test, test.y, split, encoder=encoder,
-        notes=id_warnings(train, choice), held_out=held_out,
-    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -296,37 +187,16 @@ def _load_images(config: TrainConfig, name: str) -> Dataset:
     )
 
 
-_LOADERS = {
+NAMED_LOADERS = {
     "digits": _load_digits,
     "w7a": lambda config: _load_w(config, "w7a"),
     "w8a": lambda config: _load_w(config, "w8a"),
     **{name: (lambda config, name=name: _load_images(config, name)) for name in IMAGE_SETS},
-    "libsvm": _load_libsvm,
-    "csv": _load_csv,
 }
-DATASET_NAMES = tuple(_LOADERS)
+#: Every ``--dataset``: the named sets above, and the user's own ``libsvm`` or ``csv`` files.
+DATASET_NAMES = (*NAMED_LOADERS, "libsvm", "csv")
 
 
-def load_dataset(config: TrainConfig) -> Dataset:
-    """Load ``config.dataset`` and check that both splits hold both classes."""
-    if config.dataset not in _LOADERS:
-        raise ConfigError(
-            f"Unknown --dataset {config.dataset!r}; expected one of {', '.join(DATASET_NAMES)}."
-        )
-    data = _LOADERS[config.dataset](config)
-    for split, labels in (("training", data.y_train), ("test", data.y_test)):
-        if labels.min() == labels.max():
-            only = "positive" if labels[0] == 1 else "negative"
-            cause = "Check the label column and --positive-label."
-            if split == "test" and "split" in data.test_split:
-                cause = (
-                    f"The test set is a seeded {config.test_fraction:.0%} split (--test-fraction) "
-                    f"of {len(data.y_train) + len(labels)} rows ({int(data.y_train.sum())} "
-                    "positive among the training rows): use a larger --test-fraction, or give "
-                    "--test FILE."
-                )
-            raise DataError(
-                f"The {split} set of {config.dataset} holds only {only} examples "
-                f"({len(labels)} rows); AP needs both classes. {cause}"
-            )
-    return data
+def read_named_dataset(config: TrainConfig) -> Dataset:
+    """The named dataset ``config.dataset``, read and split (module docstring)."""
+    return NAMED_LOADERS[config.dataset](config)

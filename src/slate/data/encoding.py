@@ -34,7 +34,14 @@ from torch import Tensor
 from slate.data.preprocess import Standardizer
 from slate.errors import ConfigError, DataError
 
-__all__ = ["INDICATOR_RATE", "ColumnChoice", "TableEncoder", "looks_like_id"]
+__all__ = [
+    "INDICATOR_RATE",
+    "ColumnChoice",
+    "TableEncoder",
+    "fit_features",
+    "id_warnings",
+    "looks_like_id",
+]
 
 INDICATOR_RATE = 0.01
 MISSING = "<missing>"
@@ -86,6 +93,54 @@ def looks_like_id(values: np.ndarray) -> bool:
     if not np.array_equal(values, np.round(values)):
         return False
     return bool(np.all(np.diff(values) > 0))
+
+
+def fit_features(
+    train: Sequence[Any],
+    *,
+    choice: ColumnChoice | None = None,
+    standardize: bool,
+    centre: bool = True,
+    total: Total = _local_total,
+    gather: Gather = _local_gather,
+) -> TableEncoder | Standardizer | None:
+    """The one fit of a run's feature transform, on the training rows of this process's parties.
+
+    ``train`` holds raw tables (``choice`` given: a :class:`TableEncoder`, scaled when
+    ``standardize``) or arrays (a :class:`~slate.data.preprocess.Standardizer` when
+    ``standardize``, else ``None``; ``centre=False`` only divides, for sparse LIBSVM rows).
+    ``total`` and ``gather`` federate the statistics over processes (identity in one process).
+    """
+    if choice is not None:
+        return TableEncoder.fit(train, choice, standardize, total, gather)
+    if not standardize:
+        return None
+    return Standardizer.fit([x.reshape(len(x), -1) for x in train], total, centre=centre)
+
+
+def id_warnings(table: Any, choice: ColumnChoice) -> list[str]:
+    """Warnings for feature columns that look like row IDs (distinct, increasing with the line
+    number, integer or text)."""
+    declared = set(choice.id_columns) | set(choice.drop_columns)
+    if choice.feature_columns:
+        declared |= set(table.columns) - set(choice.feature_columns)
+    suspects = [
+        c for c, values in table.numeric.items() if c not in declared and looks_like_id(values)
+    ]
+    suspects += [
+        c
+        for c, col in table.text.items()
+        if c not in declared
+        and table.rows >= 3
+        and len(col.categories) == table.rows
+        and np.array_equal(col.codes, np.arange(table.rows))
+    ]
+    return [
+        f"warning: column {c!r} of {table.path} looks like a row ID (every value distinct, "
+        "increasing with the line number) but is used as a feature; declare it with "
+        f"--id-column {c} (or --drop-columns {c})."
+        for c in suspects
+    ]
 
 
 @dataclass

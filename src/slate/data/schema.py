@@ -194,3 +194,38 @@ def column_order(names: tuple[str, ...], reference: tuple[str, ...], where: str)
             "header name, so both must have the same names."
         )
     return [names.index(c) for c in reference]
+
+
+def check_party_files_counts(
+    counts: list[PartyCounts], positives: int, batch_size: int
+) -> list[str]:
+    """Stop on parties without positives or negatives; warn about those short of ``b``."""
+    none = [n for n, c in enumerate(counts) if c.train_positives == 0]
+    if none:
+        raise DataError(
+            f"Parties {none} hold no positive training example. Every party needs at least one "
+            "positive: the AP objective is an average over each batch's positives. Leave those "
+            "parties out of the run (fewer --nodes), or give them data with positives."
+        )
+    if batch_size > positives:
+        empty = [n for n, c in enumerate(counts) if c.train_negatives == 0]
+        if empty:
+            raise DataError(
+                f"Parties {empty} hold no negative training example, but each batch needs "
+                f"m - b = {batch_size - positives} negatives."
+            )
+    test_pos = sum(c.test_positives for c in counts)
+    test_all = sum(c.test for c in counts)
+    if test_pos == 0 or test_pos == test_all:
+        only = "negative" if test_pos == 0 else "positive"
+        raise DataError(
+            f"All parties' test rows together are {only}: AP needs both classes. Test rows per "
+            f"party: {[c.test for c in counts]}, positives: {[c.test_positives for c in counts]}."
+        )
+    short = [(n, c.train_positives) for n, c in enumerate(counts) if c.train_positives < positives]
+    return [
+        f"warning: party {n} holds {k} positive training example{'s' if k != 1 else ''}, "
+        f"fewer than b = {positives}: its batches draw them with replacement, so "
+        "they repeat within a batch."
+        for n, k in short
+    ]

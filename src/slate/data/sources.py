@@ -1,17 +1,26 @@
-"""Where a run's data comes from: one dataset cut into partitions, or one set of files per party.
+"""Where a run's data comes from, from the file to the parties' tensors: the one data line.
 
-The choice is made once, where the run is set up (:func:`load_local_data`); the training loop only
-sees :class:`LocalData`, the rows of the parties this process runs.
+Every run follows the same line, and this module is the only one that walks it:
+
+1. **read** (:mod:`slate.data.readers`, or :mod:`slate.data.datasets` for the named sets);
+2. **split** a held-out part where no test file is given (:mod:`slate.data.split`);
+3. **agree**, with per-party files, on one schema (:mod:`slate.data.schema`);
+4. **fit** the feature transform once, on training rows only
+   (:func:`slate.data.encoding.fit_features`, federated through the engine's exchange, which is
+   the identity in one process);
+5. **cut** the parties (:mod:`slate.data.partition`) into :class:`LocalData`.
+
+Two sources:
 
 * **Partitioned** (the paper's experiments): every process loads the whole dataset, cuts the
   seeded partition and keeps its own parties' rows. The test set is the whole test set, scored
   as one pool.
 * **Per-party files** (a deployment): party ``n`` reads only ``--train`` (and ``--test``) with
   ``{rank}`` replaced by ``n``, or, when started alone with ``--rank``, the files on its own
-  command line. The parties agree on a schema (:mod:`slate.data.schema`) before anything else,
-  standardise with federated statistics (:mod:`slate.data.preprocess`), and each keeps its own
-  test rows: the test metrics are then federated (:mod:`slate.evaluation`). The simulator takes
-  the same files, reading every party's in one process.
+  command line. The parties agree on a schema before anything else, fit with federated
+  statistics, and each keeps its own test rows: the test metrics are then federated
+  (:mod:`slate.evaluation`). The simulator takes the same files, reading every party's in one
+  process.
 """
 
 from __future__ import annotations
@@ -23,20 +32,24 @@ import numpy as np
 from torch import Tensor
 
 from slate.config import TrainConfig
-from slate.data.datasets import Dataset, load_dataset, read_dtype, split_stratified
-from slate.data.encoding import TableEncoder
+from slate.data.datasets import DATASET_NAMES, NAMED_LOADERS, Dataset, read_named_dataset
+from slate.data.encoding import fit_features, id_warnings
+from slate.data.options import TableOptions
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.preprocess import Standardizer
-from slate.data.schema import PartyCounts, Schema, check_agreement
-from slate.data.tables import column_choice, id_warnings, read_user_table, split_table
+from slate.data.schema import PartyCounts, Schema, check_agreement, check_party_files_counts
+from slate.data.split import split_stratified, split_table
 from slate.errors import ConfigError, DataError, SlateError
 
 __all__ = [
     "RANK_PLACEHOLDER",
     "Exchange",
     "LocalData",
+    "encode_tables",
+    "load_dataset",
     "load_local_data",
     "party_path",
+    "read_dtype",
     "uses_party_files",
 ]
 
@@ -122,6 +135,122 @@ def load_local_data(
     return _partitioned_data(config, local_parties, dataset or load_dataset(config))
 
 
+# --------------------------------------------------------------------------- the whole dataset
+
+
+def load_dataset(config: TrainConfig) -> Dataset:
+    """The whole dataset ``config.dataset`` names, read and split, checked to hold both classes
+    in both parts. User tables come encoded, with the encoder fitted on the training part."""
+    if config.dataset in NAMED_LOADERS:
+        data = read_named_dataset(config)
+    elif config.dataset == "libsvm":
+        data = _read_libsvm_files(config)
+    elif config.dataset == "csv":
+        data = _read_csv_files(config)
+    else:
+        raise ConfigError(
+            f"Unknown --dataset {config.dataset!r}; expected one of {', '.join(DATASET_NAMES)}."
+        )
+    _check_both_classes(data, config)
+    return data
+
+
+def read_dtype(config: TrainConfig) -> type[np.floating]:
+    """float64 when the features are standardised later (here), which casts them to float32
+    after scaling; float32 otherwise."""
+    return np.float64 if config.standardize else np.float32
+
+
+def _read_libsvm_files(config: TrainConfig) -> Dataset:
+    """``--train`` and, if given, ``--test`` (else a held-out split of ``--train``)."""
+    from slate.data.readers.libsvm import read_libsvm_file
+
+    _need_train(config)
+    notes: list[str] = []
+
+    def read(path: str) -> tuple[np.ndarray, np.ndarray]:
+        read = read_libsvm_file(
+            path, n_features=config.n_features, zero_based=config.zero_based,
+            dtype=read_dtype(config),
+        )  # fmt: skip
+        if read.note:
+            notes.append(read.note)
+        return read.x, read.y
+
+    x_train, y_train = read(config.train)
+    if not config.test:
+        x_train, x_test, y_train, y_test = split_stratified(
+            x_train, y_train, config.test_fraction, config.split_seed
+        )
+        data = Dataset("libsvm", x_train, y_train, x_test, y_test, _held_out_split(config))
+    else:
+        x_test, y_test = read(config.test)
+        if config.n_features is None:
+            # Without --n-features each file's width is its own largest index: pad to the wider.
+            width = max(x_train.shape[1], x_test.shape[1])
+            x_train, x_test = (_pad(x, width) for x in (x_train, x_test))
+        data = Dataset("libsvm", x_train, y_train, x_test, y_test, f"test file {config.test}")
+    data.notes.extend(notes)
+    return data
+
+
+def _read_csv_files(config: TrainConfig) -> Dataset:
+    """Read the training (and test) table, split where there is no test table, then encode
+    both with the encoder fitted on the training part (:func:`encode_tables`)."""
+    _need_train(config)
+    options = TableOptions.from_config(config)
+    train = options.read(config.train)
+    if config.test:
+        test = options.read(config.test)
+        split = f"test file {config.test}"
+    else:
+        train, test = split_table(train, config.test_fraction, config.split_seed, config.train)
+        split = _held_out_split(config)
+    return encode_tables(options, train, test, split)
+
+
+def encode_tables(
+    options: TableOptions, train: Any, test: Any, split: str, held_out: str = "test"
+) -> Dataset:
+    """The :class:`Dataset` of a training and a held-out table: the encoder (imputation,
+    one-hot, scaling) is fitted on ``train`` only and applied to both."""
+    encoder = fit_features([train], choice=options.choice, standardize=options.standardize)
+    x_train, x_test = encoder.transform(train), encoder.transform(test)
+    return Dataset(
+        "csv", x_train, train.y, x_test, test.y, split, encoder=encoder,
+        notes=id_warnings(train, options.choice), held_out=held_out,
+    )  # fmt: skip
+
+
+def _need_train(config: TrainConfig) -> None:
+    if not config.train:
+        raise ConfigError(
+            f"--dataset {config.dataset} needs --train FILE (and optionally --test FILE)."
+        )
+
+
+def _held_out_split(config: TrainConfig) -> str:
+    return f"seeded stratified {config.test_fraction:.0%} split of {config.train}"
+
+
+def _check_both_classes(data: Dataset, config: TrainConfig) -> None:
+    for split, labels in (("training", data.y_train), ("test", data.y_test)):
+        if labels.min() == labels.max():
+            only = "positive" if labels[0] == 1 else "negative"
+            cause = "Check the label column and --positive-label."
+            if split == "test" and "split" in data.test_split:
+                cause = (
+                    f"The test set is a seeded {config.test_fraction:.0%} split (--test-fraction) "
+                    f"of {len(data.y_train) + len(labels)} rows ({int(data.y_train.sum())} "
+                    "positive among the training rows): use a larger --test-fraction, or give "
+                    "--test FILE."
+                )
+            raise DataError(
+                f"The {split} set of {config.dataset} holds only {only} examples "
+                f"({len(labels)} rows); AP needs both classes. {cause}"
+            )
+
+
 # --------------------------------------------------------------------------- partitioned
 
 
@@ -141,10 +270,12 @@ def _partitioned_data(config: TrainConfig, local_parties: list[int], data: Datas
     offsets = np.cumsum([0] + [len(p) for p in local])
     x_train, x_test = data.x_train, data.x_test
     transform = data.encoder  # user tables come encoded (and scaled) already
-    if config.standardize and transform is None:
-        centre = config.dataset != "libsvm"  # LIBSVM rows are sparse: scale, do not centre
-        transform = Standardizer.fit([x_train.reshape(len(x_train), -1)], centre=centre)
-        x_train, x_test = _apply(transform, x_train), _apply(transform, x_test)
+    if transform is None:
+        transform = fit_features(
+            [x_train], standardize=bool(config.standardize), centre=config.dataset != "libsvm"
+        )  # LIBSVM rows are sparse: scale, do not centre
+        if transform is not None:
+            x_train, x_test = _apply(transform, x_train), _apply(transform, x_test)
     return LocalData(
         x_train=np.ascontiguousarray(x_train[rows]),
         y_train=data.y_train[rows],
@@ -190,53 +321,52 @@ def _party_file_data(config: TrainConfig, local_parties: list[int], exchange) ->
         )
     if not config.train:
         raise ConfigError(f"--dataset {config.dataset} needs --train FILE.")
+    options = TableOptions.from_config(config) if config.dataset == "csv" else None
     read, schemas = {}, []
     for rank in local_parties:
         try:
-            read[rank] = _read_party(config, rank)
+            read[rank] = _read_party(config, options, rank)
             schemas.append(read[rank].schema)
         except SlateError as err:
             schemas.append(Schema(rank=rank, error=str(err)))
     everyone: list[Schema] = exchange.gather_objects(schemas)
     check_agreement(everyone)
     counts = [s.counts for s in everyone]
-    notes = _check_counts(counts, config)
+    notes = check_party_files_counts(counts, config.positives, config.batch_size)
     files = [read[rank] for rank in local_parties]
-    if config.dataset == "csv":
-        transform, files = _encode_tables(files, config, exchange)
-        notes += [w for f in files for w in id_warnings(f.tables[0], column_choice(config))]
-        return _assemble(files, counts, config, transform, notes)
-    files = [_pad_to_common_width(f, everyone, config) for f in files]
-    transform = None
-    if config.standardize:
-        transform = Standardizer.fit([f.x_train for f in files], exchange.total, centre=False)
-        files = [
-            replace(f, x_train=transform.apply(f.x_train), x_test=transform.apply(f.x_test))
-            for f in files
-        ]
+    if options is not None:
+        notes += [w for f in files for w in id_warnings(f.tables[0], options.choice)]
+        train = [f.tables[0] for f in files]
+    else:
+        files = [_pad_to_common_width(f, everyone, config) for f in files]
+        train = [f.x_train for f in files]
+    transform = fit_features(
+        train, choice=options.choice if options else None,
+        standardize=bool(config.standardize), centre=False,
+        total=exchange.total, gather=exchange.gather_objects,
+    )  # fmt: skip
+    files = [_transformed(f, transform) for f in files]
     return _assemble(files, counts, config, transform, notes)
 
 
-def _encode_tables(files: list[_PartyFiles], config: TrainConfig, exchange):
-    """Fit one encoder on every party's training table (federated sums and category names),
-    then encode each party's training and test tables with it."""
-    encoder = TableEncoder.fit(
-        [f.tables[0] for f in files], column_choice(config), bool(config.standardize),
-        exchange.total, exchange.gather_objects,
-    )  # fmt: skip
-    encoded = [
-        replace(f, x_train=encoder.transform(f.tables[0]), x_test=encoder.transform(f.tables[1]))
-        for f in files
-    ]
-    return encoder, encoded
+def _transformed(files: _PartyFiles, transform) -> _PartyFiles:
+    """The party's training and test rows through the fitted transform (tables are encoded)."""
+    if files.tables is not None:
+        train, test = files.tables
+        return replace(files, x_train=transform.transform(train), x_test=transform.transform(test))
+    if transform is None:
+        return files
+    return replace(
+        files, x_train=transform.apply(files.x_train), x_test=transform.apply(files.x_test)
+    )
 
 
-def _read_party(config: TrainConfig, rank: int) -> _PartyFiles:
+def _read_party(config: TrainConfig, options: TableOptions | None, rank: int) -> _PartyFiles:
     """Read party ``rank``'s files only; a party without a test file holds out a split."""
     train_path = party_path(config.train, rank)
     test_path = party_path(config.test, rank) if config.test else None
-    if config.dataset == "csv":
-        return _read_party_csv(config, rank, train_path, test_path)
+    if options is not None:
+        return _read_party_csv(config, options, rank, train_path, test_path)
     x_train, y_train, x_test, y_test, schema = _read_party_libsvm(
         config, rank, train_path, test_path
     )
@@ -255,10 +385,11 @@ def _read_party(config: TrainConfig, rank: int) -> _PartyFiles:
 HELD_OUT = "seeded stratified split of each party's own file (--test-fraction)"
 
 
-def _read_party_csv(config: TrainConfig, rank: int, train_path: str, test_path: str | None):
+def _read_party_csv(
+    config: TrainConfig, options: TableOptions, rank: int, train_path: str, test_path: str | None
+) -> _PartyFiles:
     """The party's raw tables (encoded once the parties agree) and its schema."""
-    column_choice(config)  # a contradictory column flag fails here, on every party alike
-    train = read_user_table(config, train_path, labels="single_class_ok")
+    train = options.read(train_path, labels="single_class_ok")
     values = list(train.label_values)
     if test_path is None:
         train, test = split_table(
@@ -266,13 +397,13 @@ def _read_party_csv(config: TrainConfig, rank: int, train_path: str, test_path: 
         )
         split = HELD_OUT
     else:
-        test = read_user_table(config, test_path, labels="single_class_ok")
+        test = options.read(test_path, labels="single_class_ok")
         values += [v for v in test.label_values if v not in values]
         split = "each party's own test file"
     schema = Schema(
         rank=rank, format="csv", n_features=len(train.columns), header=train.header,
         label_column=train.label_name, label_values=tuple(values),
-        positive_label=str(config.positive_label).strip(), text_columns=tuple(sorted(train.text)),
+        positive_label=str(options.positive_label).strip(), text_columns=tuple(sorted(train.text)),
         counts=PartyCounts(train.rows, int(train.y.sum()), test.rows, int(test.y.sum())),
     )  # fmt: skip
     return _PartyFiles(rank, None, train.y, None, test.y, split, schema, (train, test))
@@ -307,41 +438,6 @@ def _pad_to_common_width(
 
 def _pad(x: np.ndarray, width: int) -> np.ndarray:
     return x if x.shape[1] == width else np.pad(x, ((0, 0), (0, width - x.shape[1])))
-
-
-def _check_counts(counts: list[PartyCounts], config: TrainConfig) -> list[str]:
-    """Stop on parties without positives or negatives; warn about those short of ``b``."""
-    none = [n for n, c in enumerate(counts) if c.train_positives == 0]
-    if none:
-        raise DataError(
-            f"Parties {none} hold no positive training example. Every party needs at least one "
-            "positive: the AP objective is an average over each batch's positives. Leave those "
-            "parties out of the run (fewer --nodes), or give them data with positives."
-        )
-    if config.batch_size > config.positives:
-        empty = [n for n, c in enumerate(counts) if c.train_negatives == 0]
-        if empty:
-            raise DataError(
-                f"Parties {empty} hold no negative training example, but each batch needs "
-                f"m - b = {config.batch_size - config.positives} negatives."
-            )
-    test_pos = sum(c.test_positives for c in counts)
-    test_all = sum(c.test for c in counts)
-    if test_pos == 0 or test_pos == test_all:
-        only = "negative" if test_pos == 0 else "positive"
-        raise DataError(
-            f"All parties' test rows together are {only}: AP needs both classes. Test rows per "
-            f"party: {[c.test for c in counts]}, positives: {[c.test_positives for c in counts]}."
-        )
-    short = [
-        (n, c.train_positives) for n, c in enumerate(counts) if c.train_positives < config.positives
-    ]
-    return [
-        f"warning: party {n} holds {k} positive training example{'s' if k != 1 else ''}, "
-        f"fewer than b = {config.positives}: its batches draw them with replacement, so "
-        "they repeat within a batch."
-        for n, k in short
-    ]
 
 
 def _assemble(files, counts, config, transform, notes) -> LocalData:

@@ -1,0 +1,107 @@
+"""How a user's table is read and turned into features: :class:`TableOptions`, built once.
+
+``slate train`` builds it from the run's flags (:meth:`TableOptions.from_config`); ``slate
+predict`` rebuilds it from what ``model.json`` saved (:meth:`TableOptions.from_saved`). Every
+later stage takes these options, never the whole run config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from slate.data.encoding import ColumnChoice
+from slate.errors import ConfigError
+
+__all__ = ["TableOptions"]
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """The CSV flags: what the label is, how cells are read, and which columns are features.
+
+    Attributes:
+        label_column, positive_label: the label column (name or 0-based index) and the label
+            value that is positive.
+        delimiter, encoding, na_values, categorical_columns: how cells are read
+            (:func:`slate.data.readers.delimited.read_table`).
+        missing: ``impute`` (missing cells are filled) or ``error`` (they are refused).
+        choice: the ID, dropped and feature columns.
+        standardize: whether numeric columns are z-scored after encoding.
+    """
+
+    label_column: str | int | None
+    positive_label: str | None
+    delimiter: str | None = None
+    encoding: str = "utf-8"
+    na_values: tuple[str, ...] = ()
+    categorical_columns: tuple[str, ...] = ()
+    missing: str = "impute"
+    choice: ColumnChoice = field(default_factory=ColumnChoice)
+    standardize: bool = True
+
+    @classmethod
+    def from_config(cls, config: Any) -> TableOptions:
+        """The options of a :class:`~slate.config.TrainConfig`, checked: the label is named, and
+        no column is named by two column flags."""
+        if config.label_column is None or config.positive_label is None:
+            raise ConfigError("--dataset csv needs --label-column C and --positive-label V.")
+        choice = ColumnChoice(
+            tuple(config.id_columns), tuple(config.drop_columns), tuple(config.feature_columns)
+        )
+        _check_choice(choice, config.label_column)
+        return cls(
+            label_column=config.label_column,
+            positive_label=config.positive_label,
+            delimiter=config.delimiter,
+            encoding=config.encoding,
+            na_values=tuple(config.na_values),
+            categorical_columns=tuple(config.categorical_columns),
+            missing=config.missing,
+            choice=choice,
+            standardize=True if config.standardize is None else bool(config.standardize),
+        )
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> TableOptions:
+        """The reading options stored in ``model.json``'s ``input`` section."""
+        return cls(
+            label_column=saved.get("label_column"),
+            positive_label=saved.get("positive_label"),
+            delimiter=saved.get("delimiter"),
+            encoding=saved.get("encoding", "utf-8"),
+            na_values=tuple(saved.get("na_values") or ()),
+            categorical_columns=tuple(saved.get("categorical_columns") or ()),
+            missing=saved.get("missing", "impute"),
+        )
+
+    def read(self, path: str, labels: str = "required") -> Any:
+        """Read ``path`` as a :class:`~slate.data.readers.table.RawTable` with these options;
+        ``labels`` is ``required``, ``single_class_ok`` or ``optional``."""
+        from slate.data.readers.delimited import read_table
+
+        return read_table(
+            path,
+            self.label_column,
+            self.positive_label,
+            delimiter=self.delimiter,
+            encoding=self.encoding,
+            na_values=self.na_values,
+            categorical_columns=self.categorical_columns,
+            labels=labels,
+            missing="error" if self.missing == "error" else "allow",
+        )
+
+
+def _check_choice(choice: ColumnChoice, label_column: str | int) -> None:
+    """A column is a feature or not, and the label is neither."""
+    clash = (set(choice.id_columns) | set(choice.drop_columns)) & set(choice.feature_columns)
+    if clash:
+        raise ConfigError(
+            f"Columns {sorted(clash)} are named by --feature-columns and also by --id-column or "
+            "--drop-columns; a column is either a feature or not."
+        )
+    if label_column in (*choice.id_columns, *choice.drop_columns, *choice.feature_columns):
+        raise ConfigError(
+            f"The label column {label_column!r} cannot also be an ID, dropped or a feature."
+        )
