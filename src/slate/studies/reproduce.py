@@ -117,7 +117,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def dataset_available(preset: dict[str, Any], data_dir: str | None) -> str | None:
     """None if the dataset loads, else the reason it does not."""
-    from slate.data.datasets import load_dataset
+    from slate.data.sources import load_dataset
 
     try:
         load_dataset(TrainConfig(dataset=preset["dataset"], data_dir=data_dir))
