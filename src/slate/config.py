@@ -74,6 +74,8 @@ class TrainConfig:
     categorical_columns: tuple[str, ...] = ()
     na_values: tuple[str, ...] = ()
     missing: str = "impute"
+    max_categories: int | None = 50
+    min_frequency: int = 1
     delimiter: str | None = None
     encoding: str = "utf-8"
     zero_based: bool = False

@@ -36,15 +36,21 @@ from slate.errors import ConfigError, DataError
 
 __all__ = [
     "INDICATOR_RATE",
+    "CategoryLimits",
     "ColumnChoice",
     "TableEncoder",
     "fit_features",
     "id_warnings",
     "looks_like_id",
+    "reduction_notes",
 ]
 
 INDICATOR_RATE = 0.01
 MISSING = "<missing>"
+OTHER = "<other>"
+DEFAULT_MAX_CATEGORIES = 50
+ID_LIKE_SHARE = 0.9  # a text column with distinct values in at least this share of rows ...
+ID_LIKE_MIN_ROWS = 20  # ... of at least this many rows looks like an ID or free text
 FORMAT = 1
 
 Total = Callable[[Tensor], Tensor]
@@ -95,10 +101,38 @@ def looks_like_id(values: np.ndarray) -> bool:
     return bool(np.all(np.diff(values) > 0))
 
 
+@dataclass(frozen=True)
+class CategoryLimits:
+    """How many one-hot columns a text column may get (scikit-learn's ``OneHotEncoder`` names).
+
+    Attributes:
+        max_categories: at most this many columns per text column, ``<other>`` included; the
+            most frequent values keep their own column.
+        min_frequency: a value seen in fewer training rows goes to ``<other>``. When a column
+            has more values than ``max_categories``, a value seen once never gets a column of
+            its own (it would be an arbitrary pick among ties).
+    """
+
+    max_categories: int | None = DEFAULT_MAX_CATEGORIES
+    min_frequency: int = 1
+
+    def keep(self, counts: dict[str, int]) -> list[str]:
+        """The column names for a text column with these training ``counts``: the kept values
+        sorted, then ``<missing>`` and ``<other>`` where they apply."""
+        values = {v: n for v, n in counts.items() if v != MISSING}
+        kept = [v for v, n in values.items() if n >= self.min_frequency]
+        if self.max_categories is not None and len(kept) > self.max_categories:
+            ranked = sorted((v for v in kept if values[v] > 1), key=lambda v: (-values[v], v))
+            kept = ranked[: self.max_categories - 1]
+        names = sorted(kept) + ([MISSING] if MISSING in counts else [])
+        return names + ([OTHER] if len(kept) < len(values) else [])
+
+
 def fit_features(
     train: Sequence[Any],
     *,
     choice: ColumnChoice | None = None,
+    limits: CategoryLimits | None = None,
     standardize: bool,
     centre: bool = True,
     total: Total = _local_total,
@@ -112,7 +146,7 @@ def fit_features(
     ``total`` and ``gather`` federate the statistics over processes (identity in one process).
     """
     if choice is not None:
-        return TableEncoder.fit(train, choice, standardize, total, gather)
+        return TableEncoder.fit(train, choice, standardize, total, gather, limits)
     if not standardize:
         return None
     return Standardizer.fit([x.reshape(len(x), -1) for x in train], total, centre=centre)
@@ -143,6 +177,29 @@ def id_warnings(table: Any, choice: ColumnChoice) -> list[str]:
     ]
 
 
+def reduction_notes(encoder: TableEncoder, path: str, skip: set[str] = frozenset()) -> list[str]:
+    """One line per text column whose values did not all get a one-hot column: an ID-like or
+    free-text column (nearly every value distinct) is a warning naming the flag that drops it."""
+    notes = []
+    for c, (rows, values, columns) in encoder.reduced.items():
+        if c in skip:
+            continue
+        if values >= ID_LIKE_SHARE * rows and rows >= ID_LIKE_MIN_ROWS:
+            notes.append(
+                f"warning: column {c!r} of {path} looks like an ID or free text ({values} "
+                f"distinct values in {rows} training rows); it is encoded as {columns} column"
+                f"{'s' if columns != 1 else ''} (the rest <other>). Drop it with --drop-columns "
+                f"{c} (or --id-column {c} to carry it into predictions)."
+            )
+        else:
+            notes.append(
+                f"note: column {c!r} of {path} has {values} distinct values; the most frequent "
+                f"get {columns} one-hot columns and the rest share <other> (--max-categories, "
+                "--min-frequency)."
+            )
+    return notes
+
+
 @dataclass
 class TableEncoder:
     """The fitted column transform (see the module docstring); saved with the model."""
@@ -156,6 +213,9 @@ class TableEncoder:
     scaler: Standardizer | None = None
     imputed: dict[str, int] = field(default_factory=dict)  # training cells filled per column
     unseen: dict[str, int] = field(default_factory=dict)  # unseen categories met since fitting
+    # In memory only: every training category, and (rows, values, columns) of reduced columns.
+    seen: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    reduced: dict[str, tuple[int, int, int]] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ fitting
 
@@ -167,18 +227,27 @@ class TableEncoder:
         standardize: bool,
         total: Total = _local_total,
         gather: Gather = _local_gather,
+        limits: CategoryLimits | None = None,
     ) -> TableEncoder:
         """Fit on the training tables of this process's parties; ``total`` sums a tensor over
         all processes and ``gather`` concatenates every process's list (both identity in one
-        process). The column kinds must agree across tables (checked by schema agreement)."""
+        process). The column kinds must agree across tables (checked by schema agreement).
+        ``limits`` caps the one-hot columns per text column (:class:`CategoryLimits`)."""
         first = tables[0]
         features = choice.features(first.columns, first.path)
         numeric = [c for c in features if c in first.numeric]
         text = [c for c in features if c in first.text]
         means, missing_rate, imputed = _numeric_statistics(tables, numeric, total)
         indicators = [c for c in numeric if missing_rate[c] >= INDICATOR_RATE]
-        categories = _united_categories(tables, text, gather)
+        counts = _united_category_counts(tables, text, gather)
+        limits = limits or CategoryLimits()
+        categories = {c: limits.keep(counts[c]) for c in text}
         encoder = cls(numeric, text, means, indicators, categories, choice, imputed=imputed)
+        encoder.seen = {c: set(counts[c]) for c in text}
+        encoder.reduced = {
+            c: (sum(counts[c].values()), len(counts[c]), len(categories[c])) for c in text
+            if len(categories[c]) < len(counts[c]) or OTHER in categories[c]
+        }  # fmt: skip
         if standardize:
             encoded = [encoder._encode64(t, count_unseen=False) for t in tables]
             scaled = np.zeros(encoder.width, dtype=bool)
@@ -266,13 +335,24 @@ class TableEncoder:
         )
         index = lookup[col.codes]  # code -1 (missing) takes the last entry
         out = np.zeros((table.rows, len(known)))
+        present = col.codes >= 0
+        other = position.get(OTHER)
+        if other is not None:  # a value without a column of its own is <other>
+            index[(index < 0) & present] = other
         hit = index >= 0
         out[np.flatnonzero(hit), index[hit]] = 1.0
         if count_unseen:
-            unseen = int((~hit & (col.codes >= 0)).sum())
-            if unseen:
-                self.unseen[column] = self.unseen.get(column, 0) + unseen
+            self._count_unseen(column, col, present)
         return out
+
+    def _count_unseen(self, column: str, col: Any, present: np.ndarray) -> None:
+        """Count the cells whose value training never saw (without the training set of
+        values, after loading a model: the cells whose value has no column of its own)."""
+        seen = self.seen.get(column) or set(self.categories[column]) - {OTHER}
+        new = np.array([v not in seen for v in col.categories] + [False], dtype=bool)
+        unseen = int((new[col.codes] & present).sum())
+        if unseen:
+            self.unseen[column] = self.unseen.get(column, 0) + unseen
 
     # ------------------------------------------------------------------ saving
 
@@ -338,20 +418,24 @@ def _numeric_statistics(tables, numeric: list[str], total: Total):
     return means, rate, {c: n for c, n in imputed.items() if n}
 
 
-def _united_categories(tables, text: list[str], gather: Gather) -> dict[str, list[str]]:
-    """Every column's categories over all parties (names only), sorted; ``<missing>`` last."""
-    local = {
-        c: sorted(
-            {v for t in tables for v in t.text[c].categories}
-            | ({MISSING} if any((t.text[c].codes < 0).any() for t in tables) else set())
-        )
-        for c in text
-    }
-    everyone = gather([local])
-    united = {}
+def _united_category_counts(tables, text: list[str], gather: Gather) -> dict[str, dict[str, int]]:
+    """Every column's training rows per category over all parties (names and counts only);
+    missing cells count under ``<missing>``."""
+    local: dict[str, dict[str, int]] = {}
     for c in text:
-        names = set().union(*(set(d[c]) for d in everyone))
-        united[c] = sorted(names - {MISSING}) + ([MISSING] if MISSING in names else [])
+        counts: dict[str, int] = {}
+        for t in tables:
+            col = t.text[c]
+            per_code = np.bincount(col.codes + 1, minlength=len(col.categories) + 1)
+            for name, n in zip((MISSING, *col.categories), per_code.tolist(), strict=True):
+                if n:
+                    counts[name] = counts.get(name, 0) + n
+        local[c] = counts
+    united: dict[str, dict[str, int]] = {c: {} for c in text}
+    for party in gather([local]):
+        for c in text:
+            for name, n in party[c].items():
+                united[c][name] = united[c].get(name, 0) + n
     return united
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from slate.data.encoding import ColumnChoice
+from slate.data.encoding import CategoryLimits, ColumnChoice
 from slate.errors import ConfigError
 
 __all__ = ["TableOptions"]
@@ -28,6 +28,8 @@ class TableOptions:
         missing: ``impute`` (missing cells are filled) or ``error`` (they are refused).
         choice: the ID, dropped and feature columns.
         standardize: whether numeric columns are z-scored after encoding.
+        limits: how many one-hot columns a text column may get (``--max-categories``,
+            ``--min-frequency``).
     """
 
     label_column: str | int | None
@@ -39,6 +41,7 @@ class TableOptions:
     missing: str = "impute"
     choice: ColumnChoice = field(default_factory=ColumnChoice)
     standardize: bool = True
+    limits: CategoryLimits = field(default_factory=CategoryLimits)
 
     @classmethod
     def from_config(cls, config: Any) -> TableOptions:
@@ -60,6 +63,7 @@ class TableOptions:
             missing=config.missing,
             choice=choice,
             standardize=True if config.standardize is None else bool(config.standardize),
+            limits=_limits(config),
         )
 
     @classmethod
@@ -105,3 +109,18 @@ def _check_choice(choice: ColumnChoice, label_column: str | int) -> None:
         raise ConfigError(
             f"The label column {label_column!r} cannot also be an ID, dropped or a feature."
         )
+
+
+def _limits(config: Any) -> CategoryLimits:
+    """``--max-categories`` (0 or None: no limit; else at least 2: a value and ``<other>``) and
+    ``--min-frequency`` (at least 1)."""
+    most = getattr(config, "max_categories", None) or None
+    least = int(getattr(config, "min_frequency", 1))
+    if most is not None and most < 2:
+        raise ConfigError(
+            f"--max-categories must be at least 2 (one value and <other>), or 0 for no limit; "
+            f"got {most}."
+        )
+    if least < 1:
+        raise ConfigError(f"--min-frequency must be at least 1 row, got {least}.")
+    return CategoryLimits(most, least)

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from slate.config import TrainConfig
 from slate.data.datasets import DATASET_NAMES, NAMED_LOADERS, Dataset, read_named_dataset
-from slate.data.encoding import fit_features, id_warnings
+from slate.data.encoding import fit_features, id_warnings, reduction_notes
 from slate.data.options import TableOptions
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.preprocess import Standardizer
@@ -214,12 +214,24 @@ def encode_tables(
 ) -> Dataset:
     """The :class:`Dataset` of a training and a held-out table: the encoder (imputation,
     one-hot, scaling) is fitted on ``train`` only and applied to both."""
-    encoder = fit_features([train], choice=options.choice, standardize=options.standardize)
+    encoder = fit_features(
+        [train], choice=options.choice, limits=options.limits, standardize=options.standardize
+    )
     x_train, x_test = encoder.transform(train), encoder.transform(test)
+    notes = _table_notes([train, test], encoder, options)
     return Dataset(
-        "csv", x_train, train.y, x_test, test.y, split, encoder=encoder,
-        notes=id_warnings(train, options.choice), held_out=held_out,
+        "csv", x_train, train.y, x_test, test.y, split, encoder=encoder, notes=notes,
+        held_out=held_out,
     )  # fmt: skip
+
+
+def _table_notes(tables: list[Any], encoder: Any, options: TableOptions) -> list[str]:
+    """The readers' notes, ID warnings and one-hot reductions of a run's tables, each once."""
+    notes = [n for t in tables for n in t.notes]
+    ids = id_warnings(tables[0], options.choice)
+    warned = {c for c in tables[0].columns if any(f"column {c!r}" in w for w in ids)}
+    notes += ids + reduction_notes(encoder, tables[0].path, skip=warned)
+    return list(dict.fromkeys(notes))
 
 
 def _need_train(config: TrainConfig) -> None:
@@ -335,16 +347,18 @@ def _party_file_data(config: TrainConfig, local_parties: list[int], exchange) ->
     notes = check_party_files_counts(counts, config.positives, config.batch_size)
     files = [read[rank] for rank in local_parties]
     if options is not None:
-        notes += [w for f in files for w in id_warnings(f.tables[0], options.choice)]
         train = [f.tables[0] for f in files]
     else:
         files = [_pad_to_common_width(f, everyone, config) for f in files]
         train = [f.x_train for f in files]
     transform = fit_features(
         train, choice=options.choice if options else None,
+        limits=options.limits if options else None,
         standardize=bool(config.standardize), centre=False,
         total=exchange.total, gather=exchange.gather_objects,
     )  # fmt: skip
+    if options is not None:
+        notes += [n for f in files for n in _table_notes(list(f.tables), transform, options)]
     files = [_transformed(f, transform) for f in files]
     return _assemble(files, counts, config, transform, notes)
 

@@ -29,6 +29,7 @@ from slate.data.readers.cells import (
     report_problems,
 )
 from slate.data.readers.files import MAX_ELEMENTS
+from slate.data.readers.formats import parse_disguised_numbers
 from slate.data.readers.records import Records, detect_header
 from slate.data.readers.table import CsvTable, RawTable, TextColumn
 from slate.errors import DataError
@@ -149,11 +150,18 @@ def read_table(
     )
     numeric: dict[str, np.ndarray] = {}
     text: dict[str, TextColumn] = {}
+    notes: list[str] = []
     for column in result.features:
         if column.kind == "numeric":
             numeric[column.name] = column.store.take()
+            continue
+        codes, categories = column.store.take(), tuple(column.categories)
+        parsed = None if column.forced_text else parse_disguised_numbers(categories, codes)
+        if parsed is None:
+            text[column.name] = TextColumn(codes, categories)
         else:
-            text[column.name] = TextColumn(column.store.take(), tuple(column.categories))
+            numeric[column.name] = parsed[0]
+            notes.append(f"note: column {column.name!r} of {name} holds {parsed[3]}")
     return RawTable(
         path=name,
         columns=tuple(c.name for c in result.features),
@@ -168,6 +176,7 @@ def read_table(
         rows=result.rows,
         first_lines=result.first_lines,
         missing={c.name: c.missing for c in result.features},
+        notes=tuple(notes),
     )
 
 

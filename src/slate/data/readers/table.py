@@ -52,6 +52,8 @@ class RawTable:
         rows: the number of data rows.
         first_lines: ``int64``, the file line on which each data row starts (for messages).
         missing: per column of ``columns``, how many cells were missing.
+        notes: what the reader did that the user should know (a text column read as numbers,
+            :mod:`slate.data.readers.formats`).
     """
 
     path: str
@@ -67,6 +69,7 @@ class RawTable:
     rows: int
     first_lines: np.ndarray
     missing: dict[str, int]
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_columns(
