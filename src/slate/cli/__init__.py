@@ -1,0 +1,62 @@
+"""The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, and
+``predict``, ``evaluate``, ``export`` for a trained run.
+
+Errors caused by the user's input (:class:`slate.errors.SlateError`) are printed as one paragraph
+with exit code 2; an interrupted run exits with 130. No traceback reaches the user for either.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from slate.cli.commands import (
+    is_worker,
+    run_evaluate,
+    run_export,
+    run_predict,
+    run_rendezvous,
+    run_topology,
+    run_train,
+    run_tune,
+)
+from slate.cli.parser import build_parser
+from slate.cli.reproduce import run_reproduce
+from slate.errors import RunInterrupted, SlateError
+from slate.memory import keep_freed_memory
+from slate.party_process import exit_worker
+
+__all__ = ["build_parser", "main"]
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``slate`` console script and ``python -m slate``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.command != "topology":
+        keep_freed_memory()  # large per-iteration buffers are reused, not page-faulted in again
+    handlers = {
+        "topology": run_topology,
+        "reproduce": run_reproduce,
+        "tune": run_tune,
+        "predict": run_predict,
+        "evaluate": run_evaluate,
+        "export": run_export,
+        "rendezvous": run_rendezvous,
+    }
+    try:
+        if args.command == "train":
+            return exit_worker(run_train(args, argv)) if is_worker(args) else run_train(args, argv)
+        return handlers[args.command](args)
+    except RunInterrupted as err:
+        print(f"slate: {err}", file=sys.stderr)
+        return exit_worker(EXIT_INTERRUPTED) if is_worker(args) else EXIT_INTERRUPTED
+    except SlateError as err:
+        print(f"slate: error: {err}", file=sys.stderr)
+        return exit_worker(EXIT_USER_ERROR) if is_worker(args) else EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("slate: interrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,221 @@
+"""The handlers of the ``slate`` subcommands other than ``reproduce``: ``train`` (with
+``--resume`` and the distributed engine), ``tune``, ``topology``, ``rendezvous``, and
+``predict``, ``evaluate``, ``export`` for a trained run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from slate.cli.parser import build_parser
+from slate.config import TrainConfig
+from slate.errors import ConfigError
+from slate.party_process import launch, run_party, run_worker
+
+__all__ = [
+    "config_from_args",
+    "is_worker",
+    "run_evaluate",
+    "run_export",
+    "run_predict",
+    "run_rendezvous",
+    "run_topology",
+    "run_train",
+    "run_tune",
+]
+
+
+def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``slate train``: the simulator in this process, the local launcher, a launched worker,
+    or one ``--rank`` party."""
+    from slate.train import train
+
+    config = resumed_config(args.resume, argv) if args.resume else config_from_args(args)
+    if config.drop_party and (args.engine == "distributed" or joins_alone(args)):
+        raise ConfigError(
+            "--drop-party injects party losses in the simulator; with the distributed engine, "
+            "stop a party's process instead (docs/reliability.md)."
+        )
+    if joins_alone(args):
+        return run_party(config, args)
+    if args.engine == "distributed":
+        from slate.engines.launch import in_worker
+
+        if in_worker():
+            return run_worker(config, args)
+        return launch(config, argv, args.timeout)
+    train(config, progress=not args.no_progress, resume=bool(args.resume))
+    return 0
+
+
+LIST_FLAGS = ("id_columns", "drop_columns", "feature_columns", "categorical_columns", "na_values")
+
+
+def comma_items(values: list[str] | None) -> tuple[str, ...]:
+    """A repeatable comma-list flag's values, flattened and stripped."""
+    items = [item.strip() for value in values or () for item in value.split(",")]
+    return tuple(item for item in items if item)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` of the parsed train flags (comma lists split)."""
+    fields = TrainConfig.__dataclass_fields__
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    for key in LIST_FLAGS:
+        if key in values:
+            values[key] = comma_items(values[key])
+    values["drop_party"] = tuple(values.get("drop_party") or ())
+    return TrainConfig(**values)
+
+
+NOT_CONFIG = frozenset(
+    {
+        "command",
+        "resume",
+        "engine",
+        "timeout",
+        "no_progress",
+        "rank",
+        "rendezvous",
+        "external_store",
+    }
+)
+
+
+def explicit_flags(argv: Sequence[str]) -> dict:
+    """The train flags present on the command line (not their defaults)."""
+    parser = build_parser()
+    for action in parser._subparsers._group_actions[0].choices["train"]._actions:
+        action.default = argparse.SUPPRESS
+    explicit = {k: v for k, v in vars(parser.parse_args(argv)).items() if k not in NOT_CONFIG}
+    for key in LIST_FLAGS:
+        if key in explicit:
+            explicit[key] = comma_items(explicit[key])
+    if "drop_party" in explicit:
+        explicit["drop_party"] = tuple(explicit["drop_party"])
+    return explicit
+
+
+def resumed_config(folder: str, argv: Sequence[str]) -> TrainConfig:
+    """The checkpoint's config; flags given with --resume must agree except --iterations."""
+    from slate import checkpoint
+
+    saved = checkpoint.load_checkpoint(checkpoint.newest_checkpoint(Path(folder)))["config"]
+    explicit = explicit_flags(argv)
+    differing = checkpoint.differing_keys(saved, explicit)
+    if differing:
+        pairs = ", ".join(f"{k} (checkpoint {saved[k]!r}, now {explicit[k]!r})" for k in differing)
+        raise ConfigError(
+            f"--resume {folder}: the command differs from the checkpoint's run in {pairs}. Only "
+            "--iterations may change when resuming; drop the other flags."
+        )
+    updates = {k: v for k, v in explicit.items() if k in checkpoint.RESUMABLE_KEYS}
+    return TrainConfig(**{**saved, **updates, "out": folder})
+
+
+def is_worker(args: argparse.Namespace) -> bool:
+    """A party process of the distributed engine (started by the launcher, torchrun, or on its
+    own with --rank)."""
+    from slate.engines.launch import in_worker
+
+    if args.command != "train":
+        return False
+    return joins_alone(args) or (args.engine == "distributed" and in_worker())
+
+
+def joins_alone(args: argparse.Namespace) -> bool:
+    """Whether this process is one ``--rank`` party (given ``--rank`` or ``--rendezvous``)."""
+    return args.rank is not None or args.rendezvous is not None
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """``slate tune``: the grid search of :func:`slate.tune.tune`."""
+    from slate.tune import parse_grid, tune
+
+    grid = parse_grid(args.grid) if args.grid else None
+    tune(
+        config_from_args(args), grid, args.validation_fraction,
+        out=Path(args.out) if args.out else None,
+    )  # fmt: skip
+    return 0
+
+
+def run_topology(args: argparse.Namespace) -> int:
+    """``slate topology NAME``: print lambda, the spectral gap and, with ``--show``, W."""
+    from slate.topology import (
+        W7A_MODEL_BYTES,
+        build_topology,
+        describe,
+        describe_cycle,
+        format_matrix,
+    )
+
+    topology = build_topology(args.name, args.nodes, seed=args.seed, fed_period=args.fed_period)
+    print(describe(topology))
+    if args.show:
+        if topology.rounds is not None:
+            print("W (union of the rounds, Metropolis-Hastings weights; not applied):")
+        print(format_matrix(topology.W))
+        if topology.rounds is not None:
+            model_bytes = W7A_MODEL_BYTES if args.model_bytes is None else args.model_bytes
+            print(describe_cycle(topology, model_bytes=model_bytes))
+    return 0
+
+
+def run_rendezvous(args: argparse.Namespace) -> int:
+    """``slate rendezvous``: host the rendezvous store of one multi-site run."""
+    from slate.engines.launch import serve_rendezvous
+
+    return serve_rendezvous(args.port, args.host)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """``slate predict``: score a file, write the predictions and the notes."""
+    from slate.predict import predict, write_predictions
+
+    result = predict(
+        args.run, args.data, threshold=args.threshold, at_recall_of=args.at_recall,
+        at_precision_of=args.at_precision, calibrate=args.calibrate,
+    )  # fmt: skip
+    write_predictions(result, args.out)
+    say = (lambda line: print(line, file=sys.stderr)) if args.out is None else print
+    for note in result.notes:
+        say(note)
+    decided = result.describe_threshold()
+    if decided:
+        say(decided)
+    if args.out is not None:
+        say(f"{result.rows} predictions written to {args.out}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """``slate evaluate``: AP, AUROC and operating points on a labelled file."""
+    import json
+
+    from slate.predict import evaluate, format_evaluation, write_evaluation
+
+    result = evaluate(args.run, args.data)
+    if args.out is not None:
+        write_evaluation(result, args.out)
+    for note in result.notes:
+        print(note, file=sys.stderr)
+    print(json.dumps(result.to_dict()) if args.json else format_evaluation(result))
+    if args.out is not None and not args.json:
+        print(f"evaluation.json and pr_curve.png written to {args.out}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``slate export``: write the run's model as a ``torch.export`` program."""
+    from slate.export import export_run
+
+    exported = export_run(args.run, args.out, args.format)
+    print(
+        f"torch.export program written to {exported.path}: float32 raw features of shape "
+        f"(rows, {', '.join(str(n) for n in exported.input_shape)}) in, probabilities (rows,) "
+        "out. Load it with torch.export.load(path).module(); no slate needed."
+    )
+    return 0

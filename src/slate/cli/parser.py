@@ -1,0 +1,127 @@
+"""The ``slate`` command's argument parser: every subcommand and its flags."""
+
+from __future__ import annotations
+
+import argparse
+
+from slate.cli.reproduce import add_reproduce_parser
+from slate.cli.train_flags import add_train_arguments
+
+__all__ = ["build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the ``slate`` command with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="slate", description="Serverless multi-party AUPRC optimisation (SLATE, KDD '23)."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train on N parties and report the test AP")
+    add_train_arguments(train)
+    add_topology_parser(sub)
+    rdv = sub.add_parser(
+        "rendezvous",
+        help="host the rendezvous store of one multi-site run (so that no party hosts it)",
+        description="Host torch's TCPStore for one run of 'slate train --rank R --rendezvous "
+        "HOST:PORT --external-store'. It holds coordination keys only (addresses, heartbeats, "
+        "who is in the run) and exits once every party has left, so that any party can be lost "
+        "without stopping the others.",
+    )
+    rdv.add_argument("--port", type=int, required=True, help="the port the parties connect to")
+    rdv.add_argument(
+        "--host", default="0.0.0.0", help="address to listen on (default: every interface)"
+    )
+    add_reproduce_parser(sub)
+    add_tune_parser(sub)
+    add_model_parsers(sub)
+    return parser
+
+
+def add_topology_parser(sub) -> None:
+    """``slate topology NAME``: lambda, the spectral gap and, for cycles, each round's cost."""
+    topo = sub.add_parser("topology", help="print lambda and the spectral gap of a topology")
+    topo.add_argument(
+        "name",
+        help="ring, full, federated, star, torus, exponential, erdos-renyi, "
+        "one-peer-exponential (N a power of 2), base-K (K >= 2, e.g. base-2), file:PATH",
+    )
+    topo.add_argument("--nodes", type=int, default=20)
+    topo.add_argument("--seed", type=int, default=0)
+    topo.add_argument("--fed-period", type=int, default=10)
+    topo.add_argument(
+        "--show",
+        action="store_true",
+        help="also print W and, for a cycle (one-peer-exponential, base-K), every round's "
+        "degrees, bytes sent and edges",
+    )
+    topo.add_argument(
+        "--model-bytes",
+        type=positive_bytes,
+        default=None,
+        metavar="B",
+        help="bytes of one model sent to one neighbour, for --show of a cycle (default: the "
+        "float32 parameters of the w7a MLP, 33828)",
+    )
+
+
+def positive_bytes(text: str) -> int:
+    """``--model-bytes``: an integer of at least 1, else an argparse error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer number of bytes, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {value}")
+    return value
+
+
+def add_tune_parser(sub) -> None:
+    """``slate tune``: the train flags, ``--grid`` and ``--validation-fraction``."""
+    tune = sub.add_parser("tune", help="grid search on a validation split of the training set")
+    add_train_arguments(tune)
+    tune.add_argument(
+        "--grid",
+        help="e.g. 'lr=0.01,0.005 margin=0.1,0.5' (default: the paper's grid for the algorithm)",
+    )
+    tune.add_argument("--validation-fraction", type=float, default=0.2)
+
+
+def add_model_parsers(sub) -> None:
+    """``slate predict``, ``slate evaluate`` and ``slate export``: using a trained run."""
+    pred = sub.add_parser("predict", help="score a file with a trained run's model")
+    ev = sub.add_parser("evaluate", help="AP, AUROC and operating points on a labelled file")
+    exp = sub.add_parser("export", help="write the model as a program that runs without slate")
+    for p in (pred, ev, exp):
+        p.add_argument("--run", required=True, metavar="DIR", help="the run folder")
+    for p in (pred, ev):
+        p.add_argument(
+            "--data", required=True, metavar="FILE",
+            help="LIBSVM or CSV file as in training (image runs: the dataset folder, an IDX or "
+            "CIFAR-10 file, or a .npy of raw pixels)",
+        )  # fmt: skip
+    pred.add_argument("--out", metavar="FILE", help="the predictions CSV (default: stdout)")
+    pred.add_argument(
+        "--threshold", type=float, metavar="T", help="add decision = score >= T (a probability)"
+    )
+    pred.add_argument(
+        "--at-recall", type=float, metavar="R",
+        help="add decisions at the threshold with recall >= R and the best precision",
+    )  # fmt: skip
+    pred.add_argument(
+        "--at-precision", type=float, metavar="P",
+        help="add decisions at the threshold with precision >= P and the best recall",
+    )  # fmt: skip
+    pred.add_argument(
+        "--calibrate", metavar="FILE",
+        help="choose the --at-recall/--at-precision threshold on this labelled file (default: "
+        "the run's test set)",
+    )  # fmt: skip
+    ev.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    ev.add_argument("--out", metavar="DIR", help="also write evaluation.json and pr_curve.png")
+    exp.add_argument(
+        "--format", default="torch-export", choices=("torch-export",),
+        help="torch-export: a torch.export program (.pt2) of preprocessing, model and sigmoid",
+    )  # fmt: skip
+    exp.add_argument("--out", metavar="FILE", help="the program file (default: RUN/model.pt2)")

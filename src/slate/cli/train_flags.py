@@ -1,0 +1,256 @@
+"""The flags of ``slate train`` and ``slate tune``."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_train_arguments"]
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``slate train`` (and ``slate tune``): data, tables, algorithm, communication
+    and run groups."""
+    from slate.algorithms import ALGORITHMS
+    from slate.data.partition import PARTITIONS
+
+    data = p.add_argument_group("data")
+    data.add_argument(
+        "--dataset",
+        default="digits",
+        help="digits (default, ships with scikit-learn), w7a, w8a, mnist, fashion-mnist, "
+        "cifar10, tiny-imagenet, libsvm or csv",
+    )
+    data.add_argument("--data-dir", help="folder laid out as DIR/w7a/w7a.gz, DIR/w8a/w8a.gz, ...")
+    data.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch missing w7a, w8a, mnist, fashion-mnist or cifar10 files from their "
+        "official sites (hash-checked where a hash is published)",
+    )
+    data.add_argument(
+        "--train",
+        help="training file for --dataset libsvm or csv; {rank} in it gives each party its own "
+        "file (party n reads the path with n put in)",
+    )
+    data.add_argument(
+        "--test",
+        help="test file for --dataset libsvm or csv ({rank} as for --train); without it, each "
+        "file holds out a seeded stratified --test-fraction",
+    )
+    data.add_argument(
+        "--party-files",
+        action="store_true",
+        help="each party reads the --train/--test on its own command line (implied by {rank} "
+        "in a path and by --rank); parties agree on the schema before training, and the test "
+        "metrics are federated",
+    )
+    data.add_argument(
+        "--standardize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="z-score the numeric features with the mean and std of all parties' training rows "
+        "(federated sums with per-party files; saved with the model). Default: on for "
+        "--dataset csv, off otherwise (the paper's datasets are used as they are)",
+    )
+    table = p.add_argument_group("tables (--dataset csv)")
+    for flag, text in (
+        ("--id-column", "an ID column: never a feature, carried into predictions (repeatable, "
+                        "or a comma list)"),
+        ("--drop-columns", "columns that are not features (comma list, repeatable)"),
+        ("--feature-columns", "use only these columns as features (comma list, repeatable)"),
+        ("--categorical-columns", "one-hot encode these columns even if they hold numbers "
+                                  "(codes 1/2/3); text columns are one-hot encoded anyway"),
+        ("--na-values", "more cell values that mean 'missing' (comma list); always missing: "
+                        "empty, NA, N/A, NaN, ?, null"),
+    ):  # fmt: skip
+        dest = "id_columns" if flag == "--id-column" else None
+        table.add_argument(
+            flag, action="append", default=None, metavar="A,B", help=text,
+            **({"dest": dest} if dest else {}),
+        )  # fmt: skip
+    table.add_argument(
+        "--missing",
+        default="impute",
+        choices=("impute", "error"),
+        help="missing cells: impute (numeric: the training mean, plus an indicator column where "
+        "at least 1%% are missing; text: a 'missing' category), or error (refuse the file)",
+    )
+    table.add_argument(
+        "--delimiter", help="cell separator (default: detected from the header: , ; or tab)"
+    )
+    table.add_argument("--encoding", default="utf-8", help="text encoding (e.g. latin-1)")
+    table.add_argument(
+        "--zero-based", action="store_true", help="libsvm: feature indices start at 0"
+    )
+    data.add_argument("--label-column", help="csv: the label column (name or 0-based index)")
+    data.add_argument("--positive-label", help="csv: the label value of the positive class")
+    data.add_argument(
+        "--n-features",
+        "--features",
+        dest="n_features",
+        type=int,
+        help="libsvm: number of features (default: the largest index over all files, and over "
+        "all parties' files with per-party files)",
+    )
+    data.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.25,
+        help="test share of the seeded stratified split when there is no test file",
+    )
+    data.add_argument("--partition", default="stratified", choices=PARTITIONS)
+    data.add_argument(
+        "--dirichlet-alpha",
+        type=float,
+        default=0.5,
+        help="concentration of --partition dirichlet (smaller = more skewed)",
+    )
+
+    algo = p.add_argument_group("algorithm (unset values take the paper's per-dataset defaults)")
+    algo.add_argument("--algorithm", default="slate", choices=sorted(ALGORITHMS))
+    algo.add_argument("--nodes", type=int, help="number of parties N")
+    algo.add_argument(
+        "--topology",
+        default="ring",
+        help="ring, full, federated, star, torus, exponential, erdos-renyi, "
+        "one-peer-exponential (N a power of 2), base-K (K >= 2, e.g. base-2), file:PATH",
+    )
+    algo.add_argument(
+        "--fed-period", type=int, default=10, help="federated topology: average every q iterations"
+    )
+    algo.add_argument("--iterations", type=int)
+    algo.add_argument("--batch-size", type=int, help="samples per party per step (m)")
+    algo.add_argument("--positives", type=int, help="positives among them (b)")
+    algo.add_argument("--lr", type=float, help="step size eta")
+    algo.add_argument("--margin", type=float, help="squared-hinge margin s")
+    algo.add_argument(
+        "--gradient-tracking",
+        action="store_true",
+        help="run Alg. 1 line 8 (off in the paper's experiments)",
+    )
+    algo.add_argument("--alpha", type=float, help="SLATE-M momentum coefficient alpha")
+    algo.add_argument(
+        "--initial-batch", type=int, help="SLATE-M initial batch of B positives (default 5 b)"
+    )
+    algo.add_argument(
+        "--momentum",
+        default="storm",
+        choices=("storm", "ema"),
+        help="SLATE-M estimator: storm (the paper's, default) or ema (the authors' scripts)",
+    )
+    algo.add_argument("--lr-dual", type=float, help="CODA step size for the dual variable")
+    algo.add_argument(
+        "--coda-objective",
+        default="square",
+        choices=("square", "margin"),
+        help="CODA's loss: square (the square-loss AUC objective of the paper's baseline, "
+        "default) or margin (LibAUC's AUC-margin loss, which needs alpha to grow)",
+    )
+    algo.add_argument("--model", help="model name (default: the dataset's)")
+    algo.add_argument("--hidden", type=int, help="hidden width of the MLP (default 28)")
+
+    talk = p.add_argument_group(
+        "communication (defaults: the paper's protocol; docs/communication.md)"
+    )
+    talk.add_argument(
+        "--gossip-every",
+        type=int,
+        default=1,
+        metavar="H",
+        help="local steps per gossip round: parties exchange only every H-th iteration",
+    )
+    talk.add_argument(
+        "--compress",
+        default="none",
+        help="CHOCO compressed gossip: none, int8, topk:FRACTION (e.g. topk:0.01) or sign",
+    )
+    talk.add_argument(
+        "--consensus-step",
+        metavar="GAMMA",
+        help="CHOCO's consensus step gamma in (0, 1], or 'auto' to pick it by simulating "
+        "gossip on this graph (default: per compressor)",
+    )
+    talk.add_argument(
+        "--wan",
+        metavar="RTT_MS,MBIT_S",
+        help="estimate the wall time over a WAN link: compute + RTT per round + bytes/bandwidth",
+    )
+
+    run = p.add_argument_group("run")
+    run.add_argument(
+        "--eval-every",
+        type=int,
+        help="iterations between evaluations (default T/20, or rarer where evaluating the test "
+        "set would cost over 10%% of the training work)",
+    )
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", help="run folder (default: a fresh folder under runs/)")
+    run.add_argument("--device", default="cpu", help="cpu or cuda")
+    run.add_argument("--threads", type=int, help="torch CPU threads")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument(
+        "--party-ap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also report each party's own final test AP (N more evaluations; default: on when "
+        "they cost under 10%% of the training work)",
+    )
+    run.add_argument(
+        "--compile",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="torch.compile the parties' forward and backward pass into one graph: faster steps "
+        "after a one-off compilation of seconds, eager if it fails (default auto: on for the "
+        "simulator on CPU with a model under 100k parameters and at least 20 000 iterations)",
+    )
+    run.add_argument(
+        "--checkpoint-every", type=int, help="iterations between checkpoints (default T/10)"
+    )
+    run.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in DIR from its last checkpoint (only --iterations may change)",
+    )
+    run.add_argument(
+        "--engine",
+        default="simulator",
+        choices=("simulator", "distributed"),
+        help="simulator (all parties in this process) or distributed (one process per party)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="distributed: seconds before a silent party counts as lost (default 60)",
+    )
+    run.add_argument(
+        "--rank",
+        type=int,
+        help="run exactly one party, this one (0..N-1), and join the others at --rendezvous; "
+        "implies --engine distributed and --party-files",
+    )
+    run.add_argument(
+        "--rendezvous",
+        metavar="HOST:PORT",
+        help="with --rank: where the parties meet; party 0 listens there, the others connect "
+        "(with --external-store, 'slate rendezvous' listens there instead)",
+    )
+    run.add_argument(
+        "--external-store",
+        action="store_true",
+        help="with --rank: the rendezvous store is hosted by 'slate rendezvous --port P', not by "
+        "party 0, so that any party, party 0 included, can be lost without stopping the others",
+    )
+    run.add_argument(
+        "--on-party-loss",
+        choices=("continue", "stop"),
+        help="distributed: when a party is lost, the others continue on the surviving graph "
+        "(default on CPU) or all stop, naming it (default with --device cuda)",
+    )
+    run.add_argument(
+        "--drop-party",
+        action="append",
+        metavar="RANK@ITER",
+        help="simulator: party RANK leaves the run before iteration ITER, as a lost party would "
+        "(repeatable)",
+    )
