@@ -76,7 +76,22 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "at least 1%% are missing; text: a 'missing' category), or error (refuse the file)",
     )
     table.add_argument(
-        "--delimiter", help="cell separator (default: detected from the header: , ; or tab)"
+        "--delimiter",
+        help="cell separator, or 'whitespace' for runs of spaces and tabs (UCI style); "
+        "default: detected from the header: , ; or tab",
+    )
+    table.add_argument(
+        "--max-categories",
+        type=int,
+        default=50,
+        help="at most this many one-hot columns per text column, <other> included; the most "
+        "frequent values keep their own column (0: no limit; default 50)",
+    )
+    table.add_argument(
+        "--min-frequency",
+        type=int,
+        default=1,
+        help="a text value seen in fewer training rows goes to <other> (default 1)",
     )
     table.add_argument("--encoding", default="utf-8", help="text encoding (e.g. latin-1)")
     table.add_argument(

@@ -30,7 +30,7 @@ from slate.data.readers.cells import (
 )
 from slate.data.readers.files import MAX_ELEMENTS
 from slate.data.readers.formats import parse_disguised_numbers
-from slate.data.readers.records import Records, detect_header
+from slate.data.readers.records import WHITESPACE, Records, detect_header
 from slate.data.readers.table import CsvTable, RawTable, TextColumn
 from slate.errors import DataError
 
@@ -100,7 +100,8 @@ def read_table(
             row is a header if it holds the ``label_column`` name, or a word above a column of
             numbers; a first row holding a number (outside the label column) is data; a first
             row of words only is a header unless one of its words occurs again in its column.
-        delimiter: The one-character cell separator. ``None`` detects it among ``,`` ``;`` and
+        delimiter: The one-character cell separator, or ``"whitespace"`` for cells separated by
+            runs of spaces and tabs (unquoted). ``None`` detects it among ``,`` ``;`` and
             tab from the first lines (the one that occurs, the same number of times on every
             line, most often; ``,`` if none occurs); :attr:`RawTable.delimiter` says which.
         encoding: The text encoding (``utf-8`` by default, a leading byte-order mark dropped;
@@ -296,12 +297,13 @@ def _read(
     dtype: type,
 ) -> _Result:
     """Read the file into typed blocks per column, or raise one DataError listing every problem."""
-    if delimiter is not None and (
+    if delimiter not in (None, WHITESPACE) and (
         not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '\r\n"'
     ):
         raise DataError(
             f"Cannot read {name}: the delimiter must be a single character other than a quote "
-            f"or a line break (or None to detect it), got {delimiter!r}."
+            f"or a line break, {WHITESPACE!r} (runs of spaces and tabs, as in many UCI files), "
+            f"or None to detect it; got {delimiter!r}."
         )
     if label_column is None:
         if labels != "optional":

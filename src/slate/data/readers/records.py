@@ -8,14 +8,16 @@ import csv
 import gzip
 import io
 import itertools
+import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from slate.data.readers.cells import CellContext, line_breaks, to_float
 from slate.data.readers.files import open_data_file
 from slate.errors import DataError
 
 __all__ = [
+    "WHITESPACE",
     "Records",
     "detect_header",
     "index_hint",
@@ -32,6 +34,17 @@ _WORD, _NUMBER, _NONFINITE = 0, 1, 2
 
 
 # ----------------------------------------------------------------------------- the file
+
+
+#: ``--delimiter whitespace``: cells separated by runs of spaces and tabs.
+WHITESPACE = "whitespace"
+_RUNS_OF_BLANKS = re.compile(r"[ \t]+")
+
+
+def _tab_separated(line: str) -> str:
+    """A whitespace-separated line with its runs of blanks as single tabs, ends stripped."""
+    end = len(line) - len(line.rstrip("\r\n"))
+    return _RUNS_OF_BLANKS.sub("\t", line[: len(line) - end].strip(" \t")) + line[len(line) - end :]
 
 
 class Records:
@@ -75,9 +88,10 @@ class Records:
             self.close()
             raise self._failure(exc, None) from None
         self.delimiter: str = delimiter
-        self._reader = csv.reader(
-            itertools.chain(head, self._text), delimiter=delimiter, strict=True
-        )
+        lines: Iterator[str] = itertools.chain(head, self._text)
+        if delimiter == WHITESPACE:
+            lines, delimiter = map(_tab_separated, lines), "\t"
+        self._reader = csv.reader(lines, delimiter=delimiter, strict=True)
 
     def __enter__(self) -> Records:
         return self
