@@ -27,7 +27,7 @@ TRAJECTORY_FLAGS = (
     "lr", "margin", "gradient_tracking", "alpha", "initial_batch", "momentum", "lr_dual",
     "coda_objective", "gossip_every", "compress", "consensus_step", "partition",
     "dirichlet_alpha", "model", "hidden", "eval_every", "checkpoint_every", "seed", "compile",
-    "party_ap", "on_party_loss", "standardize",
+    "party_ap", "on_party_loss", "standardize", "max_categories", "min_frequency",
 )  # fmt: skip
 
 
