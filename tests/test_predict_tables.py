@@ -55,7 +55,7 @@ def csv_run(tmp_path, monkeypatch):
     save_model(run, model, describe_run(config, (encoder.width,), encoder))
     files: dict[str, RawTable] = {}
 
-    def read(options, path, labels="required"):
+    def read(options, path, labels="required", empty_ok=False):
         assert options.label_column == "fraud" and options.positive_label == "yes"
         assert labels in ("optional", "single_class_ok")
         return files[str(path)]
@@ -176,3 +176,67 @@ def test_csv_end_to_end_with_real_files(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "x2" in err and "Traceback" not in err
+
+
+@pytest.fixture
+def abalone_like_run(tmp_path):
+    """A run trained on real files with a text column (sex) and numeric ones."""
+    from slate.train import train
+
+    rng = np.random.default_rng(1)
+    n = 300
+    lines = ["sex,length,weight,rings"]
+    for _ in range(n):
+        sex, length = rng.choice(["M", "F", "I"]), rng.normal()
+        lines.append(f"{sex},{length:.4f},{rng.normal():.4f},{'old' if length > 0.8 else 'young'}")
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    config = TrainConfig(
+        dataset="csv", train=str(tmp_path / "train.csv"), label_column="rings",
+        positive_label="old", nodes=2, iterations=20, threads=1, party_ap=False,
+        out=str(tmp_path / "run"),
+    )  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        train(config, progress=False, log=lambda _: None)
+    finally:
+        torch.set_num_threads(threads)
+    return tmp_path / "run"
+
+
+def _predict(run, path, tmp_path, capsys):
+    out = tmp_path / "scores.csv"
+    capsys.readouterr()
+    code = main(["predict", "--run", str(run), "--data", str(path), "--out", str(out)])
+    return code, capsys.readouterr(), out
+
+
+def test_predict_takes_column_kinds_from_the_model(abalone_like_run, tmp_path, capsys):
+    """A one-row file with an empty text cell: the cell is <missing> (all zeros for a column
+    that had no missing cell in training), never a kind error."""
+    (tmp_path / "one.csv").write_text("sex,length,weight\n,0.3,0.1\n")
+    code, printed, out = _predict(abalone_like_run, tmp_path / "one.csv", tmp_path, capsys)
+    assert code == 0, printed.err
+    (tmp_path / "same.csv").write_text("sex,length,weight\nQ,0.3,0.1\n")  # an unseen value
+    _, _, other = _predict(abalone_like_run, tmp_path / "same.csv", tmp_path, capsys)
+    # Neither M, F nor I: both rows are encoded alike, so they score alike.
+    assert _rows(out)[0]["score"] == _rows(other)[0]["score"]
+
+
+def test_predict_accepts_an_empty_label_column_and_a_header_only_file(
+    abalone_like_run, tmp_path, capsys
+):
+    (tmp_path / "empty_label.csv").write_text("sex,length,weight,rings\nM,0.3,0.1,\nF,1.0,0.2,\n")
+    code, printed, out = _predict(abalone_like_run, tmp_path / "empty_label.csv", tmp_path, capsys)
+    assert code == 0, printed.err
+    assert len(_rows(out)) == 2 and "have no label" in printed.out + printed.err
+    (tmp_path / "header.csv").write_text("sex,length,weight\n")
+    code, printed, out = _predict(abalone_like_run, tmp_path / "header.csv", tmp_path, capsys)
+    assert code == 0, printed.err
+    assert out.read_text().splitlines()[0].startswith("score") and _rows(out) == []
+
+
+def test_a_headerless_file_is_told_the_columns_go_by_name(abalone_like_run, tmp_path, capsys):
+    (tmp_path / "bare.csv").write_text("M,0.3,0.1\nF,1.0,0.2\n")
+    code, printed, _ = _predict(abalone_like_run, tmp_path / "bare.csv", tmp_path, capsys)
+    assert code == 2
+    assert "no header row" in printed.err and "0-based index" not in printed.err

@@ -26,6 +26,7 @@ rules of :mod:`slate.operating_points`; rows with logit :math:`\ge t` get decisi
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -222,16 +223,32 @@ def _cifar_images(where: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_table(pre: Preprocessing, path: str, labels: str) -> InputFile:
+    from slate.data.encoding import OTHER
     from slate.data.options import TableOptions
 
-    options = TableOptions.from_saved(pre.input)
-    table = options.read(path, labels="single_class_ok" if labels == "required" else "optional")
     encoder = pre.encoder
+    # Column kinds come from training: the model's text columns are read as text whatever
+    # this file's cells look like (a one-row file with an empty cell, codes that look numeric).
+    saved = TableOptions.from_saved(pre.input)
+    forced = [c for c in encoder.text if c not in saved.categorical_columns]
+    options = dataclasses.replace(saved, categorical_columns=(*saved.categorical_columns, *forced))
+    optional = labels != "required"
+    table = options.read(
+        path, labels="optional" if optional else "single_class_ok", empty_ok=optional
+    )
     features = pre.table_features(table, encoder)
-    notes = [
+    notes = list(table.notes)
+    notes += [
         f"note: column {c!r} of {path} holds {n} cell{'s' if n != 1 else ''} of categories "
-        "training never saw; they are encoded as all zeros"
+        "training never saw; they are encoded as "
+        + ("<other>" if OTHER in encoder.categories[c] else "all zeros")
         for c, n in sorted(encoder.unseen.items())
+    ]
+    notes += [
+        f"note: column {c!r} of {path} is empty in every row; it is imputed with the "
+        f"training mean ({encoder.means[c]:.6g})"
+        for c in encoder.numeric
+        if table.rows and c in table.numeric and np.isnan(table.numeric[c]).all()
     ]
     ids = {}
     for column in encoder.choice.id_columns:

@@ -296,9 +296,11 @@ class TableEncoder:
         needed = [*self.numeric, *self.text]
         missing = [c for c in needed if c not in table.columns]
         if missing:
+            headerless = "" if table.has_header else "; this file has no header row"
             raise DataError(
                 f"{table.path} lacks the columns {missing} that the model was trained on "
-                f"(columns are matched by header name; the training columns were {needed})."
+                f"(columns are matched by header name{headerless}; the training columns were "
+                f"{needed})."
             )
         wrong = [c for c in self.numeric if c not in table.numeric]
         wrong += [c for c in self.text if c not in table.text]
@@ -308,7 +310,11 @@ class TableEncoder:
                 f"{'numeric' if c in self.numeric else 'text'} in training"
                 for c in wrong
             )
-            raise DataError(f"{table.path}: {kinds}. Use --categorical-columns to fix a kind.")
+            raise DataError(
+                f"{table.path}: {kinds}. The kinds are fixed in training (where "
+                "--categorical-columns makes a column text): give this column's cells in the "
+                "training kind."
+            )
 
     def _numeric_block(self, table: Any) -> np.ndarray:
         if not self.numeric:

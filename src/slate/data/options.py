@@ -79,9 +79,10 @@ class TableOptions:
             missing=saved.get("missing", "impute"),
         )
 
-    def read(self, path: str, labels: str = "required") -> Any:
+    def read(self, path: str, labels: str = "required", empty_ok: bool = False) -> Any:
         """Read ``path`` as a :class:`~slate.data.readers.table.RawTable` with these options;
-        ``labels`` is ``required``, ``single_class_ok`` or ``optional``."""
+        ``labels`` is ``required``, ``single_class_ok`` or ``optional``; ``empty_ok`` accepts a
+        header without data rows."""
         from slate.data.readers.delimited import read_table
 
         return read_table(
@@ -94,6 +95,7 @@ class TableOptions:
             categorical_columns=self.categorical_columns,
             labels=labels,
             missing="error" if self.missing == "error" else "allow",
+            empty_ok=empty_ok,
         )
 
 

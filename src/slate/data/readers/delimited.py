@@ -69,6 +69,7 @@ def read_table(
     categorical_columns: Sequence[str] = (),
     labels: str = "required",
     missing: str = "allow",
+    empty_ok: bool = False,
 ) -> RawTable:
     """Read a delimited text file as it comes: numeric and text columns, missing cells, labels.
 
@@ -115,6 +116,8 @@ def read_table(
             ``label_column=None``) gives ``y=None`` and every column is a feature, and a label
             column that is present is read as with ``"single_class_ok"`` (a file to score may
             hold one class).
+        empty_ok: a header row without data rows gives a table of 0 rows (a request to score
+            may hold none), instead of an error.
         missing: ``"allow"`` or ``"error"`` (every missing feature cell is a problem).
 
     Returns:
@@ -148,10 +151,11 @@ def read_table(
         missing=missing,
         strict=False,
         dtype=np.float64,
+        empty_ok=empty_ok,
     )
     numeric: dict[str, np.ndarray] = {}
     text: dict[str, TextColumn] = {}
-    notes: list[str] = []
+    notes: list[str] = list(result.notes)
     for column in result.features:
         if column.kind == "numeric":
             numeric[column.name] = column.store.take()
@@ -279,6 +283,7 @@ class _Result:
     delimiter: str
     rows: int
     first_lines: np.ndarray
+    notes: list[str]
 
 
 def _read(
@@ -295,6 +300,7 @@ def _read(
     missing: str,
     strict: bool,
     dtype: type,
+    empty_ok: bool = False,
 ) -> _Result:
     """Read the file into typed blocks per column, or raise one DataError listing every problem."""
     if delimiter not in (None, WHITESPACE) and (
@@ -344,7 +350,7 @@ def _read(
             names = [f"column {j}" for j in range(n_cols)]
         label_idx = _find_label(name, label_column, names, header, n_cols, labels)
         label_name = None if label_idx is None else names[label_idx]
-        if not rows:
+        if not rows and not empty_ok:
             raise DataError(
                 f"CSV file {name} has a header row but no data rows. Expected at least one row "
                 "of data after the header."
@@ -362,7 +368,7 @@ def _read(
         if unknown:
             raise DataError(
                 f"CSV file {name}: categorical column(s) {', '.join(map(repr, unknown))} not "
-                f"found; {_describe_columns(names if header else None, n_cols)}."
+                f"found; {_describe_named_columns(names, header, n_cols)}."
             )
         if positive_label is None and label_idx is not None:
             raise DataError(
@@ -384,6 +390,13 @@ def _read(
     problems: list[Problem] = []
     y = None
     values: tuple[str, ...] = ()
+    notes: list[str] = []
+    if label_state is not None and labels == "optional" and label_state.missing:
+        notes.append(
+            f"note: {label_state.missing} of {n_rows} rows of {name} have no label in column "
+            f"{label_name!r}; the labels are ignored (no metrics are computed)"
+        )
+        label_state = label_name = None
     if label_state is not None:
         one_class_ok = labels in ("single_class_ok", "optional")
         problems += label_state.problems(positive, one_class_ok, first_lines)
@@ -399,7 +412,7 @@ def _read(
         _rescan(name, encoding, delimiter, header, n_cols, rescan, context, n_rows)
     return _Result(
         features, y, label_name, values, tuple(names), bool(header), delimiter, n_rows,
-        first_lines,
+        first_lines, notes,
     )  # fmt: skip
 
 
@@ -529,6 +542,16 @@ def _describe_columns(names: list[str] | None, n_cols: int) -> str:
     return f"available columns: {shown}{more} (or a 0-based index from 0 to {n_cols - 1})"
 
 
+def _describe_named_columns(names: list[str], header: bool, n_cols: int) -> str:
+    """List the columns for an error about columns matched by name (not by index)."""
+    if header:
+        return _describe_columns(names, n_cols)
+    return (
+        f"the file has no header row, so its columns are named 'column 0' to "
+        f"'column {n_cols - 1}'; columns are matched by the header names of the training file"
+    )
+
+
 def _find_label(
     name: str,
     label_column: str | int | None,
@@ -540,10 +563,10 @@ def _find_label(
     """The label column's index; None when it is absent and labels are optional."""
     if label_column is None:
         return None
-    if labels == "optional" and header and isinstance(label_column, str):
+    if labels == "optional" and isinstance(label_column, str):
         key = label_column.strip()
-        if key not in names and not (key.isascii() and key.isdigit()):
-            return None
+        if (key not in names or not header) and not (key.isascii() and key.isdigit()):
+            return None  # a named label column the file does not have: no labels
     return _resolve_label_column(name, label_column, names if header else None, n_cols)
 
 
