@@ -120,3 +120,41 @@ def test_pr_plot_marks_the_reachable_points():
     np.testing.assert_array_equal(marker.get_ydata(), [p[1] for p in points])
     assert [t.get_text() for t in ax.texts] == [p[2] for p in points]
     assert points[0][2] == "R≥0.50"
+
+
+def _wilson_by_search(successes: int, trials: int, z: float = 1.959963984540054):
+    """The Wilson interval from its definition: every p0 with |p_hat - p0| <= z sd(p0)."""
+    grid = np.linspace(0.0, 1.0, 2_000_001)
+    inside = np.abs(successes / trials - grid) <= z * np.sqrt(grid * (1 - grid) / trials)
+    return grid[inside].min(), grid[inside].max()
+
+
+@pytest.mark.parametrize(("successes", "trials"), [(8, 10), (1, 1), (0, 5), (37, 120), (3, 3)])
+def test_wilson_interval_matches_its_definition(successes, trials):
+    from slate.operating_points import wilson_interval
+
+    low, high = wilson_interval(successes, trials)
+    ref_low, ref_high = _wilson_by_search(successes, trials)
+    assert low == pytest.approx(ref_low, abs=2e-6) and high == pytest.approx(ref_high, abs=2e-6)
+
+
+def test_points_carry_counts_and_a_warning_comes_below_thirty_positives():
+    from slate.operating_points import few_positives_warning
+
+    rng = np.random.default_rng(3)
+    y = np.r_[np.ones(9), np.zeros(200)]
+    logits = rng.normal(size=len(y)) + 2 * y
+    precision, recall, thresholds = metrics.precision_recall_curve(
+        torch.tensor(logits), torch.tensor(y)
+    )
+    table = operating_points(precision, recall, np.r_[thresholds, np.inf], positives=9)
+    for point in (p for p in table if p.reachable):
+        flagged = int((logits >= point.logit).sum())
+        true_positives = int(((logits >= point.logit) & (y == 1)).sum())
+        assert (point.flagged, point.true_positives, point.positives) == (
+            flagged, true_positives, 9)  # fmt: skip
+        low, high = point.recall_interval
+        assert low <= point.recall <= high
+        assert point.to_dict()["precision_interval"] == list(point.precision_interval)
+    assert "only 9 positives" in few_positives_warning(9)
+    assert few_positives_warning(30) is None

@@ -17,6 +17,12 @@ rows, so recall never decreases while precision may go either way. Two questions
 
 The curve's extra point :math:`(P, R) = (1, 0)` flags nothing and is never chosen.
 
+**Uncertainty.** Given the number of positives :math:`n_+` of the scored set, each point also
+carries its counts (:math:`\mathrm{TP}` and the rows flagged) and 95% Wilson score intervals
+for its precision (:math:`\mathrm{TP}` of the flagged rows) and recall (:math:`\mathrm{TP}` of
+:math:`n_+`): with a handful of positives a threshold chosen on them says little about new data.
+Below :data:`FEW_POSITIVES` positives, :func:`few_positives_warning` says so in one line.
+
 A point's ``logit`` is the threshold on the model's logit (exact: a decision "logit >= t" on
 the same rows gives exactly that precision and recall); its ``threshold`` is the same point on
 the probability scale, :math:`\sigma(t)` rounded to float32 like the ``score`` column of
@@ -28,6 +34,7 @@ torch's float32 sigmoid reaches 0 only below about -88.7).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +47,40 @@ __all__ = [
     "OperatingPoint",
     "at_precision",
     "at_recall",
+    "few_positives_warning",
     "marks",
     "operating_points",
     "probability",
+    "wilson_interval",
 ]
 
 RECALL_TARGETS = (0.5, 0.8, 0.9, 0.95)
 PRECISION_TARGETS = (0.5, 0.8, 0.9)
+FEW_POSITIVES = 30  # fewer positives than this: thresholds chosen on them are noted as uncertain
+_Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def wilson_interval(successes: int, trials: int, z: float = _Z95) -> tuple[float, float]:
+    r"""The Wilson score interval of a binomial proportion (95% for the default ``z``):
+    :math:`\frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}`."""
+    if trials <= 0:
+        return (0.0, 1.0)
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def few_positives_warning(positives: int, what: str = "the test set") -> str | None:
+    """A one-line warning when ``positives`` is below :data:`FEW_POSITIVES`, else None."""
+    if positives >= FEW_POSITIVES:
+        return None
+    return (
+        f"warning: {what} holds only {positives} positive{'s' if positives != 1 else ''}; "
+        "thresholds and operating points chosen on so few are uncertain (see their 95% "
+        "intervals), and AP varies widely from one such set to another."
+    )
 
 
 @dataclass(frozen=True)
@@ -63,6 +97,34 @@ class OperatingPoint:
     recall: float | None
     logit: float | None
     threshold: float | None
+    positives: int | None = None  # n_+ of the scored set
+    true_positives: int | None = None
+    flagged: int | None = None  # rows at or above the threshold
+
+    @property
+    def precision_interval(self) -> tuple[float, float] | None:
+        """95% Wilson interval of the precision, from the counts."""
+        if self.flagged is None or self.true_positives is None:
+            return None
+        return wilson_interval(self.true_positives, self.flagged)
+
+    @property
+    def recall_interval(self) -> tuple[float, float] | None:
+        """95% Wilson interval of the recall, from the counts."""
+        if self.positives is None or self.true_positives is None:
+            return None
+        return wilson_interval(self.true_positives, self.positives)
+
+    def with_counts(self, positives: int) -> OperatingPoint:
+        """The point with its counts, given the scored set's number of positives."""
+        if not self.reachable:
+            return OperatingPoint(self.kind, self.target, None, None, None, None, positives)
+        true_positives = round(self.recall * positives)
+        flagged = round(true_positives / self.precision) if self.precision else 0
+        return OperatingPoint(
+            self.kind, self.target, self.precision, self.recall, self.logit, self.threshold,
+            positives, true_positives, flagged,
+        )  # fmt: skip
 
     @property
     def reachable(self) -> bool:
@@ -81,14 +143,24 @@ class OperatingPoint:
             "recall": self.recall,
             "threshold": self.threshold,
             "logit": self.logit,
+            "positives": self.positives,
+            "true_positives": self.true_positives,
+            "flagged": self.flagged,
+            "precision_interval": _listed(self.precision_interval),
+            "recall_interval": _listed(self.recall_interval),
         }
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> OperatingPoint:
         return cls(
             saved["kind"], float(saved["target"]), saved["precision"], saved["recall"],
-            saved["logit"], saved["threshold"],
+            saved["logit"], saved["threshold"], saved.get("positives"),
+            saved.get("true_positives"), saved.get("flagged"),
         )  # fmt: skip
+
+
+def _listed(interval: tuple[float, float] | None) -> list[float] | None:
+    return None if interval is None else [interval[0], interval[1]]
 
 
 def probability(logit: float) -> float:
@@ -141,15 +213,19 @@ def operating_points(
     logits,
     recalls: tuple[float, ...] = RECALL_TARGETS,
     precisions: tuple[float, ...] = PRECISION_TARGETS,
+    positives: int | None = None,
 ) -> list[OperatingPoint]:
     """The table: precision at each recall target, then recall at each precision target.
 
     ``precision``, ``recall`` and ``logits`` are aligned arrays of a curve's points (a point
     whose logit is ``+inf`` is ignored), e.g. the first two outputs of
-    :func:`slate.metrics.precision_recall_curve` and its thresholds.
+    :func:`slate.metrics.precision_recall_curve` and its thresholds. With ``positives`` (the
+    set's :math:`n_+`) every point carries its counts and 95% intervals.
     """
     table = [at_recall(precision, recall, logits, target) for target in recalls]
     table += [at_precision(precision, recall, logits, target) for target in precisions]
+    if positives is not None:
+        table = [point.with_counts(positives) for point in table]
     return table
 
 

@@ -22,7 +22,13 @@ from slate import plots
 from slate.config import TrainConfig
 from slate.evaluation import TestScores
 from slate.model_file import describe_run, save_model
-from slate.operating_points import OperatingPoint, marks, operating_points
+from slate.operating_points import (
+    FEW_POSITIVES,
+    OperatingPoint,
+    few_positives_warning,
+    marks,
+    operating_points,
+)
 
 if TYPE_CHECKING:
     from slate.train import Run
@@ -204,6 +210,9 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
     )
     if summary.get("evaluation_warning"):
         log(f"{prefix}{summary['evaluation_warning']}")
+    few = few_positives_warning(summary.get("test_positives", FEW_POSITIVES), "the test set")
+    if few:
+        log(f"{prefix}{few}")
     own = summary.get("party_test_ap")
     if own:
         listed = ", ".join(
@@ -214,10 +223,18 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
         log(f"{prefix}results written to {out}")
 
 
+def test_positives(run: Run) -> int:
+    """The positives of the whole test set (every party's, with per-party files)."""
+    if run.data.counts:
+        return sum(c.test_positives for c in run.data.counts)
+    return int(run.data.y_test.sum())
+
+
 def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str, Any]:
     """How the test set was scored; with per-party files the error bounds and each party's own
     AP; the preprocessing applied to every feature row."""
     out: dict[str, Any] = dict(run.evaluation.describe())
+    out["test_positives"] = test_positives(run)
     if run.data.federated:
         own = run.evaluation.party_test_aps(logits, run.test_labels)
         out.update(
@@ -229,7 +246,8 @@ def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str
         )
     if scores.thresholds is not None:  # the test set's operating points (slate.operating_points)
         precision, recall = scores.pr_curve()
-        table = operating_points(precision, recall, scores.thresholds)
+        positives = test_positives(run)
+        table = operating_points(precision, recall, scores.thresholds, positives=positives)
         out["operating_points"] = [point.to_dict() for point in table]
     transform = run.data.preprocessing
     out["preprocessing"] = transform.to_dict() if transform is not None else None

@@ -46,6 +46,7 @@ from slate.operating_points import (
     OperatingPoint,
     at_precision,
     at_recall,
+    few_positives_warning,
     marks,
     operating_points,
 )
@@ -350,8 +351,24 @@ class Predictions:
         return (
             f"decision = logit >= {p.logit:.9g} (score >= {p.threshold:.9g}), chosen for "
             f"{p.describe()} on {self.threshold_source}, where it gives precision "
-            f"{p.precision:.4f} and recall {p.recall:.4f}: {share}"
+            f"{p.precision:.4f}{_interval(p.precision_interval)} and recall "
+            f"{p.recall:.4f}{_interval(p.recall_interval)}: {share}"
         )
+
+
+def _interval(bounds: tuple[float, float] | None) -> str:
+    """`` (95% 0.61-0.87)``, or nothing without counts."""
+    return "" if bounds is None else f" (95% {bounds[0]:.2f}-{bounds[1]:.2f})"
+
+
+def _run_test_positives(run_dir: str | Path) -> int | None:
+    """``summary.json``'s ``test_positives`` (None for runs written before it was stored)."""
+    try:
+        saved = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = saved.get("test_positives")
+    return int(value) if value is not None else None
 
 
 def _check_threshold_options(threshold, recall, precision, calibrate) -> None:
@@ -415,9 +432,11 @@ def predict(
         )
         out.threshold_source = f"the calibration file {calibrate} ({held.rows} rows)"
         out.notes += held.notes
+        positives = int(held.labels.sum())
     else:
         precision, recall, edges = run_curve(run_dir)
         out.threshold_source = f"the run's test set ({Path(run_dir) / 'pr_curve.csv'})"
+        positives = _run_test_positives(run_dir)
     if at_recall_of is not None:
         point = at_recall(precision, recall, edges, at_recall_of)
     else:
@@ -429,6 +448,10 @@ def predict(
             f"{out.threshold_source}: the highest precision there is {precision[best]:.4f} "
             f"(at recall {recall[best]:.4f}). Ask for a lower precision."
         )
+    if positives is not None:
+        point = point.with_counts(positives)
+        warning = few_positives_warning(positives, out.threshold_source)
+        out.notes += [warning] if warning else []
     out.point = point
     out.decisions = (logits.numpy().astype(np.float64) >= point.logit).astype(np.int8)
     return out
@@ -502,7 +525,8 @@ def evaluate(run_dir: str | Path, data: str | Path) -> Evaluation:
     auroc = metrics.auroc(logits, y) if positives < len(y) else None
     return Evaluation(
         str(run_dir), str(data), len(y), positives, metrics.average_precision(logits, y), auroc,
-        operating_points(precision, recall, edges), (precision, recall), read.notes,
+        operating_points(precision, recall, edges, positives=positives), (precision, recall),
+        read.notes,
     )  # fmt: skip
 
 
@@ -522,9 +546,15 @@ def format_evaluation(result: Evaluation) -> str:
             continue
         lines.append(
             f"{name:<18} {point.precision:>9.4f} {point.recall:>8.4f} {point.threshold:>11.6g} "
-            f"{point.logit:>9.4f}"
+            f"{point.logit:>9.4f}  TP {point.true_positives} of {point.flagged} flagged; 95% "
+            f"P {_bounds(point.precision_interval)} R {_bounds(point.recall_interval)}"
         )
-    return "\n".join(lines)
+    warning = few_positives_warning(result.positives, result.data)
+    return "\n".join([*lines, warning] if warning else lines)
+
+
+def _bounds(bounds: tuple[float, float] | None) -> str:
+    return "n/a" if bounds is None else f"{bounds[0]:.2f}-{bounds[1]:.2f}"
 
 
 def write_evaluation(result: Evaluation, out_dir: str | Path) -> None:
