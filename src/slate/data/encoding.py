@@ -248,11 +248,9 @@ class TableEncoder:
             c: (sum(counts[c].values()), len(counts[c]), len(categories[c])) for c in text
             if len(categories[c]) < len(counts[c]) or OTHER in categories[c]
         }  # fmt: skip
-        if standardize:
-            encoded = [encoder._encode64(t, count_unseen=False) for t in tables]
-            scaled = np.zeros(encoder.width, dtype=bool)
-            scaled[: len(numeric)] = True
-            encoder.scaler = _masked_scaler(encoded, scaled, total)
+        if standardize:  # only the numeric columns are scaled: fit on them alone
+            blocks = [encoder._numeric_block(t) for t in tables]
+            encoder.scaler = _masked_scaler(blocks, encoder.width, total)
         return encoder
 
     # ------------------------------------------------------------------ applying
@@ -272,25 +270,38 @@ class TableEncoder:
 
     def encode(self, table: Any, count_unseen: bool = True) -> np.ndarray:
         """The unscaled float32 feature matrix of ``table`` (matched by column name)."""
-        return self._encode64(table, count_unseen).astype(np.float32)
+        return self._fill(table, scale=False, count_unseen=count_unseen)
 
     def transform(self, table: Any) -> np.ndarray:
         """The float32 model input of ``table``: the encoding, then the scaling fitted on the
         training data (if any).
 
-        Both are computed in float64 and cast once, at the end: a column of large magnitude
-        and small spread (a Unix timestamp, 1.7e9 give or take an hour) would otherwise be
-        rounded to float32's spacing of 128 before it is centred, leaving few distinct values.
+        Built in one pass into the float32 output: each numeric column is imputed and scaled
+        in float64 and cast once, at the end (a column of large magnitude and small spread, a
+        Unix timestamp 1.7e9 give or take an hour, would otherwise be rounded to float32's
+        spacing of 128 before it is centred, leaving few distinct values); indicator and
+        one-hot columns are written as 0/1 directly.
         """
-        x = self._encode64(table)
-        return self.scaler.apply(x) if self.scaler is not None else x.astype(np.float32)
+        return self._fill(table, scale=self.scaler is not None, count_unseen=True)
 
-    def _encode64(self, table: Any, count_unseen: bool = True) -> np.ndarray:
-        """The unscaled feature matrix of ``table`` in float64 (what scaling is fitted on)."""
+    def _fill(self, table: Any, scale: bool, count_unseen: bool) -> np.ndarray:
         self._check_columns(table)
-        blocks = [self._numeric_block(table), self._indicator_block(table)]
-        blocks += [self._one_hot(table, c, count_unseen) for c in self.text]
-        return np.concatenate([b for b in blocks if b.shape[1]], axis=1).astype(np.float64)
+        out = np.zeros((table.rows, self.width), dtype=np.float32)
+        for j, c in enumerate(self.numeric):
+            values = table.numeric[c]
+            column = np.where(np.isnan(values), self.means[c], values)
+            if scale:
+                column = (column - self.scaler.mean[j]) / self.scaler.scale[j]
+            out[:, j] = column
+        start = len(self.numeric)
+        for j, c in enumerate(self.indicators):
+            out[:, start + j] = np.isnan(table.numeric[c])
+        start += len(self.indicators)
+        for c in self.text:
+            rows, columns = self._one_hot_positions(table, c, count_unseen)
+            out[rows, start + columns] = 1.0
+            start += len(self.categories[c])
+        return out
 
     def _check_columns(self, table: Any) -> None:
         needed = [*self.numeric, *self.text]
@@ -325,13 +336,12 @@ class TableEncoder:
             out[:, j] = np.where(np.isnan(values), self.means[c], values)
         return out
 
-    def _indicator_block(self, table: Any) -> np.ndarray:
-        out = np.zeros((table.rows, len(self.indicators)))
-        for j, c in enumerate(self.indicators):
-            out[:, j] = np.isnan(table.numeric[c])
-        return out
-
-    def _one_hot(self, table: Any, column: str, count_unseen: bool) -> np.ndarray:
+    def _one_hot_positions(
+        self, table: Any, column: str, count_unseen: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``table`` and their one-hot column (within ``column``'s block) that are
+        1: a category's own column, ``<other>`` for a value without one (where ``<other>``
+        exists), ``<missing>`` for a missing cell (where training had one); else no 1."""
         known = self.categories[column]
         position = {v: k for k, v in enumerate(known)}
         col = table.text[column]
@@ -340,16 +350,14 @@ class TableEncoder:
             dtype=np.int64,
         )
         index = lookup[col.codes]  # code -1 (missing) takes the last entry
-        out = np.zeros((table.rows, len(known)))
         present = col.codes >= 0
         other = position.get(OTHER)
         if other is not None:  # a value without a column of its own is <other>
             index[(index < 0) & present] = other
-        hit = index >= 0
-        out[np.flatnonzero(hit), index[hit]] = 1.0
         if count_unseen:
             self._count_unseen(column, col, present)
-        return out
+        hit = np.flatnonzero(index >= 0)
+        return hit, index[hit]
 
     def _count_unseen(self, column: str, col: Any, present: np.ndarray) -> None:
         """Count the cells whose value training never saw (without the training set of
@@ -445,10 +453,12 @@ def _united_category_counts(tables, text: list[str], gather: Gather) -> dict[str
     return united
 
 
-def _masked_scaler(encoded: list[np.ndarray], scaled: np.ndarray, total: Total) -> Standardizer:
-    """z-scoring for the ``scaled`` columns, identity for the others (mean 0, scale 1)."""
-    fitted = Standardizer.fit([x[:, scaled] for x in encoded], total)
-    mean = np.zeros(len(scaled))
-    scale = np.ones(len(scaled))
-    mean[scaled], scale[scaled] = fitted.mean, fitted.scale
+def _masked_scaler(numeric: list[np.ndarray], width: int, total: Total) -> Standardizer:
+    """z-scoring for the first ``numeric`` columns (fitted on them), identity for the other
+    ``width - n`` columns (mean 0, scale 1)."""
+    fitted = Standardizer.fit(numeric, total)
+    n = numeric[0].shape[1]
+    mean = np.zeros(width)
+    scale = np.ones(width)
+    mean[:n], scale[:n] = fitted.mean, fitted.scale
     return Standardizer(mean, scale)
