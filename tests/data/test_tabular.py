@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slate.data.readers import delimited
+from slate.data.readers import blocks as block_reading
 from slate.data.readers.delimited import NA_TOKENS, read_csv, read_table
 from slate.errors import DataError
 
@@ -529,8 +529,8 @@ def test_line_numbers_with_breaks_inside_cells_and_blank_lines(
         line += 1 + note.count("\n") + note.count("\r") - note.count("\r\n")
     path = _write(tmp_path / "breaks.csv", text)
     if block_rows is not None:
-        monkeypatch.setattr(delimited, "_BLOCK_CELLS", 1)
-        monkeypatch.setattr(delimited, "_MIN_BLOCK_ROWS", block_rows)
+        monkeypatch.setattr(block_reading, "_BLOCK_CELLS", 1)
+        monkeypatch.setattr(block_reading, "_MIN_BLOCK_ROWS", block_rows)
     table = read_table(path, "y", "1")
     np.testing.assert_array_equal(table.first_lines, expected)
     np.testing.assert_array_equal(table.numeric["x"], np.arange(120))
@@ -556,8 +556,8 @@ def test_missing_cells_spelt_differently_across_blocks(
     expected = [np.nan, 1.5, np.nan, 7, np.nan, 1000, np.nan, -2] * 50
     for block_rows in (None, 3, 64):
         if block_rows is not None:
-            monkeypatch.setattr(delimited, "_BLOCK_CELLS", 1)
-            monkeypatch.setattr(delimited, "_MIN_BLOCK_ROWS", block_rows)
+            monkeypatch.setattr(block_reading, "_BLOCK_CELLS", 1)
+            monkeypatch.setattr(block_reading, "_MIN_BLOCK_ROWS", block_rows)
         table = read_table(path, "y", "1")
         np.testing.assert_array_equal(table.numeric["a"], expected)
         assert table.missing == {"a": 200}
@@ -609,7 +609,7 @@ def test_column_turning_to_text_after_many_rows(
         rows.append(f"{code},{i},{i % 2}")
     path = _write(tmp_path / "late.csv", "\n".join(rows) + "\n")
     whole = read_table(path, "y", "1")
-    monkeypatch.setattr(delimited, "_BLOCK_CELLS", 1)
+    monkeypatch.setattr(block_reading, "_BLOCK_CELLS", 1)
     blocks = read_table(path, "y", "1")
     for table in (whole, blocks):
         assert set(table.text) == {"code"} and set(table.numeric) == {"v"}
@@ -634,7 +634,7 @@ def test_small_blocks_give_the_same_table(tmp_path: Path, monkeypatch: pytest.Mo
             t = rng.choice(["u", "v", "w", "NA"])
             writer.writerow([a, int(rng.integers(0, 5)), t, i % 3 == 0])
     whole = read_table(path, "y", "True", categorical_columns=["b"])
-    monkeypatch.setattr(delimited, "_BLOCK_CELLS", 1)
+    monkeypatch.setattr(block_reading, "_BLOCK_CELLS", 1)
     blocks = read_table(path, "y", "True", categorical_columns=["b"])
     np.testing.assert_array_equal(whole.numeric["a"], blocks.numeric["a"])
     for name in ("b", "t"):
@@ -762,8 +762,8 @@ def test_round_trip(
     coded = [n for n, k in zip(names, kinds, strict=True) if k == "coded"]
     with pytest.MonkeyPatch.context() as patch:
         if block_rows is not None:  # blocks of 1 or 3 rows instead of ~100 000 cells
-            patch.setattr(delimited, "_BLOCK_CELLS", 1)
-            patch.setattr(delimited, "_MIN_BLOCK_ROWS", block_rows)
+            patch.setattr(block_reading, "_BLOCK_CELLS", 1)
+            patch.setattr(block_reading, "_MIN_BLOCK_ROWS", block_rows)
         table = read_table(
             path,
             at if by_index else "target",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slate.data.readers.blocks import block_rows, blocks, rescan_text, scan_rows
 from slate.data.readers.cells import (
     NA_TOKENS,
     CellContext,
@@ -28,9 +29,15 @@ from slate.data.readers.cells import (
     make_context,
     report_problems,
 )
-from slate.data.readers.files import MAX_ELEMENTS
 from slate.data.readers.formats import parse_disguised_numbers
-from slate.data.readers.records import WHITESPACE, Records, detect_header
+from slate.data.readers.records import (
+    WHITESPACE,
+    Records,
+    check_names,
+    describe_named_columns,
+    detect_header,
+    find_label,
+)
 from slate.data.readers.table import CsvTable, RawTable, TextColumn
 from slate.errors import DataError
 
@@ -42,12 +49,10 @@ __all__ = [
     "read_csv",
     "read_csv_table",
     "read_table",
+    "read_table_chunks",
 ]
 
 
-#: Cells per block of rows read at once (bounds the Python objects alive at any time).
-_BLOCK_CELLS = 100_000
-_MIN_BLOCK_ROWS = 64
 #: Rows looked at, after the first, to decide whether the first row is a header.
 _HEADER_SAMPLE = 50
 _LABEL_MODES = ("required", "optional", "single_class_ok")
@@ -130,14 +135,6 @@ def read_table(
             described above occurs (all of them in one message).
     """
     name = os.fspath(path)
-    if labels not in _LABEL_MODES:
-        raise DataError(
-            f"Cannot read {name}: labels must be one of {_LABEL_MODES}, got {labels!r}."
-        )
-    if missing not in _MISSING_MODES:
-        raise DataError(
-            f"Cannot read {name}: missing must be one of {_MISSING_MODES}, got {missing!r}."
-        )
     result = _read(
         name,
         label_column,
@@ -153,36 +150,7 @@ def read_table(
         dtype=np.float64,
         empty_ok=empty_ok,
     )
-    numeric: dict[str, np.ndarray] = {}
-    text: dict[str, TextColumn] = {}
-    notes: list[str] = list(result.notes)
-    for column in result.features:
-        if column.kind == "numeric":
-            numeric[column.name] = column.store.take()
-            continue
-        codes, categories = column.store.take(), tuple(column.categories)
-        parsed = None if column.forced_text else parse_disguised_numbers(categories, codes)
-        if parsed is None:
-            text[column.name] = TextColumn(codes, categories)
-        else:
-            numeric[column.name] = parsed[0]
-            notes.append(f"note: column {column.name!r} of {name} holds {parsed[3]}")
-    return RawTable(
-        path=name,
-        columns=tuple(c.name for c in result.features),
-        numeric=numeric,
-        text=text,
-        y=result.y,
-        label_name=result.label_name,
-        label_values=result.label_values,
-        header=result.header,
-        has_header=result.has_header,
-        delimiter=result.delimiter,
-        rows=result.rows,
-        first_lines=result.first_lines,
-        missing={c.name: c.missing for c in result.features},
-        notes=tuple(notes),
-    )
+    return _raw_table(name, result)
 
 
 def read_csv(
@@ -286,23 +254,101 @@ class _Result:
     notes: list[str]
 
 
-def _read(
-    name: str,
+def _raw_table(name: str, result: _Result) -> RawTable:
+    """The :class:`RawTable` of a read: numbers in disguise parsed, notes collected."""
+    numeric: dict[str, np.ndarray] = {}
+    text: dict[str, TextColumn] = {}
+    notes: list[str] = list(result.notes)
+    for column in result.features:
+        if column.kind == "numeric":
+            numeric[column.name] = column.store.take()
+            continue
+        codes, categories = column.store.take(), tuple(column.categories)
+        parsed = None if column.forced_text else parse_disguised_numbers(categories, codes)
+        if parsed is None:
+            text[column.name] = TextColumn(codes, categories)
+        else:
+            numeric[column.name] = parsed[0]
+            notes.append(f"note: column {column.name!r} of {name} holds {parsed[3]}")
+    return RawTable(
+        path=name,
+        columns=tuple(c.name for c in result.features),
+        numeric=numeric,
+        text=text,
+        y=result.y,
+        label_name=result.label_name,
+        label_values=result.label_values,
+        header=result.header,
+        has_header=result.has_header,
+        delimiter=result.delimiter,
+        rows=result.rows,
+        first_lines=result.first_lines,
+        missing={c.name: c.missing for c in result.features},
+        notes=tuple(notes),
+    )
+
+
+def read_table_chunks(
+    path: str | os.PathLike[str],
     label_column: str | int | None,
     positive_label: str | None,
     *,
-    header: bool | None,
-    delimiter: str | None,
-    encoding: str,
-    na_values: Sequence[str],
-    categorical_columns: Sequence[str],
-    labels: str,
-    missing: str,
-    strict: bool,
-    dtype: type,
-    empty_ok: bool = False,
-) -> _Result:
-    """Read the file into typed blocks per column, or raise one DataError listing every problem."""
+    delimiter: str | None = None,
+    encoding: str = "utf-8",
+    na_values: Sequence[str] = (),
+    categorical_columns: Sequence[str] = (),
+    labels: str = "optional",
+    missing: str = "allow",
+) -> Iterator[RawTable]:
+    """:func:`read_table` one block of rows at a time (about 100 000 cells), for scoring files
+    of any size in bounded memory.
+
+    Each chunk is a :class:`RawTable` of its own rows, with its own category codes (an encoder
+    matches categories by name) and its own checks; ``first_lines`` are the file's lines. A
+    header-only file yields one chunk of 0 rows. Column kinds are decided per chunk: pass the
+    text columns a model expects in ``categorical_columns``.
+    """
+    name = os.fspath(path)
+    _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
+    context = make_context(name, na_values, np.float64)
+    with Records(name, encoding, delimiter) as records:
+        layout, pending = _layout(
+            records, label_column, positive_label, None, categorical_columns, labels, False,
+            context, np.float64, True,
+        )  # fmt: skip
+        yielded = False
+        for lines, rows in blocks(records, pending, block_rows(layout.n_cols)):
+            label_state, features = layout.readers()
+            n_rows, line_numbers = scan_rows(
+                records, (lines, rows), layout.n_cols, layout.header, layout.label_idx,
+                label_state, features, context, single_block=True,
+            )  # fmt: skip
+            result = _finish(
+                layout, label_state, features, n_rows, line_numbers, labels, missing, False
+            )
+            result.delimiter = records.delimiter
+            yielded = True
+            yield _raw_table(name, result)
+        if not yielded:
+            label_state, features = layout.readers()
+            empty = _finish(layout, label_state, features, 0, GrowingArray(np.int64), labels,
+                            missing, False)  # fmt: skip
+            empty.delimiter = records.delimiter
+            yield _raw_table(name, empty)
+
+
+def _check_arguments(
+    name: str, label_column, labels: str, missing: str, delimiter, na_values, categorical_columns
+) -> None:
+    """Refuse arguments of the wrong form before the file is opened."""
+    if labels not in _LABEL_MODES:
+        raise DataError(
+            f"Cannot read {name}: labels must be one of {_LABEL_MODES}, got {labels!r}."
+        )
+    if missing not in _MISSING_MODES:
+        raise DataError(
+            f"Cannot read {name}: missing must be one of {_MISSING_MODES}, got {missing!r}."
+        )
     if delimiter not in (None, WHITESPACE) and (
         not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '\r\n"'
     ):
@@ -327,65 +373,154 @@ def _read(
             f"Cannot read {name}: na_values and categorical_columns must be sequences of "
             "strings, not a single string."
         )
-    context = make_context(name, na_values, dtype)
-    forced = {str(c).strip() for c in categorical_columns}
 
-    with Records(name, encoding, delimiter) as records:
-        lines, rows = records.block(_HEADER_SAMPLE + 1)
-        if not rows:
-            raise DataError(
-                f"CSV file {name} is empty (no non-blank lines). Expected a table with a label "
-                "column and at least one feature column."
-            )
-        first = rows[0]
-        n_cols = len(first)
-        if header is None:
-            header = detect_header(first, rows[1:], label_column, context)
-        if header:
-            names = [cell.strip() or f"column {j}" for j, cell in enumerate(first)]
-            lines, rows = lines[1:], rows[1:]
-            if not rows:
-                lines, rows = records.block(_block_rows(n_cols))
-        else:
-            names = [f"column {j}" for j in range(n_cols)]
-        label_idx = _find_label(name, label_column, names, header, n_cols, labels)
-        label_name = None if label_idx is None else names[label_idx]
-        if not rows and not empty_ok:
-            raise DataError(
-                f"CSV file {name} has a header row but no data rows. Expected at least one row "
-                "of data after the header."
-            )
-        if label_idx is not None and n_cols < 2:
-            raise DataError(
-                f"CSV file {name} has a single column ({label_name}), so there is no feature "
-                "column besides the labels. Expected at least two columns; check the delimiter "
-                f"(currently {records.delimiter!r})."
-            )
-        feature_names = [n for j, n in enumerate(names) if j != label_idx]
-        if not strict:
-            _check_names(name, feature_names)
-        unknown = sorted(forced - set(names))
-        if unknown:
-            raise DataError(
-                f"CSV file {name}: categorical column(s) {', '.join(map(repr, unknown))} not "
-                f"found; {_describe_named_columns(names, header, n_cols)}."
-            )
-        if positive_label is None and label_idx is not None:
-            raise DataError(
-                f"Cannot read {name}: the file has a label column ({label_name!r}) but no "
-                "positive label was given."
-            )
-        positive = "" if positive_label is None else str(positive_label).strip()
-        label_state = None if label_idx is None else LabelReader(label_name or "", context)
+
+@dataclass
+class _Layout:
+    """What the first rows of a file settle: its columns, header, label and column kinds."""
+
+    name: str
+    n_cols: int
+    header: bool
+    names: list[str]
+    label_idx: int | None
+    positive: str
+    forced: set[str]
+    context: CellContext
+    dtype: type
+
+    @property
+    def label_name(self) -> str | None:
+        return None if self.label_idx is None else self.names[self.label_idx]
+
+    def readers(self) -> tuple[LabelReader | None, list[ColumnReader]]:
+        """Fresh readers for the label and feature columns."""
+        label = None if self.label_idx is None else LabelReader(self.label_name or "", self.context)
         features = [
-            ColumnReader(n, j, n in forced, dtype) for j, n in enumerate(names) if j != label_idx
+            ColumnReader(n, j, n in self.forced, self.dtype)
+            for j, n in enumerate(self.names)
+            if j != self.label_idx
         ]
-        n_rows, line_numbers = _scan(
-            records, (lines, rows), n_cols, header, label_idx, label_state, features, context
-        )
-        del lines, rows
-        delimiter = records.delimiter
+        return label, features
 
+
+def _layout(
+    records: Records,
+    label_column: str | int | None,
+    positive_label: str | None,
+    header: bool | None,
+    categorical_columns: Sequence[str],
+    labels: str,
+    strict: bool,
+    context: CellContext,
+    dtype: type,
+    empty_ok: bool,
+) -> tuple[_Layout, tuple[Sequence[int], list[list[str]]]]:
+    """The file's layout from its first rows, and the data rows read so far."""
+    name = records.name
+    lines, rows = records.block(_HEADER_SAMPLE + 1)
+    if not rows:
+        raise DataError(
+            f"CSV file {name} is empty (no non-blank lines). Expected a table with a label "
+            "column and at least one feature column."
+        )
+    first = rows[0]
+    n_cols = len(first)
+    if header is None:
+        header = detect_header(first, rows[1:], label_column, context)
+    if header:
+        names = [cell.strip() or f"column {j}" for j, cell in enumerate(first)]
+        lines, rows = lines[1:], rows[1:]
+        if not rows:
+            lines, rows = records.block(block_rows(n_cols))
+    else:
+        names = [f"column {j}" for j in range(n_cols)]
+    label_idx = find_label(name, label_column, names, header, n_cols, labels)
+    label_name = None if label_idx is None else names[label_idx]
+    if not rows and not empty_ok:
+        raise DataError(
+            f"CSV file {name} has a header row but no data rows. Expected at least one row "
+            "of data after the header."
+        )
+    if label_idx is not None and n_cols < 2:
+        raise DataError(
+            f"CSV file {name} has a single column ({label_name}), so there is no feature "
+            "column besides the labels. Expected at least two columns; check the delimiter "
+            f"(currently {records.delimiter!r})."
+        )
+    if not strict:
+        check_names(name, [n for j, n in enumerate(names) if j != label_idx])
+    forced = {str(c).strip() for c in categorical_columns}
+    unknown = sorted(forced - set(names))
+    if unknown:
+        raise DataError(
+            f"CSV file {name}: categorical column(s) {', '.join(map(repr, unknown))} not "
+            f"found; {describe_named_columns(names, header, n_cols)}."
+        )
+    if positive_label is None and label_idx is not None:
+        raise DataError(
+            f"Cannot read {name}: the file has a label column ({label_name!r}) but no "
+            "positive label was given."
+        )
+    positive = "" if positive_label is None else str(positive_label).strip()
+    layout = _Layout(name, n_cols, bool(header), names, label_idx, positive, forced, context, dtype)
+    return layout, (lines, rows)
+
+
+def _read(
+    name: str,
+    label_column: str | int | None,
+    positive_label: str | None,
+    *,
+    header: bool | None,
+    delimiter: str | None,
+    encoding: str,
+    na_values: Sequence[str],
+    categorical_columns: Sequence[str],
+    labels: str,
+    missing: str,
+    strict: bool,
+    dtype: type,
+    empty_ok: bool = False,
+) -> _Result:
+    """Read the file into typed blocks per column, or raise one DataError listing every problem."""
+    _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
+    context = make_context(name, na_values, dtype)
+    with Records(name, encoding, delimiter) as records:
+        layout, pending = _layout(
+            records, label_column, positive_label, header, categorical_columns, labels, strict,
+            context, dtype, empty_ok,
+        )  # fmt: skip
+        label_state, features = layout.readers()
+        n_rows, line_numbers = scan_rows(
+            records, pending, layout.n_cols, layout.header, layout.label_idx, label_state,
+            features, context,
+        )  # fmt: skip
+        del pending
+        delimiter = records.delimiter
+    result = _finish(layout, label_state, features, n_rows, line_numbers, labels, missing, strict)
+    rescan = [c for c in features if c.rescan]
+    if rescan:
+        rescan_text(
+            name, encoding, delimiter, layout.header, layout.n_cols, rescan, context, n_rows
+        )
+    result.delimiter = delimiter
+    return result
+
+
+def _finish(
+    layout: _Layout,
+    label_state: LabelReader | None,
+    features: list[ColumnReader],
+    n_rows: int,
+    line_numbers: GrowingArray,
+    labels: str,
+    missing: str,
+    strict: bool,
+) -> _Result:
+    """The rows read, checked: every column's and the label's problems in one DataError."""
+    name = layout.name
+    label_name = layout.label_name
     first_lines = line_numbers.take()
     problems: list[Problem] = []
     y = None
@@ -399,202 +534,15 @@ def _read(
         label_state = label_name = None
     if label_state is not None:
         one_class_ok = labels in ("single_class_ok", "optional")
-        problems += label_state.problems(positive, one_class_ok, first_lines)
+        problems += label_state.problems(layout.positive, one_class_ok, first_lines)
     for column in features:
         column.finish_counts()
         problems += column.problems(strict, missing == "error")
     if problems:
         raise DataError(report_problems(name, problems))
     if label_state is not None:
-        y, values = label_state.result(positive), tuple(label_state.values)
-    rescan = [c for c in features if c.rescan]
-    if rescan:
-        _rescan(name, encoding, delimiter, header, n_cols, rescan, context, n_rows)
+        y, values = label_state.result(layout.positive), tuple(label_state.values)
     return _Result(
-        features, y, label_name, values, tuple(names), bool(header), delimiter, n_rows,
+        features, y, label_name, values, tuple(layout.names), layout.header, "", n_rows,
         first_lines, notes,
     )  # fmt: skip
-
-
-def _scan(
-    records: Records,
-    pending: tuple[Sequence[int], list[list[str]]],
-    n_cols: int,
-    header: bool,
-    label_idx: int | None,
-    label_state: LabelReader | None,
-    features: list[ColumnReader],
-    context: CellContext,
-) -> tuple[int, GrowingArray]:
-    """Read every data row, block by block, into the label and feature columns."""
-    name = records.name
-    per_block = _block_rows(n_cols)
-    n_rows = 0
-    line_numbers = GrowingArray(np.int64)
-    for lines, rows in _blocks(records, pending, per_block):
-        _check_widths(name, rows, lines, n_cols, header, records.delimiter)
-        n_rows += len(rows)
-        if n_rows * len(features) > MAX_ELEMENTS:
-            raise DataError(
-                f"CSV file {name}: more than {n_rows - len(rows)} rows x {len(features)} "
-                f"features exceed the limit of {MAX_ELEMENTS} matrix elements. Use a smaller "
-                "file."
-            )
-        columns = list(zip(*rows, strict=True))
-        line_numbers.append(_as_array(lines))
-        if label_state is not None and label_idx is not None:
-            label_state.add(columns[label_idx], lines)
-        for column in features:
-            column.add(columns[column.position], lines, context)
-        del columns
-    return n_rows, line_numbers
-
-
-def _rescan(
-    name: str,
-    encoding: str,
-    delimiter: str,
-    header: bool,
-    n_cols: int,
-    columns: list[ColumnReader],
-    context: CellContext,
-    n_rows: int,
-) -> None:
-    """Read the text codes of columns that turned out to be text after blocks of numbers."""
-    for column in columns:
-        column.restart_text()
-    seen = 0
-    with Records(name, encoding, delimiter) as records:
-        per_block = _block_rows(n_cols)
-        start_lines, start_rows = records.block(per_block)
-        if header:
-            start_lines, start_rows = start_lines[1:], start_rows[1:]
-        for lines, rows in _blocks(records, (start_lines, start_rows), per_block):
-            _check_widths(name, rows, lines, n_cols, header, delimiter)
-            seen += len(rows)
-            for column in columns:
-                column.add_text([row[column.position] for row in rows], lines, context)
-    if seen != n_rows:
-        raise DataError(
-            f"CSV file {name} changed while it was read ({n_rows} data rows, then {seen}). "
-            "Read it again once it is complete."
-        )
-
-
-def _blocks(
-    records: Records, pending: tuple[Sequence[int], list[list[str]]], size: int
-) -> Iterator[tuple[Sequence[int], list[list[str]]]]:
-    """The rows already read (in blocks of ``size``), then the rest of the file's."""
-    lines, rows = pending
-    for start in range(0, len(rows), size):
-        yield lines[start : start + size], rows[start : start + size]
-    while True:
-        lines, rows = records.block(size)
-        if not rows:
-            return
-        yield lines, rows
-
-
-def _block_rows(n_cols: int) -> int:
-    """Rows per block: about :data:`_BLOCK_CELLS` cells."""
-    return max(_MIN_BLOCK_ROWS, _BLOCK_CELLS // n_cols)
-
-
-def _as_array(lines: Sequence[int]) -> np.ndarray:
-    if isinstance(lines, range):
-        return np.arange(lines.start, lines.stop, dtype=np.int64)
-    return np.array(lines, dtype=np.int64)
-
-
-def _check_widths(
-    name: str, rows: list[list[str]], lines: Sequence[int], n_cols: int, header: bool, delim: str
-) -> None:
-    """Raise a DataError for the first row whose number of cells differs from ``n_cols``."""
-    if min(map(len, rows)) == max(map(len, rows)) == n_cols:
-        return
-    for row, line in zip(rows, lines, strict=True):
-        if len(row) != n_cols:
-            raise DataError(
-                f"CSV file {name}, line {line}: expected {n_cols} cells (as in the "
-                f"{'header' if header else 'first row'}), got {len(row)}. Check for a missing "
-                f"or extra delimiter ({delim!r}) or an unbalanced quote."
-            )
-
-
-def _check_names(name: str, feature_names: list[str]) -> None:
-    """Feature columns are looked up by name, so two of them may not share one."""
-    seen: dict[str, int] = {}
-    for position, column in enumerate(feature_names):
-        if column in seen:
-            raise DataError(
-                f"CSV file {name}: the header names two feature columns {column!r} (columns "
-                f"{seen[column] + 1} and {position + 1} of the features). Rename one of them."
-            )
-        seen[column] = position
-
-
-def _describe_columns(names: list[str] | None, n_cols: int) -> str:
-    """List the available columns for an error message."""
-    if names is None:
-        return f"the file has no header row, so use a 0-based index from 0 to {n_cols - 1}"
-    shown = ", ".join(repr(n) for n in names[:20])
-    more = f" and {len(names) - 20} more" if len(names) > 20 else ""
-    return f"available columns: {shown}{more} (or a 0-based index from 0 to {n_cols - 1})"
-
-
-def _describe_named_columns(names: list[str], header: bool, n_cols: int) -> str:
-    """List the columns for an error about columns matched by name (not by index)."""
-    if header:
-        return _describe_columns(names, n_cols)
-    return (
-        f"the file has no header row, so its columns are named 'column 0' to "
-        f"'column {n_cols - 1}'; columns are matched by the header names of the training file"
-    )
-
-
-def _find_label(
-    name: str,
-    label_column: str | int | None,
-    names: list[str],
-    header: bool,
-    n_cols: int,
-    labels: str,
-) -> int | None:
-    """The label column's index; None when it is absent and labels are optional."""
-    if label_column is None:
-        return None
-    if labels == "optional" and isinstance(label_column, str):
-        key = label_column.strip()
-        if (key not in names or not header) and not (key.isascii() and key.isdigit()):
-            return None  # a named label column the file does not have: no labels
-    return _resolve_label_column(name, label_column, names if header else None, n_cols)
-
-
-def _resolve_label_column(
-    name: str, label_column: str | int, names: list[str] | None, n_cols: int
-) -> int:
-    """Turn a label column name or index into a 0-based index, or raise a DataError."""
-    if isinstance(label_column, str):
-        key = label_column.strip()
-        if names is not None and key in names:
-            if names.count(key) > 1:
-                raise DataError(
-                    f"CSV file {name}: the header has {names.count(key)} columns named {key!r}, "
-                    "so the label column is ambiguous. Rename the duplicates or give the label "
-                    "column by its 0-based index."
-                )
-            return names.index(key)
-        if not (key.isascii() and key.isdigit()):
-            raise DataError(
-                f"CSV file {name}: label column {label_column!r} not found; "
-                f"{_describe_columns(names, n_cols)}."
-            )
-        index = int(key)
-    else:
-        index = int(label_column)
-    if not -n_cols <= index < n_cols:
-        raise DataError(
-            f"CSV file {name}: label column index {index} is out of range for a file with "
-            f"{n_cols} columns; {_describe_columns(names, n_cols)}."
-        )
-    return index % n_cols

@@ -13,18 +13,22 @@ import zlib
 from collections.abc import Iterator, Sequence
 
 from slate.data.readers.cells import CellContext, line_breaks, to_float
-from slate.data.readers.files import open_data_file
+from slate.data.readers.files import GZIP_MAGIC, open_data_file
 from slate.errors import DataError
 
 __all__ = [
     "WHITESPACE",
     "Records",
+    "check_names",
+    "describe_columns",
+    "describe_named_columns",
     "detect_header",
+    "find_label",
     "index_hint",
+    "resolve_label_column",
 ]
 
 
-GZIP_MAGIC = b"\x1f\x8b"
 #: Rows looked at, after the first, to decide whether the first row is a header.
 _HEADER_SAMPLE = 50
 #: Text read ahead, at most, to detect the delimiter.
@@ -265,3 +269,82 @@ def index_hint(label_column: str | int, n_cols: int) -> int | None:
     if -n_cols <= index < n_cols:
         return index % n_cols
     return None
+
+
+def check_names(name: str, feature_names: list[str]) -> None:
+    """Feature columns are looked up by name, so two of them may not share one."""
+    seen: dict[str, int] = {}
+    for position, column in enumerate(feature_names):
+        if column in seen:
+            raise DataError(
+                f"CSV file {name}: the header names two feature columns {column!r} (columns "
+                f"{seen[column] + 1} and {position + 1} of the features). Rename one of them."
+            )
+        seen[column] = position
+
+
+def describe_columns(names: list[str] | None, n_cols: int) -> str:
+    """List the available columns for an error message."""
+    if names is None:
+        return f"the file has no header row, so use a 0-based index from 0 to {n_cols - 1}"
+    shown = ", ".join(repr(n) for n in names[:20])
+    more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+    return f"available columns: {shown}{more} (or a 0-based index from 0 to {n_cols - 1})"
+
+
+def describe_named_columns(names: list[str], header: bool, n_cols: int) -> str:
+    """List the columns for an error about columns matched by name (not by index)."""
+    if header:
+        return describe_columns(names, n_cols)
+    return (
+        f"the file has no header row, so its columns are named 'column 0' to "
+        f"'column {n_cols - 1}'; columns are matched by the header names of the training file"
+    )
+
+
+def find_label(
+    name: str,
+    label_column: str | int | None,
+    names: list[str],
+    header: bool,
+    n_cols: int,
+    labels: str,
+) -> int | None:
+    """The label column's index; None when it is absent and labels are optional."""
+    if label_column is None:
+        return None
+    if labels == "optional" and isinstance(label_column, str):
+        key = label_column.strip()
+        if (key not in names or not header) and not (key.isascii() and key.isdigit()):
+            return None  # a named label column the file does not have: no labels
+    return resolve_label_column(name, label_column, names if header else None, n_cols)
+
+
+def resolve_label_column(
+    name: str, label_column: str | int, names: list[str] | None, n_cols: int
+) -> int:
+    """Turn a label column name or index into a 0-based index, or raise a DataError."""
+    if isinstance(label_column, str):
+        key = label_column.strip()
+        if names is not None and key in names:
+            if names.count(key) > 1:
+                raise DataError(
+                    f"CSV file {name}: the header has {names.count(key)} columns named {key!r}, "
+                    "so the label column is ambiguous. Rename the duplicates or give the label "
+                    "column by its 0-based index."
+                )
+            return names.index(key)
+        if not (key.isascii() and key.isdigit()):
+            raise DataError(
+                f"CSV file {name}: label column {label_column!r} not found; "
+                f"{describe_columns(names, n_cols)}."
+            )
+        index = int(key)
+    else:
+        index = int(label_column)
+    if not -n_cols <= index < n_cols:
+        raise DataError(
+            f"CSV file {name}: label column index {index} is out of range for a file with "
+            f"{n_cols} columns; {describe_columns(names, n_cols)}."
+        )
+    return index % n_cols
