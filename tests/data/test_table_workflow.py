@@ -57,7 +57,7 @@ def test_a_single_file_is_split_before_anything_is_fitted(tmp_path):
     # Every held-out ID is unseen in training, and is counted as such.
     assert single.encoder.unseen["specimen_id"] == len(held)
     warnings = [n for n in single.notes if "'specimen_id'" in n]
-    assert len(warnings) == 1 and "row ID" in warnings[0] and "--drop-columns" in warnings[0]
+    assert len(warnings) == 1 and "left out" in warnings[0] and "--drop-columns" in warnings[0]
 
 
 def test_disguised_numbers_are_read_as_numbers_with_a_note(tmp_path):
@@ -86,13 +86,14 @@ def test_category_limits_keep_the_most_frequent_values_and_pool_the_rest():
     assert CategoryLimits(3, 1).keep({str(k): 1 for k in range(10)}) == [OTHER]
 
 
-def test_a_high_cardinality_column_becomes_at_most_max_categories_columns(tmp_path):
+def test_a_column_with_no_repeated_value_is_left_out_and_others_are_capped(tmp_path):
     _messy(tmp_path / "all.csv")
     data = load_dataset(_config(train=str(tmp_path / "all.csv"), max_categories=50))
-    ids = [n for n in data.encoder.names if n.startswith("specimen_id=")]
-    assert ids == [f"specimen_id={OTHER}"]
-    # The held-out IDs land in <other>, as the training ones do.
-    column = data.encoder.names.index(f"specimen_id={OTHER}")
-    assert (data.x_test[:, column] == 1).all()
+    assert not any(n.startswith("specimen_id=") for n in data.encoder.names)
+    assert data.encoder.left_out == ["specimen_id"]
+    capped = load_dataset(_config(train=str(tmp_path / "all.csv"), max_categories=2))
+    site = [n for n in capped.encoder.names if n.startswith("site=")]
+    assert len(site) == 3 and site[-1] == f"site={OTHER}"  # one value, <missing>, <other>
+    assert any("'site'" in n and "--max-categories" in n for n in capped.notes)
     with pytest.raises(Exception, match="--max-categories must be at least 2"):
         TableOptions.from_config(_config(train="x", max_categories=1))

@@ -184,7 +184,14 @@ def reduction_notes(encoder: TableEncoder, path: str, skip: set[str] = frozenset
     for c, (rows, values, columns) in encoder.reduced.items():
         if c in skip:
             continue
-        if values >= ID_LIKE_SHARE * rows and rows >= ID_LIKE_MIN_ROWS:
+        if columns == 0:
+            notes.append(
+                f"warning: column {c!r} of {path} looks like an ID or free text ({values} "
+                f"distinct values in {rows} training rows, none frequent enough for a column of "
+                f"its own): it is left out. Declare it with --id-column {c} to carry it into "
+                f"predictions, or --drop-columns {c}."
+            )
+        elif values >= ID_LIKE_SHARE * rows and rows >= ID_LIKE_MIN_ROWS:
             notes.append(
                 f"warning: column {c!r} of {path} looks like an ID or free text ({values} "
                 f"distinct values in {rows} training rows); it is encoded as {columns} column"
@@ -216,6 +223,7 @@ class TableEncoder:
     # In memory only: every training category, and (rows, values, columns) of reduced columns.
     seen: dict[str, set[str]] = field(default_factory=dict, repr=False)
     reduced: dict[str, tuple[int, int, int]] = field(default_factory=dict, repr=False)
+    left_out: list[str] = field(default_factory=list)  # text columns without any kept value
 
     # ------------------------------------------------------------------ fitting
 
@@ -242,12 +250,19 @@ class TableEncoder:
         counts = _united_category_counts(tables, text, gather)
         limits = limits or CategoryLimits()
         categories = {c: limits.keep(counts[c]) for c in text}
-        encoder = cls(numeric, text, means, indicators, categories, choice, imputed=imputed)
-        encoder.seen = {c: set(counts[c]) for c in text}
-        encoder.reduced = {
+        reduced = {
             c: (sum(counts[c].values()), len(counts[c]), len(categories[c])) for c in text
             if len(categories[c]) < len(counts[c]) or OTHER in categories[c]
         }  # fmt: skip
+        # A column reduced to <other> alone is the same in every row: it carries nothing.
+        left_out = [c for c in text if categories[c] == [OTHER]]
+        text = [c for c in text if c not in left_out]
+        categories = {c: categories[c] for c in text}
+        encoder = cls(numeric, text, means, indicators, categories, choice, imputed=imputed)
+        encoder.seen = {c: set(counts[c]) for c in (*text, *left_out)}
+        encoder.reduced = {c: (*reduced[c][:2], 0 if c in left_out else reduced[c][2])
+                           for c in reduced}  # fmt: skip
+        encoder.left_out = left_out
         if standardize:  # only the numeric columns are scaled: fit on them alone
             blocks = [encoder._numeric_block(t) for t in tables]
             encoder.scaler = _masked_scaler(blocks, encoder.width, total)
@@ -301,6 +316,9 @@ class TableEncoder:
             rows, columns = self._one_hot_positions(table, c, count_unseen)
             out[rows, start + columns] = 1.0
             start += len(self.categories[c])
+        for c in self.left_out:  # not a feature, but its unseen values are still reported
+            if count_unseen and c in self.seen and c in table.text:
+                self._count_unseen(c, table.text[c], table.text[c].codes >= 0)
         return out
 
     def _check_columns(self, table: Any) -> None:
@@ -385,6 +403,7 @@ class TableEncoder:
             "scaler": self.scaler.to_dict() if self.scaler is not None else None,
             "feature_names": self.names,
             "imputed_cells": self.imputed,
+            "left_out": self.left_out,
         }
 
     @classmethod
@@ -406,6 +425,7 @@ class TableEncoder:
             choice,
             scaler,
             dict(saved.get("imputed_cells", {})),
+            left_out=list(saved.get("left_out", [])),
         )
 
 

@@ -228,7 +228,10 @@ def encode_tables(
 def _table_notes(tables: list[Any], encoder: Any, options: TableOptions) -> list[str]:
     """The readers' notes, ID warnings and one-hot reductions of a run's tables, each once."""
     notes = [n for t in tables for n in t.notes]
-    ids = id_warnings(tables[0], options.choice)
+    ids = [
+        w for w in id_warnings(tables[0], options.choice)
+        if not any(f"column {c!r}" in w for c in encoder.left_out)
+    ]  # fmt: skip
     warned = {c for c in tables[0].columns if any(f"column {c!r}" in w for w in ids)}
     notes += ids + reduction_notes(encoder, tables[0].path, skip=warned)
     return list(dict.fromkeys(notes))
