@@ -76,6 +76,8 @@ class TrainConfig:
     missing: str = "impute"
     max_categories: int | None = 50
     min_frequency: int = 1
+    validation_fraction: float | None = None
+    early_stopping: int | None = None
     delimiter: str | None = None
     encoding: str = "utf-8"
     zero_based: bool = False

@@ -93,7 +93,7 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     """
     import torch.distributed as dist
 
-    from slate.data.sources import RANK_PLACEHOLDER, party_path, uses_party_files
+    from slate.data.local import RANK_PLACEHOLDER, party_path, uses_party_files
     from slate.train import default_out_dir
 
     out = config.out

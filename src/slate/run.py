@@ -28,9 +28,10 @@ from slate.agreement import check_same_run, run_fingerprint
 from slate.algorithms import Algorithm, AlgorithmConfig, build_algorithm
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
+from slate.data.local import uses_party_files
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.sampler import PartySampler, validate_batch_shape
-from slate.data.sources import load_dataset, load_local_data, uses_party_files
+from slate.data.sources import load_dataset, load_local_data
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine

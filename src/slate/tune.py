@@ -19,13 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sklearn.model_selection import train_test_split
-
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
-from slate.data.options import TableOptions
-from slate.data.sources import encode_tables, load_dataset
-from slate.data.split import split_table
+from slate.data.sources import load_dataset
+from slate.data.sources import validation_split as split_off_validation
 from slate.errors import ConfigError
 
 __all__ = ["PAPER_GRIDS", "parse_grid", "tune", "tuning_data", "validation_split"]
@@ -63,47 +60,27 @@ def _check_fraction(fraction: float) -> None:
         raise ConfigError(f"--validation-fraction must lie in (0, 1), got {fraction}.")
 
 
-def _validation_label(fraction: float, seed: int) -> str:
-    return f"seeded stratified {fraction:.0%} of the training set (seed {seed})"
-
-
 def validation_split(data: Dataset, fraction: float, seed: int) -> Dataset:
     """Replace the test set of an unencoded dataset by a seeded stratified share of its
-    training set. An encoded table (``data.encoder``) is refused: its statistics already saw
-    the validation rows; :func:`tuning_data` splits the table before encoding it."""
+    training set (:func:`slate.data.sources.validation_split`). An encoded table is refused:
+    its statistics already saw the validation rows; :func:`tuning_data` splits the table
+    before encoding it."""
     _check_fraction(fraction)
-    if data.encoder is not None:
-        raise ValueError("validation_split needs unencoded features; use tuning_data for CSV.")
-    x_tr, x_val, y_tr, y_val = train_test_split(
-        data.x_train, data.y_train, test_size=fraction, stratify=data.y_train, random_state=seed
-    )
-    return Dataset(
-        data.name, x_tr, y_tr, x_val, y_val, _validation_label(fraction, seed),
-        notes=list(data.notes), held_out="validation",
-    )  # fmt: skip
+    return split_off_validation(data, fraction, seed)
 
 
 def tuning_data(config: TrainConfig, fraction: float, seed: int) -> Dataset:
     """The tuning rows and the validation rows of a resolved ``config`` (module docstring).
 
-    For ``--dataset csv`` the training table (without the test rows that ``slate train`` would
-    hold out when no ``--test`` is given) is split, and the encoder is fitted on the tuning
-    part only.
+    The same split as ``slate train --validation-fraction``: for ``--dataset csv`` the
+    training table (without the test rows that ``slate train`` would hold out when no
+    ``--test`` is given) is split, and the encoder is fitted on the tuning part only. The test
+    rows are never read.
     """
     _check_fraction(fraction)
-    if config.dataset != "csv":
-        return validation_split(load_dataset(config), fraction, seed)
-    if not config.train:
-        raise ConfigError("--dataset csv needs --train FILE.")
-    options = TableOptions.from_config(config)
-    table = options.read(config.train)
-    if not config.test:  # the rows slate train would test on stay unseen here too
-        table, _ = split_table(table, config.test_fraction, config.split_seed, config.train)
-    what = f"{config.train} (--validation-fraction)"
-    tuning, validation = split_table(table, fraction, seed, what)
-    return encode_tables(
-        options, tuning, validation, _validation_label(fraction, seed), held_out="validation"
-    )
+    data = load_dataset(config, fraction, seed)
+    data.final_test = None
+    return data
 
 
 def tune(

@@ -15,6 +15,7 @@ where every dataset is fitted and cut into parties.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ class Dataset:
     notes: list[str] = field(default_factory=list)  # warnings for the console
     held_out: str = "test"  # what the held-out rows are: "test", or tune's "validation"
     parts: list[np.ndarray] | None = None  # each party's training rows; None: --partition cuts
+    # With --validation-fraction: the test rows (x, y), read and transformed only when called.
+    final_test: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -43,6 +43,7 @@ __all__ = [
     "id_warnings",
     "looks_like_id",
     "reduction_notes",
+    "table_notes",
 ]
 
 INDICATOR_RATE = 0.01
@@ -205,6 +206,18 @@ def reduction_notes(encoder: TableEncoder, path: str, skip: set[str] = frozenset
                 "--min-frequency)."
             )
     return notes
+
+
+def table_notes(tables: list[Any], encoder: TableEncoder, choice: ColumnChoice) -> list[str]:
+    """The readers' notes, ID warnings and one-hot reductions of a run's tables, each once."""
+    notes = [n for t in tables for n in t.notes]
+    ids = [
+        w for w in id_warnings(tables[0], choice)
+        if not any(f"column {c!r}" in w for c in encoder.left_out)
+    ]  # fmt: skip
+    warned = {c for c in tables[0].columns if any(f"column {c!r}" in w for w in ids)}
+    notes += ids + reduction_notes(encoder, tables[0].path, skip=warned)
+    return list(dict.fromkeys(notes))
 
 
 @dataclass

@@ -214,14 +214,7 @@ def check_party_files_counts(
                 f"Parties {empty} hold no negative training example, but each batch needs "
                 f"m - b = {batch_size - positives} negatives."
             )
-    test_pos = sum(c.test_positives for c in counts)
-    test_all = sum(c.test for c in counts)
-    if test_pos == 0 or test_pos == test_all:
-        only = "negative" if test_pos == 0 else "positive"
-        raise DataError(
-            f"All parties' test rows together are {only}: AP needs both classes. Test rows per "
-            f"party: {[c.test for c in counts]}, positives: {[c.test_positives for c in counts]}."
-        )
+    check_both_test_classes([c.test for c in counts], [c.test_positives for c in counts])
     short = [(n, c.train_positives) for n, c in enumerate(counts) if c.train_positives < positives]
     return [
         f"warning: party {n} holds {k} positive training example{'s' if k != 1 else ''}, "
@@ -229,3 +222,13 @@ def check_party_files_counts(
         "they repeat within a batch."
         for n, k in short
     ]
+
+
+def check_both_test_classes(rows: list[int], positives: list[int], what: str = "test") -> None:
+    """The parties' held-out rows together must hold both classes (AP needs both)."""
+    if sum(positives) == 0 or sum(positives) == sum(rows):
+        only = "negative" if sum(positives) == 0 else "positive"
+        raise DataError(
+            f"All parties' {what} rows together are {only}: AP needs both classes. "
+            f"{what.capitalize()} rows per party: {rows}, positives: {positives}."
+        )

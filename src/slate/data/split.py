@@ -20,18 +20,24 @@ from slate.errors import ConfigError, DataError
 
 __all__ = ["holdout_positions", "split_stratified", "split_table", "take_rows"]
 
+_PART = {"--test-fraction": "test set", "--validation-fraction": "validation set"}
+
 
 def holdout_positions(
-    y: np.ndarray, fraction: float, seed: int, what: str | None = None
+    y: np.ndarray,
+    fraction: float,
+    seed: int,
+    what: str | None = None,
+    flag: str = "--test-fraction",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Row positions ``(kept, held_out)`` of a seeded stratified split, ``fraction`` held out.
 
     The positions come in scikit-learn's shuffled order (``train_test_split`` with
     ``stratify=y`` and ``random_state=seed``). ``what`` names the data in the error raised
-    when a class is too small to split.
+    when a class is too small to split, ``flag`` the option that set ``fraction``.
     """
     if not 0 < fraction < 1:
-        raise ConfigError(f"--test-fraction must lie strictly between 0 and 1, got {fraction}.")
+        raise ConfigError(f"{flag} must lie strictly between 0 and 1, got {fraction}.")
     counts = np.bincount(y.astype(np.int64))
     n_held = math.ceil(fraction * len(y))
     classes = int((counts > 0).sum())
@@ -39,8 +45,9 @@ def holdout_positions(
         raise DataError(
             f"Cannot split {what + ': ' if what else ''}{len(y)} examples (class counts "
             f"{counts.tolist()}) into a stratified "
-            f"{fraction:.0%} test set: each class needs at least two examples and both parts at "
-            "least one of each class. Give a larger file, another --test-fraction, or --test FILE."
+            f"{fraction:.0%} {_PART[flag]}: each class needs at least two examples and both parts "
+            f"at least one of each class. Give a larger file, another {flag}"
+            + (", or --test FILE." if flag == "--test-fraction" else ".")
         )
     kept, held, _, _ = train_test_split(
         np.arange(len(y)), y, test_size=fraction, stratify=y, random_state=seed
@@ -49,17 +56,24 @@ def holdout_positions(
 
 
 def split_stratified(
-    x: np.ndarray, y: np.ndarray, fraction: float, seed: int, what: str | None = None
+    x: np.ndarray,
+    y: np.ndarray,
+    fraction: float,
+    seed: int,
+    what: str | None = None,
+    flag: str = "--test-fraction",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(x_train, x_test, y_train, y_test)`` of :func:`holdout_positions`' split."""
-    kept, held = holdout_positions(y, fraction, seed, what)
+    kept, held = holdout_positions(y, fraction, seed, what, flag)
     return x[kept], x[held], y[kept], y[held]
 
 
-def split_table(table: Any, fraction: float, seed: int, what: str) -> tuple[Any, Any]:
+def split_table(
+    table: Any, fraction: float, seed: int, what: str, flag: str = "--test-fraction"
+) -> tuple[Any, Any]:
     """A :class:`~slate.data.readers.table.RawTable` split into a training and a held-out
     table by :func:`holdout_positions`, each keeping its rows in file order."""
-    kept, held = holdout_positions(table.y, fraction, seed, what)
+    kept, held = holdout_positions(table.y, fraction, seed, what, flag)
     return take_rows(table, np.sort(kept)), take_rows(table, np.sort(held))
 
 

@@ -1,0 +1,115 @@
+"""What the training loop gets from the data line: :class:`LocalData`, the rows of the parties a
+process runs, and what setting them up needs from the engine (:class:`Exchange`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from torch import Tensor
+
+from slate.data.schema import PartyCounts
+
+__all__ = [
+    "RANK_PLACEHOLDER",
+    "Exchange",
+    "HeldOut",
+    "LocalData",
+    "party_path",
+    "row_blocks",
+    "uses_party_files",
+]
+
+RANK_PLACEHOLDER = "{rank}"
+
+
+class Exchange(Protocol):
+    """What setting up per-party data needs from the engine: sums and a gather of small facts."""
+
+    def total(self, value: Tensor) -> Tensor: ...
+
+    def gather_objects(self, items: list[Any]) -> list[Any]: ...
+
+
+@dataclass
+class HeldOut:
+    """Rows that are scored, not trained on: features, labels, and each local party's positions
+    (per-party files; ``None`` when the rows are one pool), with the row counts over all
+    parties."""
+
+    x: np.ndarray
+    y: np.ndarray
+    parts: list[np.ndarray] | None
+    rows: int
+    positives: int
+
+
+@dataclass
+class LocalData:
+    """The rows of the parties this process runs, and the held-out rows it scores.
+
+    Attributes:
+        x_train, y_train: the local parties' training rows, concatenated in party order.
+        parts: each local party's positions in ``x_train``.
+        x_test, y_test: the rows scored during training: the whole test set (partitioned) or
+            the local parties' own test rows, or, with ``--validation-fraction``, the
+            validation rows.
+        test_parts: each local party's positions in ``x_test`` with per-party files; ``None``
+            when the held-out set is one pool.
+        n_train, n_test: row counts over all parties.
+        test_split: how the held-out set was made.
+        description: one line for the console.
+        preprocessing: the fitted transform, applied to every feature row here.
+        notes: warnings for the console (parties short of positives).
+        counts: every party's row counts (per-party files only).
+        held_out: what ``x_test`` is: ``"test"``, or ``"validation"``.
+        final_test: with ``--validation-fraction``, the test rows, read and transformed only when
+            called, once training is over (every process calls it at the same point).
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    parts: list[np.ndarray]
+    x_test: np.ndarray
+    y_test: np.ndarray
+    test_parts: list[np.ndarray] | None
+    n_train: int
+    n_test: int
+    test_split: str
+    description: str
+    preprocessing: Any = None
+    notes: list[str] = field(default_factory=list)
+    counts: list[PartyCounts] = field(default_factory=list)
+    held_out: str = "test"
+    final_test: Callable[[], HeldOut] | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def federated(self) -> bool:
+        return self.test_parts is not None
+
+    def describe(self) -> str:
+        return self.description
+
+
+def uses_party_files(config: Any) -> bool:
+    """Whether each party reads its own files (``--party-files``, or ``{rank}`` in a path)."""
+    return bool(config.party_files) or any(
+        RANK_PLACEHOLDER in (path or "") for path in (config.train, config.test)
+    )
+
+
+def party_path(template: str, rank: int) -> str:
+    """``template`` with ``{rank}`` replaced by the party's index."""
+    return template.replace(RANK_PLACEHOLDER, str(rank))
+
+
+def row_blocks(lengths: list[int]) -> list[np.ndarray]:
+    """Consecutive position ranges of blocks of these ``lengths``."""
+    offsets = np.cumsum([0, *lengths])
+    return [np.arange(offsets[k], offsets[k + 1]) for k in range(len(lengths))]
