@@ -398,10 +398,13 @@ def train(
         say(note)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
     say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
-    say(
-        f"{config.algorithm} on {parties(config.nodes)} ({run.engine.name}), topology "
-        f"{config.topology} (lambda = {run.topology.lam:.4f}), {config.iterations} iterations"
+    network = (
+        "no network"  # one party: nothing to gossip, the topology and its lambda mean nothing
+        if config.nodes == 1
+        else f"topology {config.topology} (lambda = {run.topology.lam:.4f})"
     )
+    say(f"{config.algorithm} on {parties(config.nodes)} ({run.engine.name}), {network}, "
+        f"{config.iterations} iterations")  # fmt: skip
     offset = 0.0
     if returning:
         run.admit(run.engine.rejoin(), own)
