@@ -10,11 +10,14 @@ trains, leaves with the others and ends with :func:`exit_worker`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from slate.config import TrainConfig, resolve_config
+from slate.debug_log import DEBUG_LOG, send_native_stderr_to
 from slate.errors import ConfigError
 
 __all__ = ["exit_worker", "launch", "run_party", "run_worker"]
@@ -31,13 +34,22 @@ def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
         forwarded += ["--out", str(default_out_dir(resolved))]
     if config.nodes is None:
         forwarded += ["--nodes", str(resolved.nodes)]
-    return launch_local(forwarded, resolved.nodes, timeout)
+    out = config.out or str(default_out_dir(resolved))
+    logs = [
+        str(Path(_party_out_dir(dataclasses.replace(resolved, out=out), r, alone=False))
+            / DEBUG_LOG.format(rank=r))
+        for r in range(resolved.nodes)
+    ]  # fmt: skip
+    return launch_local(forwarded, resolved.nodes, timeout, logs)
 
 
 def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
     """A process started by the launcher (or by torchrun): join the others and train."""
     from slate.engines.launch import worker_rendezvous
 
+    if config.out is not None:  # the local launcher always names the run folder
+        rank = int(os.environ["RANK"])
+        send_native_stderr_to(Path(_party_out_dir(config, rank, alone=False)), rank)
     rendezvous = worker_rendezvous(args.timeout)
     return _train_as_party(config, rendezvous, args, alone=False)
 
@@ -56,8 +68,6 @@ def _open_engine(config: TrainConfig, rendezvous, timeout: float):
 
 def _train_as_party(config: TrainConfig, rendezvous, args: argparse.Namespace, alone: bool) -> int:
     """Train as this process's party, then leave together with the others."""
-    import dataclasses
-
     import torch.distributed as dist
 
     from slate.engines.distributed import local_rank
@@ -112,8 +122,6 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
 
 def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     """``--rank R --rendezvous HOST:PORT``: be party R of --nodes, reading only its own files."""
-    import dataclasses
-
     from slate.engines.launch import party_rendezvous
 
     if args.rank is None or args.rendezvous is None:
@@ -130,6 +138,7 @@ def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     from slate.train import check_inputs
 
     check_inputs(config)
+    send_native_stderr_to(Path(_party_out_dir(config, args.rank, alone=True)), args.rank)
     rendezvous = party_rendezvous(
         args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store
     )

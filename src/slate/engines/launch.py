@@ -51,8 +51,11 @@ def _loopback_listener() -> socket.socket:
     return sock
 
 
-def launch_local(argv: Sequence[str], nodes: int, timeout_s: float) -> int:
-    """Run ``python -m slate <argv>`` as ``nodes`` worker processes on this machine."""
+def launch_local(
+    argv: Sequence[str], nodes: int, timeout_s: float, logs: Sequence[str] = ()
+) -> int:
+    """Run ``python -m slate <argv>`` as ``nodes`` worker processes on this machine; ``logs``
+    names each party's debug log (:mod:`slate.debug_log`), pointed to when a party dies."""
     if nodes < 1:
         raise ConfigError(f"--nodes must be at least 1, got {nodes}.")
     listener = _loopback_listener()
@@ -76,7 +79,19 @@ def launch_local(argv: Sequence[str], nodes: int, timeout_s: float) -> int:
         codes = [w.wait() for w in workers]
     finished = bool(store.check([FINAL_MEMBERS_KEY]))
     del store
+    _report_abnormal_ends(codes, logs)
     return _exit_code(codes, finished)
+
+
+def _report_abnormal_ends(codes: list[int], logs: Sequence[str]) -> None:
+    """One line per party killed by a signal (SIGKILL, or SIGABRT from native code), naming
+    where its native messages went."""
+    for rank, code in enumerate(codes):
+        if code >= 0:
+            continue
+        how = f"signal {signal.Signals(-code).name}"
+        where = f"; its native messages are in {logs[rank]}" if rank < len(logs) else ""
+        print(f"slate: party {rank} ended with {how}{where}.", file=sys.stderr)
 
 
 @contextlib.contextmanager
