@@ -125,3 +125,78 @@ def test_input_errors() -> None:
         heatmap_figure(np.zeros((2, 2)), ["a"], ["x", "y"], "t", "x", "y")
     with pytest.raises(ValueError, match="2-D"):
         heatmap_figure(np.zeros(3), ["a"], ["x"], "t", "x", "y")
+
+
+# --------------------------------------------------------------------------- PR plot marks
+
+
+def _label_boxes(fig) -> dict[str, object]:
+    """The operating-point labels' window extents, after drawing."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return {t.get_text(): t.get_window_extent(renderer) for t in fig.axes[0].texts}
+
+
+def test_pr_labels_of_coinciding_and_close_points_do_not_overlap() -> None:
+    curves = {"m": (np.array([0.2, 0.5, 0.6, 1.0]), np.array([1.0, 0.95, 0.9, 0.0]), 0.5)}
+    points = [
+        (0.95, 0.5, "R≥0.90"),  # the same threshold chosen for two targets
+        (0.95, 0.5, "R≥0.95"),
+        (0.90, 0.6, "P≥0.50"),  # three points within 1% of the axes
+        (0.905, 0.6, "R≥0.80"),
+        (0.90, 0.605, "P≥0.60"),
+    ]
+    boxes = _label_boxes(pr_curves_figure(curves, "PR", points))
+    assert set(boxes) == {"R≥0.90, R≥0.95", "P≥0.50", "R≥0.80", "P≥0.60"}
+    listed = list(boxes.values())
+    for i, box in enumerate(listed):
+        for other in listed[i + 1 :]:
+            assert not box.overlaps(other)
+
+
+def test_pr_labels_stay_inside_the_axes_at_recall_one() -> None:
+    curves = {"m": (np.array([0.1, 1.0]), np.array([1.0, 0.0]), 0.1)}
+    fig = pr_curves_figure(curves, "PR", [(1.0, 0.1, "R≥0.95"), (1.0, 0.1, "R≥0.90")])
+    box = _label_boxes(fig)["R≥0.95, R≥0.90"]
+    inside = fig.axes[0].get_window_extent(fig.canvas.get_renderer())
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1
+
+
+def test_pr_plot_notes_unreached_points_and_draws_the_prevalence() -> None:
+    curves = _pr_curves()
+    fig = pr_curves_figure(
+        curves, "Precision-recall on test.svm", [(0.5, 0.7, "R≥0.50")],
+        unreached=["P≥0.80", "P≥0.90"], prevalence=0.0312,
+    )  # fmt: skip
+    legend = _legend_texts(fig)
+    assert "not reached: P≥0.80, P≥0.90" in legend
+    assert "random scorer: positive rate 3.12%" in legend
+    ax = fig.axes[0]
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and list(dashed[0].get_ydata()) == [0.0312, 0.0312]
+    assert ax.get_title() == "Precision-recall on test.svm"
+
+
+def test_long_titles_are_wrapped() -> None:
+    title = "Precision-recall on the csv test set: seeded stratified 25% split of data/train.csv"
+    fig = pr_curves_figure(_pr_curves(), title)
+    shown = fig.axes[0].get_title()
+    assert "\n" in shown and shown.replace("\n", " ") == title
+
+
+def test_reliability_figure_and_png(tmp_path: Path) -> None:
+    from slate.plots import plot_reliability, reliability_figure
+
+    curves = {"score": ([0.7, 0.8, 0.9], [0.05, 0.1, 0.4]), "probability": ([0.1, 0.2], [0.1, 0.2])}
+    fig = reliability_figure(
+        curves, "Reliability on held.csv", predictions={"score": np.array([0.7, 0.9])},
+        positive_rate=0.15,
+    )  # fmt: skip
+    top, hist = fig.axes
+    assert [t.get_text() for t in top.get_legend().get_texts()] == [
+        "calibrated: y = x", "score", "probability", "positive rate 15.00%"
+    ]  # fmt: skip
+    assert hist.get_yscale() == "log"
+    _assert_png(plot_reliability(curves, tmp_path / "r.png", "Reliability"))
+    with pytest.raises(ValueError, match="curve 'bad'"):
+        reliability_figure({"bad": ([0.1, 0.2], [0.1])}, "t")

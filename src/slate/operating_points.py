@@ -48,9 +48,11 @@ __all__ = [
     "at_precision",
     "at_recall",
     "few_positives_warning",
+    "mark_label",
     "marks",
     "operating_points",
     "probability",
+    "unreached_marks",
     "wilson_interval",
 ]
 
@@ -229,11 +231,18 @@ def operating_points(
     return table
 
 
+def mark_label(point: OperatingPoint) -> str:
+    """The point's short label on a PR plot: ``R≥0.90`` (recall target), ``P≥0.50``."""
+    short = {"precision_at_recall": "R", "recall_at_precision": "P"}
+    return f"{short[point.kind]}≥{point.target:.2f}"
+
+
 def marks(table: list[OperatingPoint]) -> list[tuple[float, float, str]]:
     """The reachable points as ``(recall, precision, label)`` for a PR plot (``R≥0.90``)."""
-    short = {"precision_at_recall": "R", "recall_at_precision": "P"}
-    return [
-        (point.recall, point.precision, f"{short[point.kind]}≥{point.target:.2f}")
-        for point in table
-        if point.reachable
-    ]
+    reached = [point for point in table if point.reachable]
+    return [(point.recall, point.precision, mark_label(point)) for point in reached]
+
+
+def unreached_marks(table: list[OperatingPoint]) -> list[str]:
+    """The labels of the points no threshold reaches (``P≥0.90``), for the plot's note."""
+    return [mark_label(point) for point in table if not point.reachable]

@@ -28,6 +28,7 @@ from slate.operating_points import (
     few_positives_warning,
     marks,
     operating_points,
+    unreached_marks,
 )
 
 if TYPE_CHECKING:
@@ -86,11 +87,14 @@ def write_run_folder(
     write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
     label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
     table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
+    positives, rows = summary.get("test_positives"), summary.get("n_test")
     plots.plot_pr_curves(
         {label: (precision, recall, summary["test_ap"])},
         out / "pr_curve.png",
-        title=f"Precision-recall on {run.config.dataset} test set",
+        title=f"Precision-recall on the {run.config.dataset} test set: {summary['test_split']}",
         points=marks(table),
+        unreached=unreached_marks(table),
+        prevalence=positives / rows if positives is not None and rows else None,
     )
     plots.plot_ap_curves(
         {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},

@@ -10,11 +10,13 @@ and releases it.
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 __all__ = [
@@ -23,8 +25,10 @@ __all__ = [
     "plot_ap_curves",
     "plot_heatmap",
     "plot_pr_curves",
+    "plot_reliability",
     "plot_scaling",
     "pr_curves_figure",
+    "reliability_figure",
     "scaling_figure",
 ]
 
@@ -69,6 +73,9 @@ def pr_curves_figure(
     curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]],
     title: str,
     points: Sequence[tuple[float, float, str]] = (),
+    *,
+    unreached: Sequence[str] = (),
+    prevalence: float | None = None,
 ) -> Figure:
     """Build a figure with one precision-recall curve per method.
 
@@ -79,20 +86,29 @@ def pr_curves_figure(
     Args:
         curves: maps a method name to ``(precision, recall, ap)``, e.g. the first two
             outputs of :func:`slate.metrics.precision_recall_curve` and the AP.
-        title: figure title.
+        title: figure title (wrapped beyond :data:`TITLE_WIDTH` characters); name the scored
+            file in it.
         points: operating points to mark, ``(recall, precision, label)`` each (e.g. from
-            :mod:`slate.operating_points`): one marker per point, its label written beside it.
+            :func:`slate.operating_points.marks`): one marker per point and one label per
+            distinct point (the labels of coinciding points joined, ``R≥0.90, R≥0.95``),
+            placed by :func:`_place_labels` so that no two labels overlap.
+        unreached: labels of the operating points no threshold reaches (``P≥0.90``), listed
+            in the legend as one entry ``not reached: P≥0.90``.
+        prevalence: the scored set's positive rate :math:`\\pi = n_+ / n`, drawn as a dashed
+            horizontal line: the precision of flagging rows at random at any recall, so the
+            expected AP of a random scorer.
 
     Returns:
         The figure; its single axes holds one line per method, labelled
-        ``"name (AP=0.xxxx)"``, and one marker line ``"operating points"`` when ``points``
-        is not empty.
+        ``"name (AP=0.xxxx)"``, then the prevalence line, one marker line ``"operating
+        points"`` when ``points`` is not empty, and the ``not reached`` entry.
 
     Raises:
         ValueError: ``curves`` is empty, or a precision and recall differ in length.
     """
     _require_nonempty(curves, "curves")
     fig = Figure(figsize=(6.4, 4.8))
+    FigureCanvasAgg(fig)  # a renderer, to measure the labels
     ax = fig.add_subplot()
     for name, (precision, recall, ap) in curves.items():
         p = np.asarray(precision, dtype=float).ravel()
@@ -102,22 +118,80 @@ def pr_curves_figure(
                 f"curve {name!r}: precision and recall lengths differ ({p.size} vs {r.size})"
             )
         ax.plot(r, p, drawstyle="steps-post", label=f"{name} (AP={float(ap):.4f})")
-    if points:
-        xs = [float(r) for r, _, _ in points]
-        ys = [float(p) for _, p, _ in points]
+    if prevalence is not None:
+        ax.axhline(
+            float(prevalence), linestyle="--", linewidth=1, color="grey",
+            label=f"random scorer: positive rate {float(prevalence):.2%}",
+        )  # fmt: skip
+    labels: dict[tuple[float, float], list[str]] = {}
+    for r, p, text in points:
+        labels.setdefault((float(r), float(p)), []).append(text)
+    if labels:
+        xs, ys = zip(*labels, strict=True)
         ax.plot(xs, ys, linestyle="none", marker="o", markersize=5, color="black",
                 label="operating points")  # fmt: skip
-        for x, y, (_, _, text) in zip(xs, ys, points, strict=True):
-            ax.annotate(text, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7)
+    if unreached:
+        ax.plot([], [], linestyle="none", label=f"not reached: {', '.join(unreached)}")
     ax.set_xlabel("recall")
     ax.set_ylabel("precision")
     ax.set_xlim(0.0, 1.0)
     ax.set_ylim(0.0, 1.02)
-    ax.set_title(title)
+    ax.set_title(_wrapped(title))
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best")
-    fig.tight_layout()
+    fig.tight_layout()  # first: the labels are placed in the final layout
+    _place_labels(fig, ax, [(x, y, ", ".join(t)) for (x, y), t in labels.items()])
+    ax.legend(loc="best", fontsize="small" if prevalence is not None or unreached else None)
     return fig
+
+
+TITLE_WIDTH = 70  # characters per title line
+
+
+def _wrapped(title: str) -> str:
+    """``title`` broken into lines of at most :data:`TITLE_WIDTH` characters (at spaces)."""
+    return "\n".join(textwrap.wrap(title, TITLE_WIDTH)) if len(title) > TITLE_WIDTH else title
+
+
+LABEL_GAP = 3.0  # points between a marker and its label
+LABEL_STEP = 9.0  # points between stacked labels (7-point text is about 8 points tall)
+
+
+def _place_labels(fig: Figure, ax, labels: Sequence[tuple[float, float, str]]) -> None:
+    """Write each ``(x, y, text)`` beside its point where it overlaps no label placed before.
+
+    The candidates, in order: above right, below right, above left, below left of the point,
+    then further up or down by :data:`LABEL_STEP` points at a time; the first whose bounding
+    box (measured with the Agg renderer, after the layout is final) lies inside the axes and
+    clear of the labels already placed is kept (else the last one tried). Labels are placed in
+    the order given.
+    """
+    if not labels:
+        return
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    placed: list = []
+    g = LABEL_GAP
+    offsets = [(g, g), (g, -g), (-g, g), (-g, -g)]
+    for k in range(1, 13):
+        offsets += [(g, g + k * LABEL_STEP), (g, -g - k * LABEL_STEP)]
+        offsets += [(-g, g + k * LABEL_STEP), (-g, -g - k * LABEL_STEP)]
+    for x, y, text in labels:
+        for dx, dy in offsets:
+            note = ax.annotate(
+                text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top",
+                annotation_clip=False,
+            )  # fmt: skip
+            box = note.get_window_extent(renderer)
+            fits = (
+                box.x0 >= inside.x0 and box.x1 <= inside.x1
+                and box.y0 >= inside.y0 and box.y1 <= inside.y1
+            )  # fmt: skip
+            if fits and not any(box.overlaps(other) for other in placed):
+                break
+            if (dx, dy) != offsets[-1]:
+                note.remove()
+        placed.append(box.expanded(1.0, 1.0).padded(1.0))
 
 
 def plot_pr_curves(
@@ -125,14 +199,19 @@ def plot_pr_curves(
     path: PathLike,
     title: str,
     points: Sequence[tuple[float, float, str]] = (),
+    *,
+    unreached: Sequence[str] = (),
+    prevalence: float | None = None,
 ) -> Path:
     """Write precision-recall curves, one per method, as a PNG.
 
     Args:
         curves: maps a method name to ``(precision, recall, ap)``.
         path: destination PNG file; parent folders are created.
-        title: figure title.
+        title: figure title, naming the scored file.
         points: operating points to mark, ``(recall, precision, label)`` each.
+        unreached: labels of the operating points no threshold reaches.
+        prevalence: the positive rate, drawn as the random scorer's dashed line.
 
     Returns:
         The path written.
@@ -140,7 +219,96 @@ def plot_pr_curves(
     Raises:
         ValueError: see :func:`pr_curves_figure`.
     """
-    return _save(pr_curves_figure(curves, title, points), path)
+    figure = pr_curves_figure(curves, title, points, unreached=unreached, prevalence=prevalence)
+    return _save(figure, path)
+
+
+# --------------------------------------------------------------------------- reliability
+
+
+def reliability_figure(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    title: str,
+    *,
+    predictions: Mapping[str, np.ndarray] | None = None,
+    positive_rate: float | None = None,
+) -> Figure:
+    """Build a reliability diagram: observed positive fraction against mean predicted
+    probability per bin, one line per predictor, and the diagonal :math:`y = x` of a
+    calibrated one.
+
+    Args:
+        curves: maps a predictor's name to ``(mean_predicted, observed)`` per bin, e.g. from
+            :func:`sklearn.calibration.calibration_curve` (which returns them the other way
+            round).
+        title: figure title (name the file).
+        predictions: optional, maps a name to its predicted probabilities: their histograms
+            (log counts) are drawn in a second axes below.
+        positive_rate: optional, drawn as a dotted horizontal line (the constant predictor's
+            observed fraction).
+
+    Returns:
+        The figure: the diagram's axes first (the diagonal, then one line per curve, then the
+        positive-rate line), the histogram's second when ``predictions`` is given.
+
+    Raises:
+        ValueError: ``curves`` is empty, or a curve's two sequences differ in length.
+    """
+    _require_nonempty(curves, "curves")
+    fig = Figure(figsize=(6.4, 6.4 if predictions else 4.8))
+    if predictions:
+        ax, hist = fig.subplots(2, 1, height_ratios=(3, 1), sharex=True)
+    else:
+        ax, hist = fig.add_subplot(), None
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="calibrated: y = x")
+    for name, (predicted, observed) in curves.items():
+        x = np.asarray(predicted, dtype=float).ravel()
+        y = np.asarray(observed, dtype=float).ravel()
+        if x.shape != y.shape:
+            raise ValueError(f"curve {name!r}: {x.size} predicted values for {y.size} observed")
+        ax.plot(x, y, marker="o", markersize=4, label=name)
+    if positive_rate is not None:
+        ax.axhline(
+            float(positive_rate), linestyle=":", color="black", linewidth=1,
+            label=f"positive rate {float(positive_rate):.2%}",
+        )  # fmt: skip
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_ylabel("observed positive fraction")
+    ax.set_title(_wrapped(title))
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    if hist is not None:
+        for name, values in predictions.items():
+            hist.hist(np.asarray(values, dtype=float).ravel(), bins=50, range=(0.0, 1.0),
+                      histtype="step", label=name)  # fmt: skip
+        hist.set_yscale("log")
+        hist.set_ylabel("rows")
+        hist.legend(loc="upper right", fontsize="small")
+        hist.grid(True, alpha=0.3)
+    if hist is not None:
+        hist.set_xlabel("predicted probability (above: the bin's mean; below: each row's)")
+    else:
+        ax.set_xlabel("mean predicted probability in the bin")
+    fig.tight_layout()
+    return fig
+
+
+def plot_reliability(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: PathLike,
+    title: str,
+    *,
+    predictions: Mapping[str, np.ndarray] | None = None,
+    positive_rate: float | None = None,
+) -> Path:
+    """Write a reliability diagram as a PNG (see :func:`reliability_figure`).
+
+    Returns:
+        The path written.
+    """
+    figure = reliability_figure(curves, title, predictions=predictions, positive_rate=positive_rate)
+    return _save(figure, path)
 
 
 # --------------------------------------------------------------------------- AP curves
