@@ -20,7 +20,9 @@ test file gives the same logits, and the same AP, as training reported.
 A decision threshold (``--at-recall R`` / ``--at-precision P``) is chosen on the run's test set
 (the logit thresholds stored in ``pr_curve.csv``) or on a labelled ``--calibrate`` file, by the
 rules of :mod:`slate.operating_points`; rows with logit :math:`\ge t` get decision 1. With
-``--threshold T`` the decision is ``score >= T`` on the probability.
+``--threshold T`` the decision is ``score >= T`` on the score :math:`\sigma(z)` (monotone in the
+logit :math:`z`, not a calibrated probability: ``slate calibrate`` fits one,
+:mod:`slate.calibration`, and the predictions then carry a ``probability`` column).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from slate import metrics, plots
+from slate.calibration import load_calibrator, scores_against
 from slate.errors import ConfigError, DataError
 from slate.model_file import Preprocessing, load_model
 from slate.operating_points import (
@@ -49,6 +52,7 @@ from slate.operating_points import (
     few_positives_warning,
     marks,
     operating_points,
+    unreached_marks,
 )
 
 __all__ = [
@@ -324,16 +328,22 @@ def _curve_of(logits: Tensor, labels: np.ndarray, path: str):
 
 @dataclass
 class Predictions:
-    """``slate predict``'s output: one score (and decision) per input row, in input order."""
+    """``slate predict``'s output: one score (and decision) per input row, in input order.
+
+    ``scores`` are :math:`\\sigma(z)` of the logits :math:`z`: monotone in the logit, not
+    calibrated probabilities; ``probabilities`` are the run's calibrator applied to :math:`z`
+    (:mod:`slate.calibration`), when the run folder holds one.
+    """
 
     path: str
-    scores: np.ndarray  # float32 probabilities
+    scores: np.ndarray  # float32 sigmoid(logit)
     logits: np.ndarray  # float32
     ids: dict[str, list[str]]
     decisions: np.ndarray | None = None  # 0/1
     point: OperatingPoint | None = None
     threshold_source: str | None = None
     notes: list[str] = field(default_factory=list)
+    probabilities: np.ndarray | None = None  # float64, from calibration.json
 
     @property
     def rows(self) -> int:
@@ -387,7 +397,7 @@ def _check_threshold_options(threshold, recall, precision, calibrate) -> None:
             "one of them (--threshold T needs no calibration)."
         )
     if threshold is not None and not 0.0 <= threshold <= 1.0:
-        raise ConfigError(f"--threshold is a probability in [0, 1], got {threshold}.")
+        raise ConfigError(f"--threshold is a score sigmoid(logit) in [0, 1], got {threshold}.")
     for flag, value in (("--at-recall", recall), ("--at-precision", precision)):
         if value is not None and not 0.0 < value <= 1.0:
             raise ConfigError(f"{flag} must lie in (0, 1], got {value}.")
@@ -407,7 +417,7 @@ def predict(
     Args:
         run_dir: the run folder (``model.json``, ``model.pt``, ``pr_curve.csv``).
         data: the file to score (module docstring for the formats).
-        threshold: decision = score >= ``threshold`` (a probability).
+        threshold: decision = score >= ``threshold`` (the score :math:`\\sigma(z)`, in [0, 1]).
         at_recall_of: decision at the threshold of the highest precision with recall >= R on
             the calibration set (the run's test set, or ``calibrate``).
         at_precision_of: decision at the threshold of the highest recall with precision >= P.
@@ -419,6 +429,7 @@ def predict(
     logits = logits_of(model, read.features)
     scores = torch.sigmoid(logits)
     out = Predictions(str(data), scores.numpy(), logits.numpy(), read.ids, notes=list(read.notes))
+    out.probabilities = _calibrated(run_dir, logits)
     if threshold is not None:
         out.decisions = (scores.numpy().astype(np.float64) >= threshold).astype(np.int8)
         out.threshold_source = f"{threshold:g}"
@@ -457,14 +468,24 @@ def predict(
     return out
 
 
+def _calibrated(run_dir: str | Path, logits: Tensor) -> np.ndarray | None:
+    """The run's calibrated probabilities of ``logits``; None without ``calibration.json``."""
+    calibrator = load_calibrator(run_dir)
+    return None if calibrator is None else calibrator(logits.numpy())
+
+
 def write_predictions(predictions: Predictions, out: str | Path | None) -> None:
-    """The predictions CSV: the ID columns, ``score``, and ``decision`` when decided; to
-    ``out`` or, without it, to stdout."""
+    """The predictions CSV: the ID columns, ``score``, ``probability`` when the run is
+    calibrated, and ``decision`` when decided; to ``out`` or, without it, to stdout."""
     header = [*predictions.ids, "score"]
+    if predictions.probabilities is not None:
+        header.append("probability")
     if predictions.decisions is not None:
         header.append("decision")
     columns: list[Any] = list(predictions.ids.values())
     columns.append([SCORE_FORMAT.format(float(s)) for s in predictions.scores])
+    if predictions.probabilities is not None:
+        columns.append([SCORE_FORMAT.format(float(p)) for p in predictions.probabilities])
     if predictions.decisions is not None:
         columns.append([str(int(d)) for d in predictions.decisions])
     buffer = io.StringIO()
@@ -497,6 +518,7 @@ class Evaluation:
     table: list[OperatingPoint]
     curve: tuple[np.ndarray, np.ndarray] = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    calibration: dict[str, Any] | None = None  # Brier and log-loss, with a calibrator
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -508,6 +530,7 @@ class Evaluation:
             "ap": self.ap,
             "auroc": self.auroc,
             "operating_points": [p.to_dict() for p in self.table],
+            "calibration": self.calibration,
         }
 
 
@@ -526,8 +549,18 @@ def evaluate(run_dir: str | Path, data: str | Path) -> Evaluation:
     return Evaluation(
         str(run_dir), str(data), len(y), positives, metrics.average_precision(logits, y), auroc,
         operating_points(precision, recall, edges, positives=positives), (precision, recall),
-        read.notes,
+        read.notes, _calibration_scores(run_dir, logits, y),
     )  # fmt: skip
+
+
+def _calibration_scores(run_dir: str | Path, logits: Tensor, y: Tensor) -> dict[str, Any] | None:
+    """With a calibrator: the method, and the Brier score and log-loss of the calibrated
+    ``probability``, of the raw ``score`` and of the constant positive rate on this file."""
+    calibrator = load_calibrator(run_dir)
+    if calibrator is None:
+        return None
+    scores = scores_against(logits.numpy(), y.numpy(), calibrator)
+    return {"method": calibrator.method, **scores}
 
 
 def format_evaluation(result: Evaluation) -> str:
@@ -548,6 +581,14 @@ def format_evaluation(result: Evaluation) -> str:
             f"{name:<18} {point.precision:>9.4f} {point.recall:>8.4f} {point.threshold:>11.6g} "
             f"{point.logit:>9.4f}  TP {point.true_positives} of {point.flagged} flagged; 95% "
             f"P {_bounds(point.precision_interval)} R {_bounds(point.recall_interval)}"
+        )
+    c = result.calibration
+    if c is not None:
+        lines.append(
+            f"calibrated probability ({c['method']}, calibration.json): Brier "
+            f"{c['probability']['brier']:.5f} (raw score {c['score']['brier']:.5f}, constant "
+            f"{c['constant']['brier']:.5f}), log-loss {c['probability']['log_loss']:.5f} "
+            f"({c['score']['log_loss']:.5f}, {c['constant']['log_loss']:.5f})"
         )
     warning = few_positives_warning(result.positives, result.data)
     return "\n".join([*lines, warning] if warning else lines)
@@ -571,4 +612,6 @@ def write_evaluation(result: Evaluation, out_dir: str | Path) -> None:
         out / "pr_curve.png",
         title=f"Precision-recall on {Path(result.data).name}",
         points=marks(result.table),
+        unreached=unreached_marks(result.table),
+        prevalence=result.positives / result.rows,
     )

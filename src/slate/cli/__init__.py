@@ -1,5 +1,5 @@
 """The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, and
-``predict``, ``evaluate``, ``export`` for a trained run.
+``predict``, ``evaluate``, ``export``, ``calibrate`` for a trained run.
 
 Errors caused by the user's input (:class:`slate.errors.SlateError`) are printed as one paragraph
 with exit code 2; an interrupted run exits with 130. No traceback reaches the user for either.
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from slate.cli.commands import (
     is_worker,
+    run_calibrate,
     run_evaluate,
     run_export,
     run_predict,
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "predict": run_predict,
         "evaluate": run_evaluate,
         "export": run_export,
+        "calibrate": run_calibrate,
         "rendezvous": run_rendezvous,
     }
     try:

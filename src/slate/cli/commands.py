@@ -1,6 +1,6 @@
 """The handlers of the ``slate`` subcommands other than ``reproduce``: ``train`` (with
 ``--resume`` and the distributed engine), ``tune``, ``topology``, ``rendezvous``, and
-``predict``, ``evaluate``, ``export`` for a trained run."""
+``predict``, ``evaluate``, ``export``, ``calibrate`` for a trained run."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from slate.party_process import launch, run_party, run_worker
 __all__ = [
     "config_from_args",
     "is_worker",
+    "run_calibrate",
     "run_evaluate",
     "run_export",
     "run_predict",
@@ -212,10 +213,30 @@ def run_export(args: argparse.Namespace) -> int:
     """``slate export``: write the run's model as a ``torch.export`` program."""
     from slate.export import export_run
 
-    exported = export_run(args.run, args.out, args.format)
+    exported = export_run(args.run, args.out, args.format, calibrated=not args.no_calibration)
+    output = (
+        "scores sigmoid(logit) (rows,)"
+        if exported.calibration is None
+        else f"{exported.calibration}-calibrated probabilities (rows,)"
+    )
     print(
         f"torch.export program written to {exported.path}: float32 raw features of shape "
-        f"(rows, {', '.join(str(n) for n in exported.input_shape)}) in, probabilities (rows,) "
-        "out. Load it with torch.export.load(path).module(); no slate needed."
+        f"(rows, {', '.join(str(n) for n in exported.input_shape)}) in, {output} out. Load it "
+        "with torch.export.load(path).module(); no slate needed."
     )
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """``slate calibrate``: fit, measure and store a calibrator of the run's logits."""
+    from slate.calibration import (
+        CALIBRATION_FILE,
+        RELIABILITY_FILE,
+        calibrate_run,
+        format_calibration,
+    )
+
+    result = calibrate_run(args.run, args.data, args.method, args.out)
+    print(format_calibration(result))
+    print(f"{CALIBRATION_FILE} and {RELIABILITY_FILE} written to {result.out}")
     return 0

@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_reproduce_parser(sub)
     add_tune_parser(sub)
     add_model_parsers(sub)
+    add_calibrate_parser(sub)
     return parser
 
 
@@ -89,7 +90,8 @@ def add_tune_parser(sub) -> None:
 
 
 def add_model_parsers(sub) -> None:
-    """``slate predict``, ``slate evaluate`` and ``slate export``: using a trained run."""
+    """``slate predict``, ``slate evaluate`` and ``slate export``: using a trained run
+    (``slate calibrate``: :func:`add_calibrate_parser`)."""
     pred = sub.add_parser("predict", help="score a file with a trained run's model")
     ev = sub.add_parser("evaluate", help="AP, AUROC and operating points on a labelled file")
     exp = sub.add_parser("export", help="write the model as a program that runs without slate")
@@ -103,8 +105,9 @@ def add_model_parsers(sub) -> None:
         )  # fmt: skip
     pred.add_argument("--out", metavar="FILE", help="the predictions CSV (default: stdout)")
     pred.add_argument(
-        "--threshold", type=float, metavar="T", help="add decision = score >= T (a probability)"
-    )
+        "--threshold", type=float, metavar="T",
+        help="add decision = score >= T (the score sigmoid(logit), in [0, 1])",
+    )  # fmt: skip
     pred.add_argument(
         "--at-recall", type=float, metavar="R",
         help="add decisions at the threshold with recall >= R and the best precision",
@@ -122,6 +125,40 @@ def add_model_parsers(sub) -> None:
     ev.add_argument("--out", metavar="DIR", help="also write evaluation.json and pr_curve.png")
     exp.add_argument(
         "--format", default="torch-export", choices=("torch-export",),
-        help="torch-export: a torch.export program (.pt2) of preprocessing, model and sigmoid",
+        help="torch-export: a torch.export program (.pt2) of preprocessing, model and sigmoid "
+        "(or the run's calibrator)",
     )  # fmt: skip
     exp.add_argument("--out", metavar="FILE", help="the program file (default: RUN/model.pt2)")
+    exp.add_argument(
+        "--no-calibration", action="store_true",
+        help="end with the sigmoid (scores) even when the run holds calibration.json",
+    )  # fmt: skip
+
+
+def add_calibrate_parser(sub) -> None:
+    """``slate calibrate``: fit a calibrator of the run's logits on a labelled file."""
+    cal = sub.add_parser(
+        "calibrate",
+        help="fit calibrated probabilities (Platt or isotonic) on a labelled file",
+        description="Fit a map from the run's logit to a calibrated probability on a labelled "
+        "file (read as slate evaluate reads it), report the Brier score and log-loss before "
+        "and after, and write calibration.json and reliability.png into the run folder; slate "
+        "predict then adds a probability column, slate evaluate its Brier score, and slate "
+        "export ends the program with it. Use a labelled file other than the run's test file: "
+        "metrics measured on the calibration file itself are optimistic.",
+    )
+    cal.add_argument("--run", required=True, metavar="DIR", help="the run folder")
+    cal.add_argument(
+        "--data", required=True, metavar="FILE",
+        help="a labelled file in the run's format (as for slate evaluate)",
+    )  # fmt: skip
+    cal.add_argument(
+        "--method", required=True, metavar="METHOD",
+        help="sigmoid (Platt scaling: p = sigmoid(a * logit + b)) or isotonic (a "
+        "non-decreasing piecewise-linear map; needs many positives)",
+    )  # fmt: skip
+    cal.add_argument(
+        "--out", metavar="DIR",
+        help="write calibration.json and reliability.png here instead (default: the run "
+        "folder, the only place predict, evaluate and export look)",
+    )  # fmt: skip
