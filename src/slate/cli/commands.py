@@ -169,7 +169,9 @@ def run_rendezvous(args: argparse.Namespace) -> int:
     """``slate rendezvous``: host the rendezvous store of one multi-site run."""
     from slate.engines.launch import serve_rendezvous
 
-    return serve_rendezvous(args.port, args.host)
+    if args.idle_timeout < 0:
+        raise ConfigError(f"--idle-timeout must be 0 (never) or positive, got {args.idle_timeout}.")
+    return serve_rendezvous(args.port, args.host, idle_timeout=args.idle_timeout)
 
 
 def run_predict(args: argparse.Namespace) -> int:

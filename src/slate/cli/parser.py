@@ -31,6 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     rdv.add_argument(
         "--host", default="0.0.0.0", help="address to listen on (default: every interface)"
     )
+    rdv.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="exit (status 1) once no party's heartbeat has moved for this many seconds: the "
+        "run can no longer finish here (default 600; 0: never)",
+    )
     add_reproduce_parser(sub)
     add_tune_parser(sub)
     add_model_parsers(sub)

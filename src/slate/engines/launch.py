@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 import torch.distributed as dist
 
 from slate.engines.distributed import Rendezvous
-from slate.engines.membership import FINAL_MEMBERS_KEY, LEFT_KEY
+from slate.engines.membership import BEATS_KEY, FINAL_MEMBERS_KEY, LEFT_KEY
 from slate.errors import ConfigError
 
 __all__ = [
@@ -203,6 +203,9 @@ def party_rendezvous(
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     else:
         warn(INSECURE_WARNING.format(host=host, port=port))
+        note = choose_gloo_interface(host, port, os.environ, interface_addresses())
+        if note:
+            warn(note)
     hosts = rank == 0 and not external
     timeout = datetime.timedelta(seconds=timeout_s)
     try:
@@ -232,11 +235,88 @@ def party_rendezvous(
     )
 
 
-def serve_rendezvous(port: int, host: str = "0.0.0.0", say=print) -> int:
+GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"
+
+
+def route_source(host: str, port: int) -> str | None:
+    """This machine's IPv4 address on the route to ``host`` (no packet is sent), or None."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return probe.getsockname()[0]
+    except OSError:
+        return None
+
+
+def interface_addresses() -> dict[str, str]:
+    """Every network interface of this machine with its IPv4 address (Linux; else empty)."""
+    try:
+        import fcntl
+        import struct
+    except ImportError:
+        return {}
+    found = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), 0x8915, request)  # SIOCGIFADDR
+            except OSError:
+                continue  # no IPv4 address
+            found[name] = socket.inet_ntoa(reply[20:24])
+    return found
+
+
+def choose_gloo_interface(
+    host: str, port: int, env: dict[str, str], addresses: dict[str, str]
+) -> str | None:
+    """Check or set the interface gloo publishes to the other sites (``GLOO_SOCKET_IFNAME``).
+
+    gloo tells the other parties the address of this interface; left to itself it may pick
+    ``127.0.0.1``, which no other site can reach. A set value must name an interface with a
+    non-loopback IPv4 address; an unset one is set to the interface on the route to the
+    rendezvous ``host``. Returns a note for the console, or None; raises :class:`ConfigError`
+    on a wrong value.
+    """
+    source = route_source(host, port)
+    towards = next((name for name, ip in addresses.items() if ip == source), None)
+    hint = f" The route to {host} leaves through {towards} ({source})." if towards else ""
+    chosen = env.get(GLOO_INTERFACE)
+    if chosen:
+        if chosen not in addresses:
+            raise ConfigError(
+                f"{GLOO_INTERFACE}={chosen} names no interface with an IPv4 address on this "
+                f"machine (interfaces: {', '.join(sorted(addresses)) or 'none found'}).{hint} "
+                f"Set {GLOO_INTERFACE} to the interface the other sites can reach."
+            )
+        if ipaddress.ip_address(addresses[chosen]).is_loopback:
+            raise ConfigError(
+                f"{GLOO_INTERFACE}={chosen} is a loopback interface ({addresses[chosen]}), but "
+                f"the rendezvous {host} is another machine: the other sites could not reach "
+                f"this one.{hint} Set {GLOO_INTERFACE} to the interface they can reach."
+            )
+        return None
+    if towards is None or ipaddress.ip_address(source).is_loopback:
+        return None
+    env[GLOO_INTERFACE] = towards
+    return (
+        f"note: the parties exchange parameters over interface {towards} ({source}), the route "
+        f"to the rendezvous {host}; set {GLOO_INTERFACE} to choose another."
+    )
+
+
+IDLE_TIMEOUT_SECONDS = 600.0  # slate rendezvous gives up after this long without a heartbeat
+
+
+def serve_rendezvous(
+    port: int, host: str = "0.0.0.0", say=print, idle_timeout: float = IDLE_TIMEOUT_SECONDS
+) -> int:
     """``slate rendezvous``: host the store of one run until its parties have left.
 
     The store outlives any party, so that every party, rank 0 included, can be lost without
     stopping the others. It holds only coordination keys: addresses, heartbeats, membership.
+    When no party's heartbeat has moved for ``idle_timeout`` seconds (0: never), the run can no
+    longer finish and the rendezvous exits with status 1.
     """
     if not 0 < port < 65536:
         raise ConfigError(f"--port must lie in 1..65535, got {port}.")
@@ -253,14 +333,37 @@ def serve_rendezvous(port: int, host: str = "0.0.0.0", say=print) -> int:
         f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
         f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
     )
+    watch = _Activity(store, idle_timeout)
     try:
         while not _run_over(store):
+            if watch.idle():
+                say(
+                    f"slate rendezvous: no party has been heard from for {idle_timeout:g} s "
+                    "(--idle-timeout); the run cannot finish here, so this rendezvous exits. "
+                    "To go on from the last checkpoints, start 'slate rendezvous' again and "
+                    "restart every party with --resume (docs/deployment.md)."
+                )
+                return 1
             time.sleep(1.0)
     except KeyboardInterrupt:
         say("slate rendezvous: stopped.")
         return 130
     say("slate rendezvous: every party has left; the run is over.")
     return 0
+
+
+class _Activity:
+    """When the parties' heartbeats (:data:`BEATS_KEY`) last moved."""
+
+    def __init__(self, store, idle_timeout: float) -> None:
+        self.store, self.idle_timeout = store, idle_timeout
+        self.beats, self.since = -1, time.monotonic()
+
+    def idle(self) -> bool:
+        beats = int(self.store.add(BEATS_KEY, 0))
+        if beats != self.beats:
+            self.beats, self.since = beats, time.monotonic()
+        return self.idle_timeout > 0 and time.monotonic() - self.since > self.idle_timeout
 
 
 def _run_over(store) -> bool:

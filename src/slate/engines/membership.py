@@ -42,6 +42,7 @@ POLL_SECONDS = 0.05  # how often an agreeing party looks at the store
 MAX_SILENCE_SECONDS = 10.0  # a heartbeat silent this long (timeout / 2 if less) means gone
 LEFT_KEY = f"{PREFIX}left"  # parties that finished the run and left
 FINAL_MEMBERS_KEY = f"{PREFIX}final_members"  # how many parties finished it (set by the main)
+BEATS_KEY = f"{PREFIX}beats"  # every party's heartbeats together: the rendezvous sees activity
 
 
 class PartyLost(SlateError):
@@ -118,6 +119,7 @@ class Heartbeat:
         while not self._stopped.wait(BEAT_SECONDS):
             try:
                 self._store.add(self._key, 1)
+                self._store.add(BEATS_KEY, 1)
             except Exception:  # the store is gone: nothing left to tell
                 return
 
