@@ -33,7 +33,7 @@ from slate.calibration import (
 from slate.cli import main
 from slate.config import TrainConfig
 from slate.model_file import load_model
-from slate.predict import logits_of, read_input
+from slate.scoring import logits_of, read_input
 
 
 def _write_table(path: Path, rows: int, seed: int, label: bool = True) -> None:

@@ -420,8 +420,8 @@ def calibrate_run(
     ``calibration.json`` and ``reliability.png`` into ``out`` (default: the run folder, where
     ``predict``, ``evaluate`` and ``export`` find it).
 
-    The file is read as ``slate evaluate`` reads it (:func:`slate.predict.read_input`, the
-    run's preprocessing) and scored by :func:`slate.predict.logits_of`.
+    The file is read as ``slate evaluate`` reads it (:func:`slate.scoring.read_input`, the
+    run's preprocessing) and scored by :func:`slate.scoring.logits_of`.
 
     Raises:
         ConfigError: an unknown ``method``, or ``out`` is a file.
@@ -430,7 +430,7 @@ def calibrate_run(
     """
     from slate.model_file import load_model
     from slate.operating_points import FEW_POSITIVES
-    from slate.predict import logits_of, read_input
+    from slate.scoring import logits_of, read_input
 
     check_method(method)
     run = Path(run_dir)
