@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -112,6 +113,120 @@ def _communication(w8a: list[str], quick: bool) -> list[str]:
         baseline = baseline or ms
         lines.append(f"| {label} | {ms:.3f} | {ms / baseline:.2f}x |")
         print(lines[-1], flush=True)
+    return lines
+
+
+def write_big_table(path: Path, rows: int, seed: int = 0) -> None:
+    """A CSV of ``rows`` x 30 columns as users bring them: an ID, 25 numbers (some missing),
+    3 text columns of a few categories, and a label with about 5% positives."""
+    rng = np.random.default_rng(seed)
+    names = ["id", *[f"x{j}" for j in range(25)], "region", "channel", "plan", "label"]
+    with open(path, "w") as handle:
+        handle.write(",".join(names) + "\n")
+        for start in range(0, rows, 100_000):
+            n = min(100_000, rows - start)
+            x = rng.normal(size=(n, 25)).round(4)
+            y = (x[:, 0] + 0.5 * x[:, 1] + rng.normal(size=n) > 2.3).astype(int)
+            cells = x.astype(str)
+            cells[rng.random((n, 25)) < 0.01] = ""
+            text = [rng.choice(list(kinds), size=n) for kinds in ("nsew", "abcdefgh", "xyz")]
+            columns = [np.arange(start, start + n).astype(str), *cells.T, *text, y.astype(str)]
+            handle.write("\n".join(",".join(row) for row in zip(*columns, strict=True)) + "\n")
+
+
+#: Runs a program and writes its own peak RSS (VmHWM, per address space: a child's
+#: ``ru_maxrss`` would start from this process's size at fork) to the file ``argv[1]``.
+PEAK_WRAPPER = """
+import atexit, runpy, sys
+out, argv = sys.argv[1], sys.argv[2:]
+
+def report():
+    with open("/proc/self/status") as status, open(out, "w") as handle:
+        handle.write(next(line.split()[1] for line in status if line.startswith("VmHWM")))
+
+atexit.register(report)
+if argv[0] == "-c":
+    sys.argv = ["-c", *argv[2:]]
+    exec(argv[1])
+else:
+    sys.argv = argv
+    runpy.run_module(argv[0], run_name="__main__")
+"""
+
+
+def _peak(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one ``python -m slate`` command."""
+    return _measured(["slate", *command])
+
+
+def _measured(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``python -m argv[0] argv[1:]`` (or ``-c`` code)."""
+    with tempfile.NamedTemporaryFile(suffix=".hwm") as peak:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, peak.name, *argv],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr.decode()}")
+        return wall, int(Path(peak.name).read_text()) / 1024
+
+
+def _whole_file_peak(run: Path, data: Path) -> tuple[float, float]:
+    """The baseline: the same file read whole (``slate.scoring.read_input``) and scored."""
+    program = (
+        "import sys; from slate.model_file import load_model; "
+        "from slate.scoring import read_input, logits_of; "
+        "model, pre = load_model(sys.argv[1]); "
+        "logits_of(model, read_input(pre, sys.argv[2]).features)"
+    )
+    return _measured(["-c", program, str(run), str(data)])
+
+
+def _tables(quick: bool) -> list[str]:
+    """A user's large CSV: training's peak memory, and ``slate predict``/``evaluate`` streamed
+    one block of rows at a time against the same file read whole, at two file sizes."""
+    lines = [
+        "\n## A large CSV: training, and scoring streamed against read whole\n",
+        "| rows | command | seconds | rows / s | peak RSS (MB) |",
+        "|---|---|---|---|---|",
+    ]
+    sizes = (50_000, 200_000) if quick else (250_000, 1_000_000)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for rows in sizes:
+            data = folder / f"table{rows}.csv"
+            subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                            "from benchmarks.__main__ import write_big_table; "
+                            "write_big_table(Path(sys.argv[1]), int(sys.argv[2]))",
+                            str(data), str(rows)], check=True, cwd=HERE.parent)  # fmt: skip
+            run = folder / f"run{rows}"
+            flags = ["--dataset", "csv", "--train", str(data), "--label-column", "label",
+                     "--positive-label", "1", "--id-column", "id", "--nodes", "4",
+                     "--iterations", "100", "--eval-every", "100", "--no-progress",
+                     "--out", str(run)]  # fmt: skip
+            measured = {
+                "slate train (read, split, encode, 100 iterations)": _peak(["train", *flags]),
+                "slate predict (streamed)": _peak(
+                    [
+                        "predict",
+                        "--run",
+                        str(run),
+                        "--data",
+                        str(data),
+                        "--out",
+                        str(folder / "scores.csv"),
+                    ]
+                ),
+                "slate evaluate (streamed)": _peak(
+                    ["evaluate", "--run", str(run), "--data", str(data)]
+                ),
+                "read whole and score (baseline)": _whole_file_peak(run, data),
+            }
+            for label, (seconds, peak) in measured.items():
+                lines.append(f"| {rows:,} | {label} | {seconds:.1f} | {rows / seconds:,.0f} | "
+                             f"{peak:,.0f} |")  # fmt: skip
+                print(lines[-1], flush=True)
+            data.unlink()
     return lines
 
 
@@ -213,9 +328,14 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data"))
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     parser.add_argument(
-        "--only", choices=("communication",), help="run one section and update it in RESULTS.md"
+        "--only",
+        choices=("communication", "tables"),
+        help="run one section and update it in RESULTS.md",
     )
     args = parser.parse_args()
+    if args.only == "tables":
+        _update_section(_tables(args.quick))
+        return
     if args.only == "communication":
         w8a = ["--dataset", "w8a", "--data-dir", args.data_dir]
         _update_section(_communication(w8a, args.quick))
@@ -260,6 +380,7 @@ def main() -> None:
 
         lines += _distributed(w8a, args.quick)
         lines += _communication(w8a, args.quick)
+    lines += _tables(args.quick)
     lines += ["\n## Headline (w8a MLP, N = 20)\n", headline, NOTES]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'RESULTS.md'}")

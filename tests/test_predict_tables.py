@@ -60,7 +60,11 @@ def csv_run(tmp_path, monkeypatch):
         assert labels in ("optional", "single_class_ok")
         return files[str(path)]
 
+    def read_chunks(options, path, labels="optional"):
+        return iter([read(options, path, labels)])
+
     monkeypatch.setattr("slate.data.options.TableOptions.read", read)
+    monkeypatch.setattr("slate.data.options.TableOptions.read_chunks", read_chunks)
     return run, files, encoder
 
 

@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from slate import metrics, plots
 from slate.calibration import load_calibrator, scores_against
 from slate.errors import ConfigError, DataError
-from slate.model_file import load_model
+from slate.model_file import Preprocessing, load_model
 from slate.operating_points import (
     OperatingPoint,
     at_precision,
@@ -52,7 +52,7 @@ from slate.operating_points import (
     operating_points,
     unreached_marks,
 )
-from slate.scoring import logits_of, read_input
+from slate.scoring import iter_input, logits_of, read_input
 
 __all__ = [
     "Evaluation",
@@ -66,6 +66,28 @@ __all__ = [
 ]
 
 SCORE_FORMAT = "{:.9g}"  # float32 values written so that they read back exactly
+
+
+def _scored(
+    model: nn.Module, pre: Preprocessing, data: str | Path, labels: str, run: str
+) -> tuple[Tensor, np.ndarray | None, dict[str, list[str]], list[str]]:
+    """Every row's logit, its labels, ID columns and the file's notes, read and scored one
+    piece at a time (:func:`slate.scoring.iter_input`): beyond these, the memory does not grow
+    with the file's rows."""
+    logits, pieces, ids, notes = [], [], {}, []
+    for piece in iter_input(pre, data, labels, run):
+        logits.append(logits_of(model, piece.features))
+        pieces.append(piece.labels)
+        for column, values in piece.ids.items():
+            ids.setdefault(column, []).extend(values)
+        notes = piece.notes
+    joined = None if any(y is None for y in pieces) else np.concatenate(pieces)
+    if joined is None and labels == "required":
+        raise DataError(
+            f"{data} holds no labels, but they are needed here (to measure the model, or to "
+            "choose a threshold). Give a labelled file."
+        )
+    return torch.cat(logits), joined, ids, notes
 
 
 def run_curve(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -202,10 +224,9 @@ def predict(
     """
     _check_threshold_options(threshold, at_recall_of, at_precision_of, calibrate)
     model, pre = load_model(run_dir)
-    read = read_input(pre, data, "optional", str(run_dir))
-    logits = logits_of(model, read.features)
+    logits, _, ids, notes = _scored(model, pre, data, "optional", str(run_dir))
     scores = torch.sigmoid(logits)
-    out = Predictions(str(data), scores.numpy(), logits.numpy(), read.ids, notes=list(read.notes))
+    out = Predictions(str(data), scores.numpy(), logits.numpy(), ids, notes=notes)
     out.probabilities = _calibrated(run_dir, logits)
     if threshold is not None:
         out.decisions = (scores.numpy().astype(np.float64) >= threshold).astype(np.int8)
@@ -318,15 +339,14 @@ def evaluate(run_dir: str | Path, data: str | Path) -> Evaluation:
     training, so the run's own test file gives ``summary.json``'s ``test_ap``.
     """
     model, pre = load_model(run_dir)
-    read = read_input(pre, data, "required", str(run_dir))
-    logits = logits_of(model, read.features)
-    precision, recall, edges, y = _curve_of(logits, read.labels, str(data))
+    logits, labels, _, notes = _scored(model, pre, data, "required", str(run_dir))
+    precision, recall, edges, y = _curve_of(logits, labels, str(data))
     positives = int(y.sum())
     auroc = metrics.auroc(logits, y) if positives < len(y) else None
     return Evaluation(
         str(run_dir), str(data), len(y), positives, metrics.average_precision(logits, y), auroc,
         operating_points(precision, recall, edges, positives=positives), (precision, recall),
-        read.notes, _calibration_scores(run_dir, logits, y),
+        notes, _calibration_scores(run_dir, logits, y),
     )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,10 +19,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from slate.data.encoding import OTHER
 from slate.errors import DataError
 from slate.model_file import Preprocessing
 
-__all__ = ["CHUNK", "InputFile", "logits_of", "read_input"]
+__all__ = ["CHUNK", "InputFile", "iter_input", "logits_of", "read_input"]
 
 CHUNK = 256  # rows per forward pass: slate.engines.compute.EVAL_CHUNK, as in training
 
@@ -177,47 +179,108 @@ def _cifar_images(where: Path) -> tuple[np.ndarray, np.ndarray]:
     return read_cifar_file(where)
 
 
-def _read_table(pre: Preprocessing, path: str, labels: str) -> InputFile:
-    from slate.data.encoding import OTHER
+def iter_input(
+    preprocessing: Preprocessing, path: str | Path, labels: str = "optional", run: str = "the run"
+) -> Iterator[InputFile]:
+    """:func:`read_input` in pieces: a CSV file one block of rows at a time (its notes, about
+    the whole file, come with the last piece), any other file whole."""
+    if preprocessing.input.get("format") != "csv":
+        yield read_input(preprocessing, path, labels, run)
+        return
+    yield from _table_chunks(preprocessing, str(path), labels)
+
+
+def _table_chunks(pre: Preprocessing, path: str, labels: str) -> Iterator[InputFile]:
+    """A table's pieces, read and encoded with the model's column kinds (``model.json``): the
+    model's text columns are read as text whatever this file's cells look like (a one-row file
+    with an empty cell, codes that look numeric)."""
     from slate.data.options import TableOptions
 
     encoder = pre.encoder
-    # Column kinds come from training: the model's text columns are read as text whatever
-    # this file's cells look like (a one-row file with an empty cell, codes that look numeric).
+    encoder.unseen.clear()  # counted per file
     saved = TableOptions.from_saved(pre.input)
     forced = [c for c in encoder.text if c not in saved.categorical_columns]
     options = dataclasses.replace(saved, categorical_columns=(*saved.categorical_columns, *forced))
-    optional = labels != "required"
-    table = options.read(
-        path, labels="optional" if optional else "single_class_ok", empty_ok=optional
-    )
-    features = pre.table_features(table, encoder)
-    notes = list(table.notes)
-    notes += [
-        f"note: column {c!r} of {path} holds {n} cell{'s' if n != 1 else ''} of categories "
-        "training never saw; they are encoded as "
-        + ("<other>" if OTHER in encoder.categories[c] else "all zeros")
-        for c, n in sorted(encoder.unseen.items())
-    ]
-    notes += [
-        f"note: column {c!r} of {path} is empty in every row; it is imputed with the "
-        f"training mean ({encoder.means[c]:.6g})"
-        for c in encoder.numeric
-        if table.rows and c in table.numeric and np.isnan(table.numeric[c]).all()
-    ]
+    mode = "single_class_ok" if labels == "required" else "optional"
+    notes = _TableNotes(path, encoder)
+    last = None
+    for table in options.read_chunks(path, labels=mode):
+        piece = InputFile(path, pre.table_features(table, encoder), table.y, _ids(table, encoder))
+        piece.raw = pre.raw_table(table)
+        notes.see(table)
+        if last is not None:
+            yield last
+        last = piece
+    last.notes = notes.lines()
+    yield last
+
+
+class _TableNotes:
+    """What a user should know about a whole file read in pieces, said once."""
+
+    def __init__(self, path: str, encoder) -> None:
+        self.path, self.encoder = path, encoder
+        self.reader: list[str] = []
+        self.filled: set[str] = set()  # numeric columns with a value somewhere
+        self.rows = 0
+        self.columns: set[str] = set()
+
+    def see(self, table) -> None:
+        self.reader += [n for n in table.notes if n not in self.reader]
+        self.rows += table.rows
+        self.columns = set(table.columns)
+        self.filled |= {c for c, v in table.numeric.items() if (~np.isnan(v)).any()}
+
+    def lines(self) -> list[str]:
+        encoder, path = self.encoder, self.path
+        lines = list(self.reader)
+        lines += [
+            f"note: column {c!r} of {path} holds {n} cell{'s' if n != 1 else ''} of categories "
+            "training never saw; they are encoded as "
+            + ("<other>" if OTHER in encoder.categories.get(c, ()) else "all zeros")
+            for c, n in sorted(encoder.unseen.items())
+            if c in encoder.categories
+        ]
+        lines += [
+            f"note: column {c!r} of {path} is empty in every row; it is imputed with the "
+            f"training mean ({encoder.means[c]:.6g})"
+            for c in encoder.numeric
+            if self.rows and c in self.columns and c not in self.filled
+        ]
+        lines += [
+            f"note: {path} has no ID column {c!r}; it is left out"
+            for c in encoder.choice.id_columns
+            if c not in self.columns
+        ]
+        return lines
+
+
+def _ids(table, encoder) -> dict[str, list[str]]:
+    """The run's ID columns of ``table``, as text, for the predictions."""
     ids = {}
     for column in encoder.choice.id_columns:
         if column in table.numeric:
             ids[column] = [_number_text(v) for v in table.numeric[column]]
         elif column in table.text:
             col = table.text[column]
-            names = list(col.categories)
-            ids[column] = [names[c] if c >= 0 else "" for c in col.codes]
-        else:
-            notes.append(f"note: {path} has no ID column {column!r}; it is left out")
-    read = InputFile(path, features, table.y, ids, notes=notes)
-    read.raw = pre.raw_table(table)
-    return read
+            names = [*col.categories, ""]
+            ids[column] = [names[c] for c in col.codes]
+    return ids
+
+
+def _read_table(pre: Preprocessing, path: str, labels: str) -> InputFile:
+    """The whole table: its pieces joined."""
+    pieces = list(_table_chunks(pre, path, labels))
+    joined = InputFile(
+        path,
+        np.concatenate([p.features for p in pieces]),
+        None if any(p.labels is None for p in pieces) else np.concatenate(
+            [p.labels for p in pieces]),
+        {c: [v for p in pieces for v in p.ids[c]] for c in pieces[0].ids},
+        notes=pieces[-1].notes,
+    )  # fmt: skip
+    joined.raw = np.concatenate([p.raw for p in pieces])
+    return joined
 
 
 def _number_text(value: float) -> str:

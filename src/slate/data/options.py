@@ -7,6 +7,7 @@ later stage takes these options, never the whole run config.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,23 @@ class TableOptions:
             labels=labels,
             missing="error" if self.missing == "error" else "allow",
             empty_ok=empty_ok,
+        )
+
+    def read_chunks(self, path: str, labels: str = "optional") -> Iterator[Any]:
+        """``path`` one block of rows at a time (:func:`read_table_chunks`), for scoring files
+        of any size; a header without rows gives one chunk of 0 rows."""
+        from slate.data.readers.delimited import read_table_chunks
+
+        return read_table_chunks(
+            path,
+            self.label_column,
+            self.positive_label,
+            delimiter=self.delimiter,
+            encoding=self.encoding,
+            na_values=self.na_values,
+            categorical_columns=self.categorical_columns,
+            labels=labels,
+            missing="error" if self.missing == "error" else "allow",
         )
 
 

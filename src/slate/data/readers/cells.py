@@ -176,7 +176,7 @@ class ColumnReader:
         try:
             values = np.array(cells, dtype=np.float64)
         except ValueError:
-            values = self._numbers_with_missing(cells)
+            values = self._numbers_with_missing(cells, context)
         if values is None:
             check: Iterable[int] = range(len(cells))
             values = np.empty(len(cells), dtype=np.float64)
@@ -220,11 +220,15 @@ class ColumnReader:
                 self._note_bad(lines[i], cells[i].strip())
         return values.astype(context.dtype, copy=False)
 
-    def _numbers_with_missing(self, cells: Sequence[str]) -> np.ndarray | None:
+    def _numbers_with_missing(
+        self, cells: Sequence[str], context: CellContext
+    ) -> np.ndarray | None:
         """The block converted in one call once the missing cells spelt as in earlier blocks
         (most often ``""``) are replaced by ``nan``; None if that is not enough."""
         if not self.na_seen:
-            return None
+            if "" not in context.na:
+                return None
+            self.na_seen.append("")  # the commonest spelling of a missing cell: try it first
         block = np.array(cells, dtype=object)
         missing = block == self.na_seen[0]
         for spelling in self.na_seen[1:]:

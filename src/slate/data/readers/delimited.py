@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -327,6 +327,7 @@ def read_table_chunks(
                 layout, label_state, features, n_rows, line_numbers, labels, missing, False
             )
             result.delimiter = records.delimiter
+            layout.na_seen = {c.name: c.na_seen for c in features}
             yielded = True
             yield _raw_table(name, result)
         if not yielded:
@@ -388,6 +389,8 @@ class _Layout:
     forced: set[str]
     context: CellContext
     dtype: type
+    # Each column's spellings of a missing cell met so far, carried from one piece to the next.
+    na_seen: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def label_name(self) -> str | None:
@@ -401,6 +404,8 @@ class _Layout:
             for j, n in enumerate(self.names)
             if j != self.label_idx
         ]
+        for column in features:
+            column.na_seen = list(self.na_seen.get(column.name, ()))
         return label, features
 
 
