@@ -79,10 +79,14 @@ def write_run_folder(
     """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary."""
     xbar, buffers, scores = final_model
     out.mkdir(parents=True, exist_ok=True)
+    rows, columns = history, HISTORY_COLUMNS
+    if run.validated:  # the evaluations scored validation rows: say so in the columns
+        rows = [_validation_columns(row) for row in history]
+        columns = list(_validation_columns(dict.fromkeys(HISTORY_COLUMNS)))
     with open(out / "history.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=HISTORY_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(history)
+        writer.writerows(rows)
     precision, recall = scores.pr_curve()
     write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
     label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
@@ -99,7 +103,8 @@ def write_run_folder(
     plots.plot_ap_curves(
         {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
         out / "ap_curve.png",
-        title=f"Test AP of the averaged model on {run.config.dataset}",
+        title=f"{'Validation' if run.validated else 'Test'} AP of the averaged model on "
+        f"{run.config.dataset}",
     )
     _plot_communication(run, history, label, out)
     run.compute.layout.load_into(run.model, xbar, buffers)
@@ -107,6 +112,11 @@ def write_run_folder(
     save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)
+
+
+def _validation_columns(row: dict[str, float]) -> dict[str, float]:
+    renamed = {"test_ap": "validation_ap", "test_auroc": "validation_auroc"}
+    return {renamed.get(k, k): v for k, v in row.items()}
 
 
 def _plot_communication(run: Run, history: list[dict[str, float]], label: str, out: Path) -> None:
@@ -229,6 +239,8 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
 
 def test_positives(run: Run) -> int:
     """The positives of the whole test set (every party's, with per-party files)."""
+    if run.data.test_positives is not None:
+        return run.data.test_positives
     if run.data.counts:
         return sum(c.test_positives for c in run.data.counts)
     return int(run.data.y_test.sum())

@@ -190,6 +190,26 @@ def _check_numbers(config: TrainConfig) -> None:
         check_out_dir(config.out)
     _check_party_loss(config)
     check_gossip_flags(config)
+    _check_validation(config)
+
+
+def _check_validation(config: TrainConfig) -> None:
+    """``--validation-fraction`` in (0, 1); ``--early-stopping`` at least 1, and only with it."""
+    fraction = config.validation_fraction
+    if fraction is not None and not 0 < fraction < 1:
+        raise ConfigError(
+            f"--validation-fraction must lie strictly between 0 and 1, got {fraction}."
+        )
+    if config.early_stopping is not None:
+        if fraction is None:
+            raise ConfigError(
+                "--early-stopping needs --validation-fraction F: stopping on the test AP would "
+                "choose the model by its test score."
+            )
+        if config.early_stopping < 1:
+            raise ConfigError(
+                f"--early-stopping must be at least 1 evaluation, got {config.early_stopping}."
+            )
 
 
 PARTY_LOSS_CHOICES = ("continue", "stop")
@@ -313,6 +333,8 @@ class Run(PartySetChanges):
             Snapshots(snapshot_depth(diameter(self.topology.W))) if self.recovers else None
         )
         self._fault_at = _fault_injection(self.engine)
+        self.validated, self.n_validation = False, 0  # set by use_final_test
+        self.resumed_best: dict[str, Any] | None = None  # --early-stopping's, from a checkpoint
 
     def _agree_on_the_run(self) -> None:
         """Every process's trajectory settings must equal the others' (:mod:`slate.agreement`);
@@ -474,6 +496,29 @@ class Run(PartySetChanges):
             name: self.engine.mean(buf) if buf.is_floating_point() else buf[0]
             for name, buf in self.compute.buffers.items()
         }
+
+    @property
+    def validates(self) -> bool:
+        """Whether the evaluations score validation rows (``--validation-fraction``)."""
+        return self.data.final_test is not None or self.validated
+
+    def use_final_test(self) -> None:
+        """``--validation-fraction``: read the test rows now (collective with per-party files)
+        and score them from here on; the training loop calls it once, at the end."""
+        held = self.data.final_test()
+        self.validated, self.n_validation = True, self.data.n_test
+        self.data = dataclasses.replace(
+            self.data, x_test=held.x, y_test=held.y, test_parts=held.parts, n_test=held.rows,
+            held_out="test", final_test=None, test_positives=held.positives,
+        )  # fmt: skip
+        self.evaluation = evaluation_for(held.parts)
+        self.test_features = torch.from_numpy(held.x).to(self.device)
+        self.test_labels = torch.from_numpy(held.y).to(self.device)
+        self.forget_scores()
+
+    def forget_scores(self) -> None:
+        """Drop the scores kept from the last evaluation (the model or the rows changed)."""
+        self._last_scores = (-1, None, None)
 
     def test_scores(self) -> tuple[Tensor, TestScores]:
         """Logits and metrics of the averaged model on this process's test rows (collective

@@ -52,6 +52,7 @@ from slate.run import (
     should_compile,
     with_evaluation_defaults,
 )
+from slate.validation import BestModel, validation_summary
 
 __all__ = [
     "EVALUATION_BUDGET",
@@ -139,11 +140,13 @@ def _checkpoint_path(run: Run, out: Path) -> Path:
     return checkpoint.rank_checkpoint(out, run.engine.local_parties[0], run.iteration)
 
 
-def _save(run: Run, out: Path | None, elapsed: float) -> None:
+def _save(run: Run, out: Path | None, elapsed: float, best: BestModel | None = None) -> None:
     if out is None:
         return
     path = _checkpoint_path(run, out)
     state = {**run.state_dict(), "history": run.history, "elapsed": elapsed}
+    if best is not None:
+        state["best_model"] = best.state_dict()
     checkpoint.save_checkpoint(path, state)
     if run.engine.name != "simulator":
         checkpoint.prune_rank_checkpoints(out, run.engine.local_parties[0])
@@ -201,6 +204,9 @@ class _Loop:
         # A party admitted at a checkpoint boundary joins the others after that boundary's
         # stop check, checkpoint and admission, which they have already made.
         self.joined_at: int | None = None
+        patience = run.config.early_stopping
+        self.best = BestModel(patience) if patience else None  # --early-stopping
+        self.stopped_at: int | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -228,6 +234,15 @@ class _Loop:
             if run.learning_warning and not self.warned:
                 self.warned = True
                 self.say(run.learning_warning)
+            if self.best is not None and self.best.consider(run, run.history[-1]["test_ap"]):
+                if t < config.iterations:
+                    self.stopped_at = t
+                    self.say(
+                        f"early stopping at iteration {t}: no better validation AP in "
+                        f"{self.best.patience} evaluations; the model of iteration "
+                        f"{self.best.iteration} is kept"
+                    )
+                return self._finish()
         if t >= config.iterations:
             return self._finish()
         if self.joined_at != t:  # (a party admitted here joins after this boundary)
@@ -245,7 +260,7 @@ class _Loop:
         run, t = self.run, self.run.iteration
         stopping = run.engine.any(run.stop_requested)
         if stopping or (t > 0 and t % run.config.checkpoint_every == 0):
-            _save(run, self.out, self.elapsed())
+            _save(run, self.out, self.elapsed(), self.best)
         if stopping:
             raise RunInterrupted(_interrupted_message(run, self.out))
         if t > 0 and t % run.config.checkpoint_every == 0:
@@ -253,6 +268,10 @@ class _Loop:
 
     def _finish(self) -> _Final:
         run = self.run
+        if self.best is not None:
+            self.best.restore(run)
+        if run.validates:
+            run.use_final_test()  # the test rows, read and scored only now
         party_aps = run.party_aps() if run.config.party_ap else []
         wall = self.elapsed()  # training and every evaluation, party APs included
         logits, scores = run.test_scores()
@@ -320,6 +339,7 @@ def _resume(run: Run, out: Path, say) -> float:
         state = checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(out))
         run.load_state_dict(state)
         run.history = [dict(r) for r in state["history"]]
+        run.resumed_best = state.get("best_model")
         return state["elapsed"]
     rank = run.engine.local_parties[0]
     mine = checkpoint.checkpoint_files(out, rank)
@@ -337,6 +357,7 @@ def _resume(run: Run, out: Path, say) -> float:
     if rank in members:
         run.load_state_dict(own, members_check=False)
         run.history = [dict(r) for r in own["history"]]
+        run.resumed_best = own.get("best_model")
     returning = sorted(r for r, _ in everyone if r not in members)
     if returning:
         change = Change(run.engine.generation, tuple(run.engine.members), joined=tuple(returning),
@@ -415,6 +436,8 @@ def train(
     bar = _Progress(run, progress)
     loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
     loop.joined_at = run.iteration if returning else None
+    if loop.best is not None and run.resumed_best is not None:
+        loop.best.load_state_dict(run.resumed_best, run.device)
     with _StopOnSignal(run):
         try:
             final = loop.run_to_end()
@@ -427,6 +450,10 @@ def train(
         return RunResult({}, history, None, run.x)
     summary = build_summary(run, history, final.party_aps, final.wall, final.traffic)
     summary.update(evaluation_summary(run, final.logits, final.scores))
+    if run.validated:  # history holds validation scores; the test was scored once, just now
+        summary.update(test_ap=final.scores.values["test_ap"],
+                       test_auroc=final.scores.values["test_auroc"])  # fmt: skip
+        summary.update(validation_summary(history, loop.best, loop.stopped_at, run.n_validation))
     if out is not None:
         write_run_folder(run, summary, history, out, final.model)
         summary["out_dir"] = str(out)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -136,10 +137,9 @@ def run_tune(args: argparse.Namespace) -> int:
     from slate.tune import parse_grid, tune
 
     grid = parse_grid(args.grid) if args.grid else None
-    tune(
-        config_from_args(args), grid, args.validation_fraction,
-        out=Path(args.out) if args.out else None,
-    )  # fmt: skip
+    fraction = 0.2 if args.validation_fraction is None else args.validation_fraction
+    config = dataclasses.replace(config_from_args(args), validation_fraction=None)
+    tune(config, grid, fraction, out=Path(args.out) if args.out else None)
     return 0
 
 

@@ -86,14 +86,14 @@ def positive_bytes(text: str) -> int:
 
 
 def add_tune_parser(sub) -> None:
-    """``slate tune``: the train flags, ``--grid`` and ``--validation-fraction``."""
+    """``slate tune``: the train flags (``--validation-fraction`` defaults to 0.2 here) and
+    ``--grid``."""
     tune = sub.add_parser("tune", help="grid search on a validation split of the training set")
     add_train_arguments(tune)
     tune.add_argument(
         "--grid",
         help="e.g. 'lr=0.01,0.005 margin=0.1,0.5' (default: the paper's grid for the algorithm)",
     )
-    tune.add_argument("--validation-fraction", type=float, default=0.2)
 
 
 def add_model_parsers(sub) -> None:

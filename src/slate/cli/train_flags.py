@@ -113,6 +113,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=0.25,
         help="test share of the seeded stratified split when there is no test file",
     )
+    data.add_argument(
+        "--validation-fraction",
+        type=float,
+        help="hold out this stratified share of the training rows (of each party's, with "
+        "per-party files) as validation rows: the evaluations (history.csv) score them, and "
+        "the test rows are read and scored once, at the end",
+    )
+    data.add_argument(
+        "--early-stopping",
+        type=int,
+        metavar="PATIENCE",
+        help="with --validation-fraction: keep the model of the best validation AP, and stop "
+        "after PATIENCE evaluations (--eval-every) without a better one",
+    )
     data.add_argument("--partition", default="stratified", choices=PARTITIONS)
     data.add_argument(
         "--dirichlet-alpha",

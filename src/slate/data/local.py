@@ -67,6 +67,7 @@ class LocalData:
         held_out: what ``x_test`` is: ``"test"``, or ``"validation"``.
         final_test: with ``--validation-fraction``, the test rows, read and transformed only when
             called, once training is over (every process calls it at the same point).
+        test_positives: the test positives over all parties, once those rows were read.
     """
 
     x_train: np.ndarray
@@ -84,6 +85,7 @@ class LocalData:
     counts: list[PartyCounts] = field(default_factory=list)
     held_out: str = "test"
     final_test: Callable[[], HeldOut] | None = None
+    test_positives: int | None = None  # over all parties, once the final test rows are read
 
     @property
     def input_shape(self) -> tuple[int, ...]:
