@@ -15,12 +15,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from slate.config import TrainConfig, resolve_config
 from slate.debug_log import DEBUG_LOG, send_native_stderr_to
 from slate.errors import ConfigError
 
-__all__ = ["exit_worker", "launch", "run_party", "run_worker"]
+__all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_parties"]
 
 
 def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
@@ -28,11 +29,13 @@ def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     from slate.engines.launch import launch_local
     from slate.train import check_inputs, default_out_dir
 
+    given = config.nodes
+    config, _ = with_default_parties(config)
     resolved = check_inputs(config)
     forwarded = list(argv)
     if config.out is None:
         forwarded += ["--out", str(default_out_dir(resolved))]
-    if config.nodes is None:
+    if given is None:
         forwarded += ["--nodes", str(resolved.nodes)]
     out = config.out or str(default_out_dir(resolved))
     logs = [
@@ -41,6 +44,20 @@ def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
         for r in range(resolved.nodes)
     ]  # fmt: skip
     return launch_local(forwarded, resolved.nodes, timeout, logs)
+
+
+def with_default_parties(config: TrainConfig) -> tuple[TrainConfig, Any]:
+    """A user's own file without ``--nodes``: N from its positives, said in one line
+    (:func:`slate.data.sources.default_parties`), and the dataset read to count them."""
+    from slate.data.sources import default_parties
+
+    chosen = default_parties(config)
+    if chosen is None:
+        return config, None
+    nodes, data, note = chosen
+    if note:
+        print(note)
+    return dataclasses.replace(config, nodes=nodes), data
 
 
 def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:

@@ -96,7 +96,7 @@ def check_inputs(config: TrainConfig) -> TrainConfig:
     parts = make_partition(
         data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
     )
-    check_party_counts(data.y_train, parts, config.positives, config.batch_size)
+    check_party_counts(data.y_train, parts, config.positives, config.batch_size, config.partition)
     return config
 
 

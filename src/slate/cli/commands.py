@@ -13,7 +13,7 @@ from pathlib import Path
 from slate.cli.parser import build_parser
 from slate.config import TrainConfig
 from slate.errors import ConfigError
-from slate.party_process import launch, run_party, run_worker
+from slate.party_process import launch, run_party, run_worker, with_default_parties
 
 __all__ = [
     "config_from_args",
@@ -48,7 +48,10 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if in_worker():
             return run_worker(config, args)
         return launch(config, argv, args.timeout)
-    train(config, progress=not args.no_progress, resume=bool(args.resume))
+    data = None
+    if not args.resume:
+        config, data = with_default_parties(config)
+    train(config, progress=not args.no_progress, resume=bool(args.resume), data=data)
     return 0
 
 

@@ -69,18 +69,26 @@ def make_partition(
 
 
 def check_party_counts(
-    labels: np.ndarray, parts: list[np.ndarray], positives: int, batch_size: int
+    labels: np.ndarray,
+    parts: list[np.ndarray],
+    positives: int,
+    batch_size: int,
+    partition: str = "stratified",
 ) -> None:
     """Every party needs at least ``b`` positives and, when ``m > b``, at least one negative."""
     pos = [int(labels[p].sum()) for p in parts]
     neg = [len(p) - k for p, k in zip(parts, pos, strict=True)]
     short = [n for n, k in enumerate(pos) if k < positives]
     if short:
+        fits = max(1, int(labels.sum()) // positives)
+        remedy = f"Use --nodes {fits} or fewer (the {int(labels.sum())} training positives "
+        remedy += f"allow {fits} parties of {positives}), or a smaller --positives"
+        if partition != "stratified":
+            remedy += ", or the stratified --partition (a small --dirichlet-alpha starves parties)"
         raise DataError(
             f"Every party must hold at least b = {positives} positives (--positives), but "
             f"{len(short)} of {len(parts)} parties hold fewer. Positives per party: "
-            f"{_listing(pos)}. Use fewer --nodes, a smaller --positives, or the stratified "
-            "--partition (a small --dirichlet-alpha starves some parties)."
+            f"{_listing(pos)}. {remedy}."
         )
     if batch_size > positives and min(neg) < 1:
         empty = [n for n, k in enumerate(neg) if k < 1]

@@ -44,7 +44,17 @@ from slate.data.preprocess import Standardizer
 from slate.data.split import holdout_positions, split_stratified, split_table
 from slate.errors import ConfigError, DataError
 
-__all__ = ["encode_tables", "load_dataset", "load_local_data", "read_dtype", "validation_split"]
+__all__ = [
+    "MAX_DEFAULT_PARTIES",
+    "default_parties",
+    "encode_tables",
+    "load_dataset",
+    "load_local_data",
+    "read_dtype",
+    "validation_split",
+]
+
+MAX_DEFAULT_PARTIES = 20  # the paper's N, and the default for a user's own file
 
 
 def load_local_data(
@@ -61,6 +71,29 @@ def load_local_data(
     if dataset is None:
         dataset = load_dataset(config, config.validation_fraction, config.split_seed)
     return _partitioned_data(config, local_parties, dataset)
+
+
+def default_parties(config: TrainConfig) -> tuple[int, Dataset, str] | None:
+    """For a user's own file without ``--nodes``: the largest N <= 20 whose stratified parties
+    each hold at least ``b`` training positives, the dataset read to count them, and a note
+    saying why; None where the default applies (named datasets, per-party files, a given N).
+    """
+    from slate.config import resolve_config
+
+    if config.nodes is not None or config.dataset not in ("csv", "libsvm"):
+        return None
+    if uses_party_files(config):
+        return None
+    resolved = resolve_config(config)
+    data = load_dataset(resolved, resolved.validation_fraction, resolved.split_seed)
+    positives, b = int(data.y_train.sum()), resolved.positives
+    nodes = max(1, min(MAX_DEFAULT_PARTIES, positives // b))
+    note = (
+        f"note: {positives} training positives allow at most {positives // b} parties of b = "
+        f"{b} positives each: running N = {nodes} (not the default {MAX_DEFAULT_PARTIES}); "
+        "--nodes N overrides."
+    )
+    return nodes, data, (note if nodes < MAX_DEFAULT_PARTIES else "")
 
 
 # --------------------------------------------------------------------------- the whole dataset
@@ -281,7 +314,7 @@ def _partitioned_data(config: TrainConfig, local_parties: list[int], data: Datas
         raise ConfigError(
             f"The data assigns rows to {len(parts)} parties, but --nodes is {config.nodes}."
         )
-    check_party_counts(data.y_train, parts, config.positives, config.batch_size)
+    check_party_counts(data.y_train, parts, config.positives, config.batch_size, config.partition)
     local = [parts[n] for n in local_parties]
     rows = np.concatenate(local)
     offsets = np.cumsum([0] + [len(p) for p in local])

@@ -1,0 +1,53 @@
+"""A user's own small file without ``--nodes``: N follows its positives (issue 22)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from slate.cli import main
+from slate.config import TrainConfig
+from slate.data.sources import default_parties
+
+
+def _write(path, rows: int, positives: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    y = np.zeros(rows, dtype=int)
+    y[rng.choice(rows, positives, replace=False)] = 1
+    lines = ["a,b,y"] + [f"{rng.normal() + t:.4f},{rng.normal():.4f},{t}" for t in y]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_table_with_17_positives_trains_with_its_default_flags(tmp_path, capsys):
+    _write(tmp_path / "small.csv", 400, 17)
+    out = tmp_path / "run"
+    code = main(["train", "--dataset", "csv", "--train", str(tmp_path / "small.csv"),
+                 "--label-column", "y", "--positive-label", "1", "--iterations", "200",
+                 "--no-progress", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    summary = json.loads((out / "summary.json").read_text())
+    # 13 of the 17 positives land in the 75% training part: 6 parties of b = 2 each.
+    assert summary["nodes"] == 13 // 2
+    assert "running N = 6" in printed.out and "--nodes N overrides" in printed.out
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (TrainConfig(dataset="csv", nodes=4), None),  # given by the user
+        (TrainConfig(dataset="digits"), None),  # a named dataset keeps its preset
+    ],
+)
+def test_the_default_applies_only_to_own_files_without_nodes(config, expected):
+    assert default_parties(config) is expected
+
+
+def test_enough_positives_keep_twenty_parties_without_a_note(tmp_path):
+    _write(tmp_path / "big.csv", 2000, 300)
+    config = TrainConfig(dataset="csv", train=str(tmp_path / "big.csv"), label_column="y",
+                         positive_label="1")  # fmt: skip
+    nodes, data, note = default_parties(config)
+    assert nodes == 20 and note == "" and int(data.y_train.sum()) == 225
