@@ -19,9 +19,12 @@ __all__ = ["DEBUG_LOG", "send_native_stderr_to"]
 DEBUG_LOG = "debug-rank{rank}.log"
 
 
-def send_native_stderr_to(folder: Path, rank: int) -> Path:
+def send_native_stderr_to(folder: Path, rank: int) -> Path | None:
     """Redirect file descriptor 2 to ``folder/debug-rank<rank>.log`` (appended), keeping
-    ``sys.stderr`` on the original stream; returns the log's path."""
+    ``sys.stderr`` on the original stream; returns the log's path. Where ``sys.stderr`` is
+    not the process's own (a caller captures it, as a test does), nothing is changed: None."""
+    if sys.stderr is not sys.__stderr__:
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / DEBUG_LOG.format(rank=rank)
     sys.stderr.flush()

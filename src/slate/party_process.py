@@ -139,7 +139,7 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
 
 def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     """``--rank R --rendezvous HOST:PORT``: be party R of --nodes, reading only its own files."""
-    from slate.engines.launch import party_rendezvous
+    from slate.engines.launch import parse_rendezvous, party_rendezvous
 
     if args.rank is None or args.rendezvous is None:
         raise ConfigError(
@@ -155,6 +155,7 @@ def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     from slate.train import check_inputs
 
     check_inputs(config)
+    parse_rendezvous(args.rendezvous)  # a malformed address is refused before anything else
     send_native_stderr_to(Path(_party_out_dir(config, args.rank, alone=True)), args.rank)
     rendezvous = party_rendezvous(
         args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store

@@ -37,6 +37,7 @@ from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
 from slate.evaluation import TestScores, evaluation_for
+from slate.fault_injection import FaultPlan
 from slate.gossip import check_gossip_flags, gossip_settings, parse_wan
 from slate.models import build_model
 from slate.recovery import (
@@ -332,9 +333,13 @@ class Run(PartySetChanges):
         self.snapshots = (
             Snapshots(snapshot_depth(diameter(self.topology.W))) if self.recovers else None
         )
-        self._fault_at = _fault_injection(self.engine)
+        distributed = self.engine.name == "distributed"
+        self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
         self.validated, self.n_validation = False, 0  # set by use_final_test
         self.resumed_best: dict[str, Any] | None = None  # --early-stopping's, from a checkpoint
+        # A party lost before the first step (during the first evaluation) is a loss like any
+        # other: the survivors roll back to this position, iteration 0 before its evaluation.
+        self.snapshot(after_evaluation=False)
 
     def _agree_on_the_run(self) -> None:
         """Every process's trajectory settings must equal the others' (:mod:`slate.agreement`);
@@ -384,8 +389,7 @@ class Run(PartySetChanges):
             if self.stop_requested and self.engine.stops_between_iterations:
                 break
             self.snapshot(after_evaluation=True)
-            if self.iteration == self._fault_at:
-                _die()
+            self.faults.check("step", self.iteration)
             self.comm.set_iteration(self.iteration)
             self.x, losses[done] = self.algorithm.step(
                 self.x, self.batch(indices[k]), self.comm, self.compute
@@ -556,6 +560,7 @@ class Run(PartySetChanges):
             return self._evaluate()
 
     def _evaluate(self) -> dict[str, float]:
+        self.faults.check("evaluation", self.iteration)
         size = self.compute.layout.size
         xbar = self.averaged_parameters()  # one reduction serves both numbers
         spread = (
@@ -660,27 +665,6 @@ class Run(PartySetChanges):
             return []
         logits = self.compute.party_logits(x, self.test_features, buffers)
         return [metrics.average_precision(row, self.test_labels) for row in logits]
-
-
-FAULT_ENV = "SLATE_KILL_AT"
-
-
-def _fault_injection(engine: Engine) -> int:
-    """``SLATE_KILL_AT=RANK@ITER[,RANK@ITER...]``: distributed party RANK kills itself with
-    SIGKILL just before step ITER (fault injection for tests of --on-party-loss; -1: never)."""
-    if engine.name != "distributed":
-        return -1
-    for item in os.environ.get(FAULT_ENV, "").split(","):
-        rank, _, at = item.strip().partition("@")
-        if rank.isdigit() and at.isdigit() and int(rank) == engine.local_parties[0]:
-            return int(at)
-    return -1
-
-
-def _die() -> None:
-    import signal
-
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _synchronize(device: torch.device) -> None:

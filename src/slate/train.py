@@ -143,6 +143,7 @@ def _checkpoint_path(run: Run, out: Path) -> Path:
 def _save(run: Run, out: Path | None, elapsed: float, best: BestModel | None = None) -> None:
     if out is None:
         return
+    run.faults.check("checkpoint", run.iteration)
     path = _checkpoint_path(run, out)
     state = {**run.state_dict(), "history": run.history, "elapsed": elapsed}
     if best is not None:

@@ -101,7 +101,7 @@ def party_file_data(
         notes += [
             n for f in files for n in table_notes([f.train, f.held], transform, options.choice)
         ]
-    data = _assemble(files, counts, config, transform, width, notes)
+    data = _assemble(files, counts, config, transform, width, notes, exchange)
     if config.validation_fraction is not None:
         data.final_test = lambda: _final_test(files, transform, width, exchange)
     return data
@@ -207,17 +207,35 @@ def _read_libsvm(config: TrainConfig, path: str) -> tuple[np.ndarray, np.ndarray
                        dtype=dtype)  # fmt: skip
 
 
-def _assemble(files, counts, config, transform, width, notes) -> LocalData:
+def _transform_all(files, transform, width, exchange: Exchange) -> list[tuple[Any, Any]]:
+    """Every local party's training and held-out features; a party whose files do not fit the
+    agreed transform (a test file with a renamed column) stops every party, naming itself."""
+    features, reports = [], []
+    for f in files:
+        try:
+            features.append((_features(f.train, transform, width),
+                             _features(f.held, transform, width)))  # fmt: skip
+            reports.append((f.rank, None))
+        except SlateError as err:
+            reports.append((f.rank, str(err)))
+    failed = [(rank, error) for rank, error in exchange.gather_objects(reports) if error]
+    if failed:
+        raise DataError(" ".join(f"Party {rank}: {error}" for rank, error in failed))
+    return features
+
+
+def _assemble(files, counts, config, transform, width, notes, exchange) -> LocalData:
+    features = _transform_all(files, transform, width, exchange)
     n_train = sum(c.train for c in counts)
     n_test = sum(c.test for c in counts)
     positives = sum(c.train_positives for c in counts)
     test_positives = sum(c.test_positives for c in counts)
     held = "validation" if config.validation_fraction is not None else "test"
     return LocalData(
-        x_train=np.concatenate([_features(f.train, transform, width) for f in files]),
+        x_train=np.concatenate([train for train, _ in features]),
         y_train=np.concatenate([_labels(f.train) for f in files]),
         parts=row_blocks([len(_labels(f.train)) for f in files]),
-        x_test=np.concatenate([_features(f.held, transform, width) for f in files]),
+        x_test=np.concatenate([held for _, held in features]),
         y_test=np.concatenate([_labels(f.held) for f in files]),
         test_parts=row_blocks([len(_labels(f.held)) for f in files]),
         n_train=n_train,
