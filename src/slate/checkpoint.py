@@ -53,6 +53,22 @@ def rank_checkpoint(folder: Path, rank: int, iteration: int) -> Path:
     return folder / f"checkpoint-rank{rank}-{iteration:09d}.pt"
 
 
+def setup_file(folder: Path, rank: int) -> Path:
+    """Party ``rank``'s set-up record, written once its data agreement is done: the run's
+    config and the exchanges to replay, so that a party lost before its first checkpoint can
+    still ``--resume`` (it returns with the members' average model)."""
+    return folder / f"setup-rank{rank}.pt"
+
+
+def newest_setup(folder: Path) -> Path | None:
+    """A set-up record in ``folder`` or a party's subfolder, or None."""
+    for where in (folder, *sorted(folder.glob("party*"))):
+        found = sorted(where.glob("setup-rank*.pt"))
+        if found:
+            return found[0]
+    return None
+
+
 def checkpoint_files(folder: Path, rank: int) -> dict[int, Path]:
     """Party ``rank``'s checkpoints in ``folder``, keyed by iteration."""
     pattern = re.compile(rf"checkpoint-rank{rank}-(\d+)\.pt$")

@@ -409,7 +409,10 @@ def train(
             "it with --resume and its own run folder; a new run needs a new rendezvous."
         )
     own = _own_newest_checkpoint(config, engine) if returning else None
-    run = Run(config, data=data, engine=engine, exchanges=own.get("exchanges") if own else None)
+    replay = own if own is not None else (_own_setup(config, engine) if returning else None)
+    run = Run(
+        config, data=data, engine=engine, exchanges=replay.get("exchanges") if replay else None
+    )
     config = run.config  # with the evaluation defaults filled in
 
     def say(line: str) -> None:
@@ -419,6 +422,8 @@ def train(
     for note in run.data.notes:
         say(note)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
+    if out is not None and run.engine.name == "distributed" and not returning:
+        _write_setup(run, out)
     say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
     network = (
         "no network"  # one party: nothing to gossip, the topology and its lambda mean nothing
@@ -460,6 +465,20 @@ def train(
         summary["out_dir"] = str(out)
     report(run, summary, final.wall, out, log)
     return RunResult(summary, history, out, run.x)
+
+
+def _write_setup(run: Run, out: Path) -> None:
+    """This party's set-up record (:func:`slate.checkpoint.setup_file`)."""
+    record = {"format": 1, "config": run.config.to_dict(), "exchanges": run.exchange.record}
+    checkpoint.save_checkpoint(checkpoint.setup_file(out, run.engine.local_parties[0]), record)
+
+
+def _own_setup(config: TrainConfig, engine: Engine | None) -> dict[str, Any] | None:
+    """A returning party's set-up record, or None without one."""
+    if config.out is None or engine is None:
+        return None
+    path = checkpoint.setup_file(Path(config.out), engine.local_parties[0])
+    return checkpoint.load_checkpoint(path) if path.is_file() else None
 
 
 def _own_newest_checkpoint(config: TrainConfig, engine: Engine | None) -> dict[str, Any] | None:

@@ -210,3 +210,33 @@ def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp
         assert process.returncode == 2, err
         assert "rendezvous store" in err and "slate rendezvous" in err, err
         assert "Traceback" not in err
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(tmp_path):
+    """Issue 23: a site killed at step 20, long before the first checkpoint (100), restarts with
+    --resume on a folder that holds only its set-up record, and rejoins at a checkpoint."""
+    write_sites(tmp_path)
+    port = free_port()
+    serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
+             "127.0.0.1"]  # fmt: skip
+    server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
+    flags = ["--nodes", "4", "--external-store", "--iterations", "3000", *SITE_FLAGS]
+    parties = [start_party(tmp_path, r, port, *flags, kill="1@20") for r in range(4)]
+    parties[1].wait(timeout=120)
+    assert parties[1].returncode == -signal.SIGKILL
+    folder = tmp_path / "site1" / "run"
+    assert not list(folder.glob("checkpoint-*")) and (folder / "setup-rank1.pt").is_file()
+    back = start_party(tmp_path, 1, port, "--resume", "run", "--external-store", "--no-progress",
+                       "--timeout", "30")  # fmt: skip
+    everyone = (parties[0], back, parties[2], parties[3])
+    outputs = [p.communicate(timeout=300) for p in everyone]
+    server.communicate(timeout=30)
+    for rank, (process, (_, err)) in enumerate(zip(everyone, outputs, strict=True)):
+        assert process.returncode == 0, f"party {rank}: {err}"
+        assert "Traceback" not in err
+    assert "party 1 rejoined the run at iteration" in outputs[1][0]
+    results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
+    for result in results:
+        assert result["members"] == [0, 1, 2, 3]
+        assert result["test_ap"] == results[0]["test_ap"]

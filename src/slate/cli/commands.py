@@ -107,7 +107,10 @@ def resumed_config(folder: str, argv: Sequence[str]) -> TrainConfig:
     """The checkpoint's config; flags given with --resume must agree except --iterations."""
     from slate import checkpoint
 
-    saved = checkpoint.load_checkpoint(checkpoint.newest_checkpoint(Path(folder)))["config"]
+    path = checkpoint.newest_checkpoint(Path(folder))
+    if not path.is_file():  # a party lost before its first checkpoint: its set-up record
+        path = checkpoint.newest_setup(Path(folder)) or path
+    saved = checkpoint.load_checkpoint(path)["config"]
     explicit = explicit_flags(argv)
     differing = checkpoint.differing_keys(saved, explicit)
     if differing:
