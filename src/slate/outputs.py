@@ -178,7 +178,7 @@ def build_summary(
         "test_split": run.data.test_split,
         "seed": config.seed,
         "n_train": run.data.n_train,
-        "n_test": run.data.n_test,
+        "n_test": scored_test_rows(run),
         "n_parameters": run.compute.layout.size,
         "device": str(run.device),
         **traffic,
@@ -237,12 +237,20 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
         log(f"{prefix}results written to {out}")
 
 
+def scored_test_rows(run: Run) -> int:
+    """The test rows the final metrics cover: with per-party files, only the parties still in
+    the run (a lost party's test rows leave with it)."""
+    if run.data.federated and run.data.counts and not run.validated:
+        return sum(run.data.counts[m].test for m in run.members)
+    return run.data.n_test
+
+
 def test_positives(run: Run) -> int:
     """The positives of the whole test set (every party's, with per-party files)."""
     if run.data.test_positives is not None:
         return run.data.test_positives
     if run.data.counts:
-        return sum(c.test_positives for c in run.data.counts)
+        return sum(run.data.counts[m].test_positives for m in run.members)
     return int(run.data.y_test.sum())
 
 
