@@ -1,0 +1,276 @@
+"""``slate.SlateClassifier``: scikit-learn's API and checks, and equality with ``slate train``.
+
+The references are scikit-learn itself (``check_estimator``, ``cross_val_score``, ``clone``,
+``average_precision_score``) and ``slate train`` run from the command line on the same rows,
+written to CSV files, whose saved model is scored by ``slate predict``'s code.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import make_classification
+from sklearn.inspection import permutation_importance
+from sklearn.metrics import average_precision_score
+from sklearn.model_selection import cross_val_score
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_estimator
+
+import slate
+from slate.cli import main
+from slate.config import TrainConfig, resolve_config
+from slate.estimator import EXPECTED_FAILED_CHECKS, PARAMETER_FIELDS, SlateClassifier
+from slate.scoring import logits_of
+
+ITERATIONS = 300
+
+
+@pytest.fixture(scope="module")
+def imbalanced() -> tuple[np.ndarray, np.ndarray]:
+    """1 600 rows, 12 features, about 10% positive."""
+    return make_classification(
+        n_samples=1600, n_features=12, n_informative=6, weights=[0.9], random_state=1
+    )
+
+
+def _write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """Each float32 feature in full (its float64 repr reads back to the same float32)."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([f"f{j}" for j in range(x.shape[1])] + ["label"])
+        for row, label in zip(x, y, strict=True):
+            writer.writerow([repr(float(v)) for v in row] + [int(label)])
+
+
+def _slate_train(tmp_path: Path, *flags: str) -> Path:
+    out = tmp_path / "run"
+    table = ["--dataset", "csv", "--label-column", "label", "--positive-label", "1"]
+    run = ["--iterations", str(ITERATIONS), "--out", str(out), "--no-progress"]
+    assert main(["train", *table, *run, *flags]) == 0
+    return out
+
+
+def _run_logits(run: Path, x: np.ndarray) -> np.ndarray:
+    """The logits of the run's saved model (``slate.load_model``), as ``slate predict`` scores
+    a file (no preprocessing here: the features are numbers, not standardised)."""
+    model, _ = slate.load_model(run)
+    return logits_of(model, x.astype(np.float32)).numpy().astype(np.float64)
+
+
+# ------------------------------------------------------------------ equality with slate train
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+def test_equals_slate_train_on_the_same_rows_and_partition(tmp_path, imbalanced, standardize):
+    x, y = imbalanced
+    x = x.astype(np.float32)
+    x_train, y_train, x_test, y_test = x[:1200], y[:1200], x[1200:], y[1200:]
+    _write_csv(tmp_path / "tr.csv", x_train, y_train)
+    _write_csv(tmp_path / "te.csv", x_test, y_test)
+    run = _slate_train(
+        tmp_path, "--train", str(tmp_path / "tr.csv"), "--test", str(tmp_path / "te.csv"),
+        "--nodes", "4", "--standardize" if standardize else "--no-standardize",
+    )  # fmt: skip
+    clf = SlateClassifier(n_parties=4, iterations=ITERATIONS, standardize=standardize)
+    clf.fit(x_train, y_train)
+    logits = clf.decision_function(x_test)
+    summary = json.loads((run / "summary.json").read_text())
+    ap = average_precision_score(y_test, logits)
+    assert ap == pytest.approx(summary["test_ap"], abs=1e-6)  # the run's exact (pooled) AP
+    assert ap > 3 * y_test.mean()
+    if not standardize:  # the saved model's logits (standardised runs scale inside slate predict)
+        np.testing.assert_allclose(logits, _run_logits(run, x_test), atol=1e-6, rtol=0)
+    predictions = tmp_path / "predictions.csv"
+    assert main(["predict", "--run", str(run), "--data", str(tmp_path / "te.csv"),
+                 "--out", str(predictions)]) == 0  # fmt: skip
+    with open(predictions) as handle:
+        scores = np.array([float(row["score"]) for row in csv.DictReader(handle)])
+    # slate predict's score is the float32 sigmoid, written with 9 digits
+    np.testing.assert_allclose(clf.predict_proba(x_test)[:, 1], scores, atol=1e-6, rtol=0)
+
+
+def test_party_ids_equal_slate_train_with_each_partys_own_files(tmp_path, imbalanced) -> None:
+    """``parties=`` ids give the model of ``slate train`` with ``{rank}`` files holding those
+    rows (the test rows are split too: each party scores its own)."""
+    x, y = imbalanced
+    x = x.astype(np.float32)
+    x_train, y_train, x_test = x[:1200], y[:1200], x[1200:]
+    ids = np.random.default_rng(0).integers(0, 3, len(y_train))
+    for k in range(3):
+        _write_csv(tmp_path / f"tr{k}.csv", x_train[ids == k], y_train[ids == k])
+        _write_csv(tmp_path / f"te{k}.csv", x_test[k::3], y[1200:][k::3])
+    run = _slate_train(
+        tmp_path, "--train", str(tmp_path / "tr{rank}.csv"), "--test",
+        str(tmp_path / "te{rank}.csv"), "--nodes", "3", "--no-standardize",
+    )  # fmt: skip
+    clf = SlateClassifier(iterations=ITERATIONS).fit(x_train, y_train, parties=ids)
+    assert clf.n_parties_ == 3
+    np.testing.assert_array_equal(clf.party_sizes_, np.bincount(ids))
+    np.testing.assert_allclose(
+        clf.decision_function(x_test), _run_logits(run, x_test), atol=1e-6, rtol=0
+    )
+
+
+# ------------------------------------------------------------------ scikit-learn's tools
+
+
+def test_cross_val_score_in_a_pipeline_beats_the_positive_rate(imbalanced) -> None:
+    x, y = imbalanced
+    x = x * np.linspace(1, 1000, x.shape[1])  # raw scales: the pipeline's scaler matters
+    pipeline = Pipeline(
+        [("scale", StandardScaler()), ("slate", SlateClassifier(n_parties=4, iterations=300))]
+    )
+    scores = cross_val_score(pipeline, x, y, cv=3, scoring="average_precision")
+    assert scores.shape == (3,)
+    assert scores.min() > 0.6 > 5 * y.mean()
+    # parties= routed to fit and cut by each fold, like any per-row fit parameter
+    ids = {"slate__parties": np.arange(len(y)) % 3}
+    scores = cross_val_score(pipeline, x, y, cv=3, scoring="average_precision", params=ids)
+    assert scores.min() > 0.6
+
+
+def test_params_round_trip_through_clone_and_set_params() -> None:
+    clf = SlateClassifier(n_parties=5, lr=0.05, topology="torus", compress="int8")
+    params = clf.get_params()
+    assert params["n_parties"] == 5 and params["topology"] == "torus"
+    twin = clone(clf)
+    assert twin is not clf and twin.get_params() == params
+    assert twin.set_params(lr=0.2, algorithm="slate-m") is twin
+    assert twin.get_params() == {**params, "lr": 0.2, "algorithm": "slate-m"}
+    assert clf.get_params() == params
+    assert SlateClassifier(**params).get_params() == params
+
+
+def test_defaults_are_slate_trains_for_a_table() -> None:
+    """Every parameter that is a flag defaults to ``slate train --dataset csv``'s value, except
+    ``standardize`` (off: scale in a Pipeline) and ``n_parties`` (``--nodes`` 20 as well)."""
+    resolved = resolve_config(TrainConfig(dataset="csv"))
+    for name, value in SlateClassifier().get_params().items():
+        field = PARAMETER_FIELDS.get(name, name)
+        if name == "standardize":
+            assert value is False and resolved.standardize is True
+        elif hasattr(resolved, field):
+            assert value == getattr(resolved, field), name
+        else:
+            assert name == "verbose"
+    config = SlateClassifier(n_parties=6, lr=0.3).train_config()
+    assert (config.nodes, config.lr, config.eval_every, config.party_ap) == (6, 0.3, 2000, False)
+
+
+def test_permutation_importance_finds_the_informative_feature() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(600, 3))
+    y = (x[:, 1] + 0.3 * rng.normal(size=600) > 1.3).astype(int)
+    clf = SlateClassifier(n_parties=3, iterations=200).fit(x, y)
+    result = permutation_importance(
+        clf, x, y, scoring="average_precision", n_repeats=3, random_state=0
+    )
+    assert result.importances_mean.shape == (3,)
+    assert int(np.argmax(result.importances_mean)) == 1
+
+
+def test_check_estimator_fails_only_the_listed_checks() -> None:
+    """Every scikit-learn check passes except those in ``EXPECTED_FAILED_CHECKS``, and those
+    do fail (the list stays honest). With ``positives=1`` only the float32 one fails."""
+    for positives, expected in (
+        (2, set(EXPECTED_FAILED_CHECKS)),
+        (1, {"check_methods_subset_invariance"}),
+    ):
+        estimator = SlateClassifier(n_parties=2, iterations=50, positives=positives)
+        results = check_estimator(estimator, on_fail=None)
+        failed = {r["check_name"] for r in results if r["status"] == "failed"}
+        assert failed == expected, [r for r in results if r["check_name"] in failed ^ expected]
+        assert sum(r["status"] == "passed" for r in results) > 40
+
+
+# ------------------------------------------------------------------ parties and bad input
+
+
+def test_party_ids_and_index_lists_give_the_same_model(imbalanced) -> None:
+    x, y = imbalanced
+    ids = np.random.default_rng(1).choice(np.array(["a", "b", "c"]), size=len(y))
+    by_ids = SlateClassifier(iterations=100).fit(x, y, parties=ids)
+    rows = [np.flatnonzero(ids == name) for name in ("a", "b", "c")]
+    by_rows = SlateClassifier(iterations=100).fit(x, y, parties=[r[::-1] for r in rows])
+    by_list = SlateClassifier(iterations=100).fit(x, y, parties=list(ids))
+    expected = by_ids.decision_function(x)
+    np.testing.assert_array_equal(by_rows.decision_function(x), expected)
+    np.testing.assert_array_equal(by_list.decision_function(x), expected)
+    assert by_ids.n_parties_ == 3
+    np.testing.assert_array_equal(by_ids.party_sizes_, [len(r) for r in rows])
+
+
+def test_a_party_without_positives_is_a_value_error(imbalanced) -> None:
+    x, y = imbalanced
+    ids = np.where(y == 1, 0, np.arange(len(y)) % 2)  # party 1 holds negatives only
+    with pytest.raises(ValueError, match=r"at least b = 2 positives \('positives'\)") as info:
+        SlateClassifier(iterations=10).fit(x, y, parties=ids)
+    assert "party 1: 0" in str(info.value)
+    assert "sorted order of their ids: 0 = 0, 1 = 1" in str(info.value)
+    with pytest.raises(ValueError, match="'n_parties'"):
+        SlateClassifier(n_parties=500, iterations=10).fit(x, y)
+
+
+@pytest.mark.parametrize(
+    ("parties", "message"),
+    [
+        (np.zeros(5), r"one party id per row of X \(1600 rows\)"),
+        ([np.arange(800), np.arange(700, 1600)], "100 rows are in several parties"),
+        ([np.arange(800), np.arange(900, 1600)], "100 rows are in no party"),
+        ([np.arange(800), np.arange(800, 1601)], "outside 0..1599"),
+        ([np.arange(800) * 1.0, np.arange(800, 1600)], "integer row indices"),
+    ],
+)
+def test_malformed_parties_are_value_errors(imbalanced, parties, message) -> None:
+    x, y = imbalanced
+    with pytest.raises(ValueError, match=message):
+        SlateClassifier(iterations=10).fit(x, y, parties=parties)
+
+
+def test_bad_targets_and_parameters_are_value_errors(imbalanced) -> None:
+    x, y = imbalanced
+    with pytest.raises(ValueError, match="Only binary classification is supported"):
+        SlateClassifier(iterations=10).fit(x, y % 3 + (x[:, 0] > 0))
+    with pytest.raises(ValueError, match="one class only"):
+        SlateClassifier(iterations=10).fit(x, np.zeros(len(y)))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        SlateClassifier(iterations=10).fit(x, x[:, 0])
+    with pytest.raises(ValueError, match=r"'positives' \(b = 30\) cannot exceed 'batch_size'"):
+        SlateClassifier(positives=30, iterations=10).fit(x, y)
+    with pytest.raises(ValueError, match="float32's range"):
+        SlateClassifier(iterations=10).fit(np.full_like(x, 1e300), y)
+
+
+def test_labels_probabilities_and_pickle(imbalanced) -> None:
+    x, y = imbalanced
+    names = np.array(["benign", "malignant"])[y]
+    clf = SlateClassifier(n_parties=4, iterations=100, standardize=True).fit(x, names)
+    assert list(clf.classes_) == ["benign", "malignant"]
+    logits = clf.decision_function(x)
+    assert logits.dtype == np.float64 and logits.shape == (len(y),)
+    np.testing.assert_array_equal(clf.predict(x), np.where(logits > 0, "malignant", "benign"))
+    proba = clf.predict_proba(x)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_allclose(proba[:, 1], 1 / (1 + np.exp(-logits)))
+    assert average_precision_score(y, logits) > 0.5
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(again.decision_function(x), logits)
+
+
+def test_import_slate_leaves_the_estimator_unloaded() -> None:
+    code = (
+        "import sys, slate; assert 'slate.estimator' not in sys.modules; "
+        "assert 'sklearn.base' not in sys.modules; "
+        "assert slate.SlateClassifier.__module__ == 'slate.estimator'; "
+        "assert 'SlateClassifier' in slate.__all__"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
