@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.calibration import CalibratedClassifierCV
 from sklearn.datasets import make_classification
 from sklearn.inspection import permutation_importance
-from sklearn.metrics import average_precision_score
+from sklearn.metrics import average_precision_score, brier_score_loss
 from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
@@ -29,7 +30,7 @@ import slate
 from slate.cli import main
 from slate.config import TrainConfig, resolve_config
 from slate.estimator import EXPECTED_FAILED_CHECKS, PARAMETER_FIELDS, SlateClassifier
-from slate.scoring import logits_of
+from slate.scoring import logits_of, read_input
 
 ITERATIONS = 300
 
@@ -59,11 +60,12 @@ def _slate_train(tmp_path: Path, *flags: str) -> Path:
     return out
 
 
-def _run_logits(run: Path, x: np.ndarray) -> np.ndarray:
-    """The logits of the run's saved model (``slate.load_model``), as ``slate predict`` scores
-    a file (no preprocessing here: the features are numbers, not standardised)."""
-    model, _ = slate.load_model(run)
-    return logits_of(model, x.astype(np.float32)).numpy().astype(np.float64)
+def _run_logits(run: Path, data: Path) -> np.ndarray:
+    """The logits of the run's saved model on a CSV file, read and preprocessed as ``slate
+    predict`` reads it (``slate.load_model``, ``slate.scoring``)."""
+    model, preprocessing = slate.load_model(run)
+    features = read_input(preprocessing, data).features
+    return logits_of(model, features).numpy().astype(np.float64)
 
 
 # ------------------------------------------------------------------ equality with slate train
@@ -87,8 +89,7 @@ def test_equals_slate_train_on_the_same_rows_and_partition(tmp_path, imbalanced,
     ap = average_precision_score(y_test, logits)
     assert ap == pytest.approx(summary["test_ap"], abs=1e-6)  # the run's exact (pooled) AP
     assert ap > 3 * y_test.mean()
-    if not standardize:  # the saved model's logits (standardised runs scale inside slate predict)
-        np.testing.assert_allclose(logits, _run_logits(run, x_test), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(logits, _run_logits(run, tmp_path / "te.csv"), atol=1e-6, rtol=0)
     predictions = tmp_path / "predictions.csv"
     assert main(["predict", "--run", str(run), "--data", str(tmp_path / "te.csv"),
                  "--out", str(predictions)]) == 0  # fmt: skip
@@ -115,8 +116,9 @@ def test_party_ids_equal_slate_train_with_each_partys_own_files(tmp_path, imbala
     clf = SlateClassifier(iterations=ITERATIONS).fit(x_train, y_train, parties=ids)
     assert clf.n_parties_ == 3
     np.testing.assert_array_equal(clf.party_sizes_, np.bincount(ids))
+    _write_csv(tmp_path / "te.csv", x_test, y[1200:])
     np.testing.assert_allclose(
-        clf.decision_function(x_test), _run_logits(run, x_test), atol=1e-6, rtol=0
+        clf.decision_function(x_test), _run_logits(run, tmp_path / "te.csv"), atol=1e-6, rtol=0
     )
 
 
@@ -176,6 +178,17 @@ def test_permutation_importance_finds_the_informative_feature() -> None:
     )
     assert result.importances_mean.shape == (3,)
     assert int(np.argmax(result.importances_mean)) == 1
+
+
+def test_calibrated_classifier_cv_turns_scores_into_probabilities(imbalanced) -> None:
+    """The sigmoid of the logit ranks but is not a probability; scikit-learn's calibration,
+    which the docstring points to, fits one."""
+    x, y = imbalanced
+    clf = SlateClassifier(n_parties=4, iterations=200)
+    raw = clf.fit(x, y).predict_proba(x)[:, 1]
+    calibrated = CalibratedClassifierCV(clf, cv=3).fit(x, y).predict_proba(x)[:, 1]
+    assert brier_score_loss(y, calibrated) < 0.5 * brier_score_loss(y, raw)
+    assert calibrated.mean() == pytest.approx(y.mean(), abs=0.02)
 
 
 def test_check_estimator_fails_only_the_listed_checks() -> None:
