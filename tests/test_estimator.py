@@ -19,6 +19,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.inspection import permutation_importance
 from sklearn.metrics import average_precision_score, brier_score_loss
 from sklearn.model_selection import cross_val_score
@@ -261,6 +262,8 @@ def test_bad_targets_and_parameters_are_value_errors(imbalanced) -> None:
         SlateClassifier(positives=30, iterations=10).fit(x, y)
     with pytest.raises(ValueError, match="float32's range"):
         SlateClassifier(iterations=10).fit(np.full_like(x, 1e300), y)
+    with pytest.warns(ConvergenceWarning, match=r"not learning: every training score.*'lr'"):
+        SlateClassifier(n_parties=4, lr=1e6, iterations=50).fit(x, y)
 
 
 def test_labels_probabilities_and_pickle(imbalanced) -> None:

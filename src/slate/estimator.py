@@ -455,6 +455,9 @@ class _RunLog:
             print(line)
 
     def warn_if_not_learning(self) -> None:
+        """A ``ConvergenceWarning`` for the run's "not learning" line, if it wrote one (its
+        "test" rows are the training rows here)."""
         for line in self.lines:
             if "not learning" in line:
-                warnings.warn(_with_parameter_names(line), ConvergenceWarning, stacklevel=3)
+                message = line.removeprefix("warning: ").replace("test score", "training score")
+                warnings.warn(_with_parameter_names(message), ConvergenceWarning, stacklevel=3)
