@@ -9,16 +9,16 @@ import pytest
 from sklearn.metrics import average_precision_score
 
 from slate import checkpoint
-from slate.config import TrainConfig, resolve_config
-from slate.errors import RunInterrupted
-from slate.train import (
+from slate.checks import (
     EVALUATION_BUDGET,
-    Run,
     evaluation_cost,
     evaluation_count,
-    train,
     with_evaluation_defaults,
 )
+from slate.config import TrainConfig, resolve_config
+from slate.errors import RunInterrupted
+from slate.run import Run
+from slate.train import train
 
 
 def config(**fields) -> TrainConfig:
@@ -111,8 +111,8 @@ def test_stop_requested_between_chunks_adds_no_second_evaluation(tmp_path, monke
 def test_compile_choice(compile, engine, device, iterations, hidden, expected) -> None:
     import torch
 
+    from slate.checks import should_compile
     from slate.models import build_model
-    from slate.train import should_compile
 
     model = build_model("mlp", (300,), hidden=hidden)
     cfg = config(iterations=iterations, compile=compile)

@@ -19,7 +19,8 @@ from slate.config import TrainConfig
 from slate.data.sources import load_dataset
 from slate.errors import ConfigError
 from slate.models import Cifar10CNN, ResNet18
-from slate.train import HISTORY_COLUMNS, train
+from slate.outputs import HISTORY_COLUMNS
+from slate.train import train
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MNIST_FILES = (

@@ -32,7 +32,7 @@ from slate.operating_points import (
 )
 
 if TYPE_CHECKING:
-    from slate.train import Run
+    from slate.run import Run
 
 __all__ = [
     "HISTORY_COLUMNS",

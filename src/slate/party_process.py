@@ -26,8 +26,9 @@ __all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_par
 
 def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     """Check the input once here, then start one worker process per party."""
+    from slate.checks import check_inputs
     from slate.engines.launch import launch_local
-    from slate.train import check_inputs, default_out_dir
+    from slate.outputs import default_out_dir
 
     given = config.nodes
     config, _ = with_default_parties(config)
@@ -73,8 +74,8 @@ def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
 
 def _open_engine(config: TrainConfig, rendezvous, timeout: float):
     """The distributed engine of this party: recovering from a lost party where it can."""
+    from slate.checks import resolve_device
     from slate.engines.distributed import DistributedEngine, backend_for
-    from slate.train import resolve_device
 
     device = resolve_device(config.device)
     if rendezvous is None:  # torchrun opened the default group; its agent handles failures
@@ -87,8 +88,9 @@ def _train_as_party(config: TrainConfig, rendezvous, args: argparse.Namespace, a
     """Train as this process's party, then leave together with the others."""
     import torch.distributed as dist
 
+    from slate.checks import resolve_device
     from slate.engines.distributed import local_rank
-    from slate.train import resolve_device, train
+    from slate.train import train
 
     device = resolve_device(config.device)
     world = rendezvous.world if rendezvous is not None else dist.get_world_size()
@@ -121,7 +123,7 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     import torch.distributed as dist
 
     from slate.data.local import RANK_PLACEHOLDER, party_path, uses_party_files
-    from slate.train import default_out_dir
+    from slate.outputs import default_out_dir
 
     out = config.out
     if out is None and alone:
@@ -152,7 +154,7 @@ def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
         raise ConfigError(f"--rank must lie in 0..{config.nodes - 1} (--nodes {config.nodes}), "
                           f"got {args.rank}.")  # fmt: skip
     config = dataclasses.replace(config, party_files=True)
-    from slate.train import check_inputs
+    from slate.checks import check_inputs
 
     check_inputs(config)
     parse_rendezvous(args.rendezvous)  # a malformed address is refused before anything else

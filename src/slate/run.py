@@ -14,10 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,20 +23,25 @@ from torch import Tensor
 
 from slate import metrics
 from slate.agreement import check_same_run, run_fingerprint
-from slate.algorithms import Algorithm, AlgorithmConfig, build_algorithm
-from slate.config import TrainConfig, resolve_config
+from slate.algorithms import Algorithm, build_algorithm
+from slate.checks import (
+    algorithm_config,
+    check_config,
+    resolve_device,
+    should_compile,
+    with_evaluation_defaults,
+)
+from slate.config import TrainConfig
 from slate.data.datasets import Dataset
-from slate.data.local import uses_party_files
-from slate.data.partition import check_party_counts, make_partition
-from slate.data.sampler import PartySampler, validate_batch_shape
-from slate.data.sources import load_dataset, load_local_data
+from slate.data.sampler import PartySampler
+from slate.data.sources import load_local_data
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
 from slate.evaluation import TestScores, evaluation_for
 from slate.fault_injection import FaultPlan
-from slate.gossip import check_gossip_flags, gossip_settings, parse_wan
+from slate.gossip import gossip_settings, parse_wan
 from slate.models import build_model
 from slate.recovery import (
     PartySetChanges,
@@ -49,201 +52,9 @@ from slate.recovery import (
 )
 from slate.topology import build_topology, diameter
 
-__all__ = [
-    "Run",
-    "check_inputs",
-    "check_out_dir",
-    "evaluation_cost",
-    "evaluation_count",
-    "resolve_device",
-    "should_compile",
-    "with_evaluation_defaults",
-]
+__all__ = ["Run"]
 
 SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
-EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
-
-
-def resolve_device(name: str) -> torch.device:
-    """``--device``: ``cpu``, ``cuda`` or ``cuda:K``; CUDA must be present."""
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ConfigError(f"--device {name!r} is not a device name (use cpu or cuda).") from err
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            f"--device {name} was asked for, but this machine has no CUDA device that torch "
-            f"{torch.__version__} can use. Run with --device cpu."
-        )
-    if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"--device {name!r} is not supported; use cpu or cuda.")
-    return device
-
-
-def check_inputs(config: TrainConfig) -> TrainConfig:
-    """Resolve the config and check flags, topology and data, without building a run.
-
-    The distributed launcher calls it once, so that bad input gives one clear error instead
-    of one per party.
-    """
-    config = resolve_config(config)
-    _check_numbers(config)
-    resolve_device(config.device)
-    build_topology(config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period)
-    build_algorithm(config.algorithm, _algorithm_config(config))
-    if uses_party_files(config):
-        return config  # each party reads and checks its own files; they agree before training
-    data = load_dataset(config)
-    parts = make_partition(
-        data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
-    )
-    check_party_counts(data.y_train, parts, config.positives, config.batch_size, config.partition)
-    return config
-
-
-COMPILE_CHOICES = ("auto", "on", "off")
-COMPILE_MAX_PARAMETERS = 100_000  # "auto" compiles small models, whose steps are overhead-bound
-COMPILE_MIN_ITERATIONS = 20_000  # ... in runs long enough to repay even a cold compilation
-
-
-def should_compile(
-    config: TrainConfig, engine_name: str, device: torch.device, model: torch.nn.Module
-) -> bool:
-    """Whether to ``torch.compile`` the parties' gradient (``--compile auto|on|off``).
-
-    ``auto`` compiles where it was measured faster (``benchmarks/RESULTS.md``): the simulator on
-    CPU, a model of at most ``COMPILE_MAX_PARAMETERS`` parameters (the w8a MLP's steps: 0.28 ms
-    against 0.95 ms; the MNIST CNN, compute-bound, gains about 1.3x for a 9 s compilation) and at
-    least ``COMPILE_MIN_ITERATIONS`` iterations: compiling costs about 9 s with a cold inductor
-    cache and 2.6 s with a warm one, so the paper's 10 000-iteration w8a run is 3 s slower
-    compiled on a fresh machine and 3 s faster afterwards. Distributed processes stay eager: N
-    compilations at once would share the same cores.
-    """
-    if config.compile == "on":
-        return True
-    if config.compile == "off":
-        return False
-    n_parameters = sum(p.numel() for p in model.parameters())
-    return (
-        engine_name == "simulator"
-        and device.type == "cpu"
-        and n_parameters <= COMPILE_MAX_PARAMETERS
-        and config.iterations >= COMPILE_MIN_ITERATIONS
-    )
-
-
-def evaluation_cost(config: TrainConfig, n_test: int) -> float:
-    """One evaluation of one model on the test set, in iterations' worth of training work.
-
-    An iteration runs a forward and a backward pass (about three forward passes' work) on the
-    N m samples of all parties; an evaluation runs a forward pass on the ``n_test`` test rows.
-    """
-    return n_test / (3 * config.nodes * config.batch_size)
-
-
-def evaluation_count(iterations: int, eval_every: int) -> int:
-    """History rows of a run: iteration 0, every multiple of ``eval_every``, and the last one."""
-    return 1 + math.ceil(iterations / eval_every)
-
-
-def with_evaluation_defaults(
-    config: TrainConfig, n_test: int, party_ap_possible: bool = True
-) -> TrainConfig:
-    """Fill ``eval_every`` and ``party_ap`` so that evaluation costs at most ~10% of training.
-
-    ``eval_every`` defaults to T/20, or to the smallest interval whose evaluations of the averaged
-    model (:func:`evaluation_count` of them) cost at most ``EVALUATION_BUDGET`` of the training
-    work: MNIST's 10 000 test images against 300 iterations of 20 x 20 images give every 150.
-    ``party_ap`` (the AP of each party's own final model: N more evaluations) defaults to on
-    where those, added to the periodic ones, still fit in the budget; it is off where no
-    process holds the whole test set (per-party files).
-    """
-    iterations, cost = config.iterations, evaluation_cost(config, n_test)
-    affordable = EVALUATION_BUDGET * iterations / cost  # evaluations the budget pays for
-    every = config.eval_every
-    if every is None:
-        periodic = math.floor(affordable) - 1  # multiples of eval_every, the final one included
-        every = iterations if periodic < 1 else math.ceil(iterations / periodic)
-        every = min(iterations, max(1, iterations // 20, every))
-    party_ap = config.party_ap if party_ap_possible else False
-    if party_ap is None:
-        party_ap = evaluation_count(iterations, every) + config.nodes <= affordable
-    return dataclasses.replace(config, eval_every=every, party_ap=party_ap)
-
-
-def _check_numbers(config: TrainConfig) -> None:
-    validate_batch_shape(config.batch_size, config.positives)
-    if config.iterations < 1:
-        raise ConfigError(f"--iterations must be at least 1, got {config.iterations}.")
-    if config.compile not in COMPILE_CHOICES:
-        raise ConfigError(
-            f"--compile must be one of {', '.join(COMPILE_CHOICES)}, got {config.compile!r}."
-        )
-    if config.eval_every is not None and config.eval_every < 1:
-        raise ConfigError(f"--eval-every must be at least 1, got {config.eval_every}.")
-    if config.nodes < 1:
-        raise ConfigError(f"--nodes must be at least 1, got {config.nodes}.")
-    if config.hidden < 1:
-        raise ConfigError(f"--hidden must be at least 1, got {config.hidden}.")
-    if config.threads is not None and config.threads < 1:
-        raise ConfigError(f"--threads must be at least 1, got {config.threads}.")
-    if config.out is not None:
-        check_out_dir(config.out)
-    _check_party_loss(config)
-    check_gossip_flags(config)
-    _check_validation(config)
-
-
-def _check_validation(config: TrainConfig) -> None:
-    """``--validation-fraction`` in (0, 1); ``--early-stopping`` at least 1, and only with it."""
-    fraction = config.validation_fraction
-    if fraction is not None and not 0 < fraction < 1:
-        raise ConfigError(
-            f"--validation-fraction must lie strictly between 0 and 1, got {fraction}."
-        )
-    if config.early_stopping is not None:
-        if fraction is None:
-            raise ConfigError(
-                "--early-stopping needs --validation-fraction F: stopping on the test AP would "
-                "choose the model by its test score."
-            )
-        if config.early_stopping < 1:
-            raise ConfigError(
-                f"--early-stopping must be at least 1 evaluation, got {config.early_stopping}."
-            )
-
-
-PARTY_LOSS_CHOICES = ("continue", "stop")
-
-
-def _check_party_loss(config: TrainConfig) -> None:
-    if config.on_party_loss not in (None, *PARTY_LOSS_CHOICES):
-        raise ConfigError(
-            f"--on-party-loss must be continue or stop, got {config.on_party_loss!r}."
-        )
-    if config.on_party_loss == "continue" and config.device.startswith("cuda"):
-        raise ConfigError(
-            "--on-party-loss continue needs the gloo backend (CPU tensors): nccl cannot abandon "
-            "a collective with a dead peer without aborting the process. Use --on-party-loss "
-            "stop with --device cuda, or --device cpu (docs/reliability.md)."
-        )
-
-
-def check_out_dir(out: str) -> None:
-    """``--out`` must be a folder that can be created (and written) before any data is read."""
-    path = Path(out.replace("{rank}", "0"))
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--out {out} exists and is a file; give a folder.")
-    ancestor = path
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(
-            f"--out {out} cannot be created: {ancestor} is a file, not a folder. Give a folder "
-            "path."
-        )
-    if not os.access(ancestor, os.W_OK):
-        raise ConfigError(f"--out {out} cannot be created: {ancestor} is not writable.")
 
 
 class Run(PartySetChanges):
@@ -262,7 +73,7 @@ class Run(PartySetChanges):
         exchanges: list[Any] | None = None,
     ) -> None:
         self.config = config
-        _check_numbers(config)
+        check_config(config)
         if config.threads:
             torch.set_num_threads(config.threads)
         self.engine = engine or SimulatorEngine(config.nodes)
@@ -300,7 +111,7 @@ class Run(PartySetChanges):
                 "engine, stop a party's process instead."
             )
         self.history: list[dict[str, float]] = []
-        self.algorithm: Algorithm = build_algorithm(config.algorithm, _algorithm_config(config))
+        self.algorithm: Algorithm = build_algorithm(config.algorithm, algorithm_config(config))
         model = build_model(
             config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
         )
@@ -337,6 +148,7 @@ class Run(PartySetChanges):
         self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
         self.validated, self.n_validation = False, 0  # set by use_final_test
         self.resumed_best: dict[str, Any] | None = None  # --early-stopping's, from a checkpoint
+        self.best_model: Any = None  # --early-stopping's kept model (slate.validation.BestModel)
         # A party lost before the first step (during the first evaluation) is a loss like any
         # other: the survivors roll back to this position, iteration 0 before its evaluation.
         self.snapshot(after_evaluation=False)
@@ -675,17 +487,3 @@ def _synchronize(device: torch.device) -> None:
 def _rows(table: Tensor, indices: Tensor) -> Tensor:
     """``table[indices]`` by ``index_select`` (3x faster than advanced indexing on CPU)."""
     return table.index_select(0, indices.reshape(-1)).view(*indices.shape, *table.shape[1:])
-
-
-def _algorithm_config(config: TrainConfig) -> AlgorithmConfig:
-    return AlgorithmConfig(
-        lr=config.lr,
-        margin=config.margin,
-        gradient_tracking=config.gradient_tracking,
-        alpha=config.alpha,
-        initial_batch=config.initial_batch,
-        momentum=config.momentum,
-        lr_dual=config.lr_dual,
-        coda_objective=config.coda_objective,
-        sampled_positive_rate=config.positives / config.batch_size,
-    )

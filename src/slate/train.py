@@ -34,7 +34,6 @@ from slate.engines.local import Engine
 from slate.engines.membership import Change
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.outputs import (
-    HISTORY_COLUMNS,
     build_summary,
     default_out_dir,
     evaluation_summary,
@@ -42,32 +41,10 @@ from slate.outputs import (
     report,
     write_run_folder,
 )
-from slate.run import (
-    EVALUATION_BUDGET,
-    Run,
-    check_inputs,
-    evaluation_cost,
-    evaluation_count,
-    resolve_device,
-    should_compile,
-    with_evaluation_defaults,
-)
+from slate.run import Run
 from slate.validation import BestModel, validation_summary
 
-__all__ = [
-    "EVALUATION_BUDGET",
-    "HISTORY_COLUMNS",
-    "Run",
-    "RunResult",
-    "check_inputs",
-    "default_out_dir",
-    "evaluation_cost",
-    "evaluation_count",
-    "resolve_device",
-    "should_compile",
-    "train",
-    "with_evaluation_defaults",
-]
+__all__ = ["RunResult", "train"]
 
 MAX_CHUNK = 1000  # steps of indices drawn at once
 
@@ -140,14 +117,14 @@ def _checkpoint_path(run: Run, out: Path) -> Path:
     return checkpoint.rank_checkpoint(out, run.engine.local_parties[0], run.iteration)
 
 
-def _save(run: Run, out: Path | None, elapsed: float, best: BestModel | None = None) -> None:
+def _save(run: Run, out: Path | None, elapsed: float) -> None:
     if out is None:
         return
     run.faults.check("checkpoint", run.iteration)
     path = _checkpoint_path(run, out)
     state = {**run.state_dict(), "history": run.history, "elapsed": elapsed}
-    if best is not None:
-        state["best_model"] = best.state_dict()
+    if run.best_model is not None:  # --early-stopping's kept model
+        state["best_model"] = run.best_model.state_dict()
     checkpoint.save_checkpoint(path, state)
     if run.engine.name != "simulator":
         checkpoint.prune_rank_checkpoints(out, run.engine.local_parties[0])
@@ -206,7 +183,7 @@ class _Loop:
         # stop check, checkpoint and admission, which they have already made.
         self.joined_at: int | None = None
         patience = run.config.early_stopping
-        self.best = BestModel(patience) if patience else None  # --early-stopping
+        self.best = run.best_model = BestModel(patience) if patience else None
         self.stopped_at: int | None = None
 
     def elapsed(self) -> float:
@@ -261,7 +238,7 @@ class _Loop:
         run, t = self.run, self.run.iteration
         stopping = run.engine.any(run.stop_requested)
         if stopping or (t > 0 and t % run.config.checkpoint_every == 0):
-            _save(run, self.out, self.elapsed(), self.best)
+            _save(run, self.out, self.elapsed())
         if stopping:
             raise RunInterrupted(_interrupted_message(run, self.out))
         if t > 0 and t % run.config.checkpoint_every == 0:

@@ -319,11 +319,11 @@ def test_coda_p_is_the_rate_the_sampler_draws_positives_at():
     """A w7a-like party (3% positives) sampled with b = 2 of m = 20: p must be 0.1, the rate of
     the batches the class means are taken over, so that the saddle ranks scorers: a perfect one
     below a constant one below a reversed one. With the party's 3% they would all tie."""
+    from slate.checks import algorithm_config
     from slate.config import TrainConfig, resolve_config
-    from slate.run import _algorithm_config
 
     config = resolve_config(TrainConfig(algorithm="coda", positives=2, batch_size=20))
-    algorithm = build_algorithm("coda", _algorithm_config(config))
+    algorithm = build_algorithm("coda", algorithm_config(config))
     party_labels = (torch.arange(1000) % 100 < 3).long()  # 3% positives
     p = float(algorithm.context([party_labels, party_labels])[0, 0])
     assert p == pytest.approx(0.1)
