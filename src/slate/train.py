@@ -29,7 +29,7 @@ from torch import Tensor
 from slate import checkpoint
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
-from slate.engines.distributed import ExchangeFailed
+from slate.engines.faults import ExchangeFailed
 from slate.engines.local import Engine
 from slate.engines.membership import Change
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged

@@ -32,8 +32,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +42,12 @@ from torch import Tensor
 
 from slate.engines.base import Communicator, GossipSettings
 from slate.engines.choco import ChocoGossip, RoundEdges
+from slate.engines.faults import (
+    ExchangeFailed,
+    FailureGuard,
+    Waiter,
+    first_line,
+)
 from slate.engines.local import Engine
 from slate.engines.membership import (
     FINAL_MEMBERS_KEY,
@@ -52,28 +56,18 @@ from slate.engines.membership import (
     Heartbeat,
     Membership,
     PartyLost,
-    process_alive,
 )
 from slate.topology import Topology
 
 __all__ = [
     "DistributedCommunicator",
     "DistributedEngine",
-    "ExchangeFailed",
     "PartyLost",
     "Rendezvous",
     "backend_for",
 ]
 
-LOST_KEY = "slate/lost_rank"
-PROC_KEY = "slate/process"
-LOOKUP_SECONDS = 3.0
-POLL_SECONDS = 0.2  # a collective is waited for in slices this long, checking the failed flag
 LEAVE = 0.0  # the last element of a gossip message: 1 for parameters, 0 for "I have left"
-
-
-class ExchangeFailed(PartyLost):
-    """An exchange of this generation failed; the survivors can agree on the next one."""
 
 
 @dataclass
@@ -91,145 +85,6 @@ class Rendezvous:
     outside: bool
 
 
-def _pending_timeout(err: Exception) -> bool:
-    text = str(err)
-    return "timed out" in text.lower() and "pair closure" not in text
-
-
-class _Guard:
-    """Turns a failed collective into :class:`PartyLost`, naming the rank that was lost.
-
-    Every party registers ``host:pid`` in the rendezvous store when it starts. On a failure, a
-    party first looks for a registered process on its own host that is gone; failing that, it
-    takes the rank that another party already recorded, or the single peer it was waiting on.
-    The first party to find the lost rank records it in the store for the others.
-    """
-
-    def __init__(self, rank: int, store: Any = None, members: tuple[int, ...] = ()) -> None:
-        self.rank = rank
-        self._store = store
-        self.members = members
-
-    def store(self):
-        return self._store if self._store is not None else _default_store()
-
-    def register(self) -> None:
-        store = self.store()
-        if store is not None:
-            store.set(f"{PROC_KEY}/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
-
-    def run(self, action: Callable[[], Any], suspects: list[int]) -> Any:
-        try:
-            return action()
-        except (RuntimeError, dist.DistBackendError) as err:
-            raise PartyLost(self._message(suspects, err)) from None
-
-    def _message(self, suspects: list[int], err: Exception) -> str:
-        lost = self._find_lost(suspects)
-        return (
-            f"Party {self.rank} lost contact with party (rank) {lost}: its process died or its "
-            f"machine became unreachable, so this party stops too (--on-party-loss stop). "
-            f"Restart all parties (with --resume once checkpoints exist). Backend said: "
-            f"{str(err).splitlines()[0][:200]}"
-        )
-
-    def _find_lost(self, suspects: list[int]) -> int | str:
-        store = self.store()
-        if store is None:
-            return _describe(suspects)
-        try:
-            # What the first party to find the lost rank recorded wins: the others may only
-            # have seen that party leave after it reported. A party that cannot tell on its own
-            # (a collective with every rank) waits a moment for that record or for a dead process.
-            deadline = time.monotonic() + LOOKUP_SECONDS
-            while True:
-                if store.check([LOST_KEY]):
-                    return int(store.get(LOST_KEY))
-                found = self._dead_local_process(store, suspects)
-                if found is None and len(suspects) == 1:
-                    found = suspects[0]
-                if found is not None:
-                    return int(store.compare_set(LOST_KEY, "", str(found)))
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-        except Exception:  # the store is unreachable: its host (rank 0 under env://) is gone
-            return "0 (or the host of the rendezvous store)"
-        return _describe(suspects)
-
-    def _dead_local_process(self, store, suspects: list[int]) -> int | None:
-        host = socket.gethostname()
-        for rank in suspects:
-            if rank == self.rank or not store.check([f"{PROC_KEY}/{rank}"]):
-                continue
-            where, _, pid = store.get(f"{PROC_KEY}/{rank}").decode().rpartition(":")
-            if where == host and not process_alive(int(pid)):
-                return rank
-        return None
-
-
-def _describe(suspects: list[int]) -> int | str:
-    return suspects[0] if len(suspects) == 1 else f"one of {suspects}"
-
-
-def _default_store():
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except Exception:  # no store: not initialised, or already torn down
-        return None
-
-
-class _Waiter:
-    """Waits for this process's communication, failing in the way the loss policy asks.
-
-    ``stop``: one blocking wait; a failure is :class:`PartyLost` naming the lost rank.
-    ``continue``: collectives are waited for in ``POLL_SECONDS`` slices, and stop as soon as any
-    member raised the generation's failed flag; a failure is :class:`ExchangeFailed`.
-    """
-
-    def __init__(self, guard: _Guard, membership: Membership | None) -> None:
-        self.guard = guard
-        self.membership = membership
-
-    def collective(self, start: Callable[[], Any], suspects: list[int]) -> None:
-        if self.membership is None:
-            self.guard.run(lambda: start().wait(), suspects)
-            return
-        try:
-            work = start()
-            while True:
-                try:
-                    work.wait(timeout=datetime.timedelta(seconds=POLL_SECONDS))
-                    return
-                except (RuntimeError, dist.DistBackendError) as err:
-                    if not _pending_timeout(err) or self.membership.failed():
-                        raise
-        except (RuntimeError, dist.DistBackendError) as err:
-            raise ExchangeFailed(_first_line(err)) from None
-
-    def post(self, action: Callable[[], Any], suspects: list[int]) -> Any:
-        """Start communication (posting sends and receives can fail on a closed connection)."""
-        if self.membership is None:
-            return self.guard.run(action, suspects)
-        try:
-            return action()
-        except (RuntimeError, dist.DistBackendError) as err:
-            raise ExchangeFailed(_first_line(err)) from None
-
-    def point_to_point(self, work: Any, peer: int) -> None:
-        if self.membership is None:
-            self.guard.run(work.wait, [peer])
-            return
-        try:
-            work.wait()
-        except (RuntimeError, dist.DistBackendError) as err:
-            raise ExchangeFailed(_first_line(err)) from None
-
-
-def _first_line(err: Exception) -> str:
-    return str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-
-
 class DistributedCommunicator(Communicator):
     """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce.
 
@@ -243,7 +98,7 @@ class DistributedCommunicator(Communicator):
         topology: Topology,
         rank: int,
         group: Any = None,
-        waiter: _Waiter | None = None,
+        waiter: Waiter | None = None,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
     ) -> None:
@@ -251,7 +106,7 @@ class DistributedCommunicator(Communicator):
         self.rank = rank
         self.group = group
         self.n = topology.n
-        self.waiter = waiter or _Waiter(_Guard(rank), None)
+        self.waiter = waiter or Waiter(FailureGuard(rank), None)
         # With recovery, every gossip message carries a last element: 1 (parameters) or 0 (the
         # sender has left this generation), so that a blocked receiver wakes up at once.
         self.signals_leaving = self.waiter.membership is not None
@@ -367,9 +222,9 @@ class DistributedEngine(Engine):
         self._aborted: list[Any] = []  # process groups left behind, never destroyed
         self._communicator: DistributedCommunicator | None = None
         self._heartbeat: Heartbeat | None = None
-        self.guard = _Guard(self.rank)
+        self.guard = FailureGuard(self.rank)
         self.guard.register()
-        self.waiter = _Waiter(self.guard, None)
+        self.waiter = Waiter(self.guard, None)
 
     @classmethod
     def open(
@@ -396,8 +251,8 @@ class DistributedEngine(Engine):
         engine.members = tuple(range(rendezvous.world))
         membership = Membership(rendezvous.store, rendezvous.rank, list(engine.members), timeout_s)
         engine.membership = membership if recover else None
-        engine.guard = _Guard(engine.rank, rendezvous.store)
-        engine.waiter = _Waiter(engine.guard, engine.membership)
+        engine.guard = FailureGuard(engine.rank, rendezvous.store)
+        engine.waiter = Waiter(engine.guard, engine.membership)
         engine._heartbeat = Heartbeat(rendezvous.connect, engine.rank) if recover else None
         engine.returning = recover and membership.running_generation() is not None
         if not engine.returning:
@@ -456,9 +311,9 @@ class DistributedEngine(Engine):
         except (RuntimeError, dist.DistBackendError) as err:
             if self.membership is None:
                 raise PartyLost(
-                    f"Party {self.rank} could not open the process group: {_first_line(err)}"
+                    f"Party {self.rank} could not open the process group: {first_line(err)}"
                 ) from None
-            raise ExchangeFailed(_first_line(err)) from None
+            raise ExchangeFailed(first_line(err)) from None
 
     def leave_generation(self, position: int) -> Change:
         """After :class:`ExchangeFailed`: leave this generation and join the agreed next one.
@@ -504,7 +359,7 @@ class DistributedEngine(Engine):
             )
             raise PartyLost(
                 f"Party {self.rank} cannot reach the rendezvous store to agree on the parties "
-                f"still running ({where}). Backend said: {_first_line(err)}"
+                f"still running ({where}). Backend said: {first_line(err)}"
             ) from None
 
     def _abort_group(self) -> None:

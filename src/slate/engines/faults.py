@@ -1,0 +1,170 @@
+"""How a party process waits for its communication, and what a failure of it means.
+
+A failed collective becomes :class:`~slate.engines.membership.PartyLost` naming the lost rank
+(``--on-party-loss stop``), or :class:`ExchangeFailed` once any member raised the generation's
+failed flag (``continue``): the survivors then agree on the next generation
+(:mod:`slate.engines.membership`). Raw gloo and c10d messages are cut to one line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from slate.engines.membership import Membership, PartyLost, process_alive
+
+__all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_line"]
+
+LOST_KEY = "slate/lost_rank"
+PROC_KEY = "slate/process"
+LOOKUP_SECONDS = 3.0
+POLL_SECONDS = 0.2  # a collective is waited for in slices this long, checking the failed flag
+
+
+class ExchangeFailed(PartyLost):
+    """An exchange of this generation failed; the survivors can agree on the next one."""
+
+
+def pending_timeout(err: Exception) -> bool:
+    text = str(err)
+    return "timed out" in text.lower() and "pair closure" not in text
+
+
+class FailureGuard:
+    """Turns a failed collective into :class:`PartyLost`, naming the rank that was lost.
+
+    Every party registers ``host:pid`` in the rendezvous store when it starts. On a failure, a
+    party first looks for a registered process on its own host that is gone; failing that, it
+    takes the rank that another party already recorded, or the single peer it was waiting on.
+    The first party to find the lost rank records it in the store for the others.
+    """
+
+    def __init__(self, rank: int, store: Any = None, members: tuple[int, ...] = ()) -> None:
+        self.rank = rank
+        self._store = store
+        self.members = members
+
+    def store(self):
+        return self._store if self._store is not None else default_store()
+
+    def register(self) -> None:
+        store = self.store()
+        if store is not None:
+            store.set(f"{PROC_KEY}/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
+
+    def run(self, action: Callable[[], Any], suspects: list[int]) -> Any:
+        try:
+            return action()
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise PartyLost(self._message(suspects, err)) from None
+
+    def _message(self, suspects: list[int], err: Exception) -> str:
+        lost = self._find_lost(suspects)
+        return (
+            f"Party {self.rank} lost contact with party (rank) {lost}: its process died or its "
+            f"machine became unreachable, so this party stops too (--on-party-loss stop). "
+            f"Restart all parties (with --resume once checkpoints exist). Backend said: "
+            f"{str(err).splitlines()[0][:200]}"
+        )
+
+    def _find_lost(self, suspects: list[int]) -> int | str:
+        store = self.store()
+        if store is None:
+            return describe_suspects(suspects)
+        try:
+            # What the first party to find the lost rank recorded wins: the others may only
+            # have seen that party leave after it reported. A party that cannot tell on its own
+            # (a collective with every rank) waits a moment for that record or for a dead process.
+            deadline = time.monotonic() + LOOKUP_SECONDS
+            while True:
+                if store.check([LOST_KEY]):
+                    return int(store.get(LOST_KEY))
+                found = self._dead_local_process(store, suspects)
+                if found is None and len(suspects) == 1:
+                    found = suspects[0]
+                if found is not None:
+                    return int(store.compare_set(LOST_KEY, "", str(found)))
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        except Exception:  # the store is unreachable: its host (rank 0 under env://) is gone
+            return "0 (or the host of the rendezvous store)"
+        return describe_suspects(suspects)
+
+    def _dead_local_process(self, store, suspects: list[int]) -> int | None:
+        host = socket.gethostname()
+        for rank in suspects:
+            if rank == self.rank or not store.check([f"{PROC_KEY}/{rank}"]):
+                continue
+            where, _, pid = store.get(f"{PROC_KEY}/{rank}").decode().rpartition(":")
+            if where == host and not process_alive(int(pid)):
+                return rank
+        return None
+
+
+def describe_suspects(suspects: list[int]) -> int | str:
+    return suspects[0] if len(suspects) == 1 else f"one of {suspects}"
+
+
+def default_store():
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # no store: not initialised, or already torn down
+        return None
+
+
+class Waiter:
+    """Waits for this process's communication, failing in the way the loss policy asks.
+
+    ``stop``: one blocking wait; a failure is :class:`PartyLost` naming the lost rank.
+    ``continue``: collectives are waited for in ``POLL_SECONDS`` slices, and stop as soon as any
+    member raised the generation's failed flag; a failure is :class:`ExchangeFailed`.
+    """
+
+    def __init__(self, guard: FailureGuard, membership: Membership | None) -> None:
+        self.guard = guard
+        self.membership = membership
+
+    def collective(self, start: Callable[[], Any], suspects: list[int]) -> None:
+        if self.membership is None:
+            self.guard.run(lambda: start().wait(), suspects)
+            return
+        try:
+            work = start()
+            while True:
+                try:
+                    work.wait(timeout=datetime.timedelta(seconds=POLL_SECONDS))
+                    return
+                except (RuntimeError, dist.DistBackendError) as err:
+                    if not pending_timeout(err) or self.membership.failed():
+                        raise
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise ExchangeFailed(first_line(err)) from None
+
+    def post(self, action: Callable[[], Any], suspects: list[int]) -> Any:
+        """Start communication (posting sends and receives can fail on a closed connection)."""
+        if self.membership is None:
+            return self.guard.run(action, suspects)
+        try:
+            return action()
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise ExchangeFailed(first_line(err)) from None
+
+    def point_to_point(self, work: Any, peer: int) -> None:
+        if self.membership is None:
+            self.guard.run(work.wait, [peer])
+            return
+        try:
+            work.wait()
+        except (RuntimeError, dist.DistBackendError) as err:
+            raise ExchangeFailed(first_line(err)) from None
+
+
+def first_line(err: Exception) -> str:
+    return str(err).splitlines()[0][:200] if str(err) else type(err).__name__
