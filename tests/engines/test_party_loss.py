@@ -167,26 +167,36 @@ def start_party(root: Path, rank: int, port: int, *flags: str, kill: str = "") -
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
-@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
-def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path):
+def kill_and_bring_back(tmp_path: Path, lost: int, at: int, iterations: int, check=None):
+    """Four ``--rank`` sites on a ``slate rendezvous``; site ``lost`` SIGKILLs itself before step
+    ``at`` and is restarted with ``--resume`` (``check`` looks at its folder first). Every site
+    must end with code 0 and no traceback; returns their outputs and the rendezvous."""
     write_sites(tmp_path)
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
              "127.0.0.1"]  # fmt: skip
     server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
-    flags = ["--nodes", "4", "--external-store", "--iterations", "4000", *SITE_FLAGS]
-    parties = [start_party(tmp_path, r, port, *flags, kill="2@150") for r in range(4)]
-    parties[2].wait(timeout=120)
-    assert parties[2].returncode == -signal.SIGKILL
-    back = start_party(tmp_path, 2, port, "--resume", "run", "--external-store", "--no-progress",
-                       "--timeout", "30")  # fmt: skip
-    outputs = [p.communicate(timeout=300) for p in (*parties[:2], back, parties[3])]
+    flags = ["--nodes", "4", "--external-store", "--iterations", str(iterations), *SITE_FLAGS]
+    parties = [start_party(tmp_path, r, port, *flags, kill=f"{lost}@{at}") for r in range(4)]
+    parties[lost].wait(timeout=120)
+    assert parties[lost].returncode == -signal.SIGKILL
+    if check is not None:
+        check(tmp_path / f"site{lost}" / "run")
+    back = start_party(tmp_path, lost, port, "--resume", "run", "--external-store",
+                       "--no-progress", "--timeout", "30")  # fmt: skip
+    everyone = [back if r == lost else parties[r] for r in range(4)]
+    outputs = [p.communicate(timeout=300) for p in everyone]
     server.communicate(timeout=30)
-    assert server.returncode == 0  # it leaves once every party has left
-    for rank, (process, (_, err)) in enumerate(zip((*parties[:2], back, parties[3]), outputs,
-                                                   strict=True)):  # fmt: skip
+    for rank, (process, (_, err)) in enumerate(zip(everyone, outputs, strict=True)):
         assert process.returncode == 0, f"party {rank}: {err}"
         assert "Traceback" not in err
+    return outputs, server
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path):
+    outputs, server = kill_and_bring_back(tmp_path, lost=2, at=150, iterations=4000)
+    assert server.returncode == 0  # it leaves once every party has left
     assert "party 2 rejoined the run at iteration" in outputs[2][0]
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
     events = results[0]["party_events"]
@@ -216,25 +226,11 @@ def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp
 def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(tmp_path):
     """Issue 23: a site killed at step 20, long before the first checkpoint (100), restarts with
     --resume on a folder that holds only its set-up record, and rejoins at a checkpoint."""
-    write_sites(tmp_path)
-    port = free_port()
-    serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
-             "127.0.0.1"]  # fmt: skip
-    server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
-    flags = ["--nodes", "4", "--external-store", "--iterations", "3000", *SITE_FLAGS]
-    parties = [start_party(tmp_path, r, port, *flags, kill="1@20") for r in range(4)]
-    parties[1].wait(timeout=120)
-    assert parties[1].returncode == -signal.SIGKILL
-    folder = tmp_path / "site1" / "run"
-    assert not list(folder.glob("checkpoint-*")) and (folder / "setup-rank1.pt").is_file()
-    back = start_party(tmp_path, 1, port, "--resume", "run", "--external-store", "--no-progress",
-                       "--timeout", "30")  # fmt: skip
-    everyone = (parties[0], back, parties[2], parties[3])
-    outputs = [p.communicate(timeout=300) for p in everyone]
-    server.communicate(timeout=30)
-    for rank, (process, (_, err)) in enumerate(zip(everyone, outputs, strict=True)):
-        assert process.returncode == 0, f"party {rank}: {err}"
-        assert "Traceback" not in err
+
+    def only_the_setup_record(folder: Path) -> None:
+        assert not list(folder.glob("checkpoint-*")) and (folder / "setup-rank1.pt").is_file()
+
+    outputs, _ = kill_and_bring_back(tmp_path, 1, 20, 3000, only_the_setup_record)
     assert "party 1 rejoined the run at iteration" in outputs[1][0]
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
     for result in results:

@@ -86,35 +86,27 @@ class TableOptions:
         header without data rows."""
         from slate.data.readers.delimited import read_table
 
-        return read_table(
-            path,
-            self.label_column,
-            self.positive_label,
-            delimiter=self.delimiter,
-            encoding=self.encoding,
-            na_values=self.na_values,
-            categorical_columns=self.categorical_columns,
-            labels=labels,
-            missing="error" if self.missing == "error" else "allow",
-            empty_ok=empty_ok,
-        )
+        return read_table(path, **self._cells(labels), empty_ok=empty_ok)
 
     def read_chunks(self, path: str, labels: str = "optional") -> Iterator[Any]:
         """``path`` one block of rows at a time (:func:`read_table_chunks`), for scoring files
         of any size; a header without rows gives one chunk of 0 rows."""
         from slate.data.readers.delimited import read_table_chunks
 
-        return read_table_chunks(
-            path,
-            self.label_column,
-            self.positive_label,
-            delimiter=self.delimiter,
-            encoding=self.encoding,
-            na_values=self.na_values,
-            categorical_columns=self.categorical_columns,
-            labels=labels,
-            missing="error" if self.missing == "error" else "allow",
-        )
+        return read_table_chunks(path, **self._cells(labels))
+
+    def _cells(self, labels: str) -> dict[str, Any]:
+        """The reader's arguments for these options."""
+        return {
+            "label_column": self.label_column,
+            "positive_label": self.positive_label,
+            "delimiter": self.delimiter,
+            "encoding": self.encoding,
+            "na_values": self.na_values,
+            "categorical_columns": self.categorical_columns,
+            "labels": labels,
+            "missing": "error" if self.missing == "error" else "allow",
+        }
 
 
 def _check_choice(choice: ColumnChoice, label_column: str | int) -> None:
