@@ -164,11 +164,11 @@ def test_a_dropped_party_takes_its_own_test_rows_with_it(tmp_path):
                            log=lambda _: None)  # fmt: skip
     assert survivors_only.summary["party_test_ap"].keys() == {"0", "1", "2"}
     run = Run(config(**files, drop_party=("1@20",)))
-    n_test = [len(p) for p in run.evaluation.test_parts]
+    n_test = [len(p) for p in run.evaluator.evaluation.test_parts]
     run.drops = {0: [1]}
     run.apply_drops()
-    assert len(run.test_labels) == n_test[0] + n_test[2]
-    assert [len(p) for p in run.evaluation.test_parts] == [n_test[0], n_test[2]]
+    assert len(run.evaluator.test_labels) == n_test[0] + n_test[2]
+    assert [len(p) for p in run.evaluator.evaluation.test_parts] == [n_test[0], n_test[2]]
 
 
 def _longest_shortest_path(W: np.ndarray) -> int:

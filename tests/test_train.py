@@ -59,12 +59,13 @@ def test_explicit_evaluation_settings_are_kept() -> None:
 def test_party_logits_equal_each_partys_own_model() -> None:
     run = Run(config(iterations=5, nodes=3))
     run.advance(5)
-    logits = run.compute.party_logits(run.x, run.test_features)
+    features = run.evaluator.test_features
+    logits = run.compute.party_logits(run.x, features)
     for p in range(3):
-        own = run.compute.logits(run.x[p], run.test_features)
+        own = run.compute.logits(run.x[p], features)
         assert logits[p].tolist() == own.tolist()
-    aps = run.party_aps()
-    labels = run.test_labels.numpy()
+    aps = run.evaluator.party_aps(run.x)
+    labels = run.evaluator.test_labels.numpy()
     expected = [average_precision_score(labels, row.numpy()) for row in logits]
     assert aps == pytest.approx(expected, abs=1e-12)
 
@@ -161,15 +162,15 @@ def test_compiled_run_resumes_bit_identically() -> None:
 
 def test_evaluation_time_is_counted_and_checkpointed() -> None:
     run = Run(config(iterations=10, nodes=3))
-    assert run.evaluation_seconds == 0.0
-    run.evaluate()
-    after_one = run.evaluation_seconds
+    assert run.evaluator.seconds == 0.0
+    run.evaluator.evaluate(run.x, run.iteration)
+    after_one = run.evaluator.seconds
     assert after_one > 0
-    run.party_aps()
-    assert run.evaluation_seconds > after_one
+    run.evaluator.party_aps(run.x)
+    assert run.evaluator.seconds > after_one
     restored = Run(config(iterations=10, nodes=3))
     restored.load_state_dict(run.state_dict())
-    assert restored.evaluation_seconds == run.evaluation_seconds
+    assert restored.evaluator.seconds == run.evaluator.seconds
 
 
 @pytest.mark.parametrize(("iterations", "every"), [(45, 20), (40, 20), (7, 7), (5, 1)])

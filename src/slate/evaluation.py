@@ -1,6 +1,7 @@
-"""How a run scores its test rows: as one pool, or federated through summed histograms.
+"""How a run scores its test rows: as one pool, or federated through summed histograms; and the
+run's evaluations that use them (:class:`Evaluator`).
 
-The choice follows the data source (:mod:`slate.data.sources`) and is made once, in
+The choice of scoring follows the data source (:mod:`slate.data.sources`) and is made once, in
 :func:`evaluation_for`:
 
 * :class:`PooledEvaluation`: every process holds the whole test set (the paper's experiments).
@@ -14,19 +15,29 @@ The choice follows the data source (:mod:`slate.data.sources`) and is made once,
   Logits beyond :data:`~slate.histogram_metrics.LOGIT_RANGE` share the two end bins, where their
   order is lost; when more than :data:`END_BIN_SHARE` of the test scores lie there, the scores
   carry a warning (:func:`end_bin_warning`), printed by the run and kept in ``summary.json``.
+
+:class:`Evaluator` holds a run's test rows and scoring, and makes its evaluations: the averaged
+model's AP, AUROC and consensus distance (``history.csv``), each party's own AP, the final scores;
+it stops a run whose test scores overflow, notes one that stopped learning, and times itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from slate import metrics
+from slate.errors import TrainingDiverged
 from slate.histogram_metrics import (
     DEFAULT_BINS,
     LOGIT_RANGE,
@@ -35,18 +46,28 @@ from slate.histogram_metrics import (
     metrics_from_counts,
 )
 
+if TYPE_CHECKING:
+    from slate.config import TrainConfig
+    from slate.engines.compute import PartyCompute
+    from slate.engines.local import Engine
+    from slate.fault_injection import FaultPlan
+
 __all__ = [
     "END_BIN_SHARE",
+    "SATURATED_LOGIT",
     "Evaluation",
+    "Evaluator",
     "FederatedEvaluation",
     "PooledEvaluation",
     "TestScores",
     "bin_edges",
     "end_bin_warning",
     "evaluation_for",
+    "mean_buffers",
 ]
 
 END_BIN_SHARE = 0.01  # warn when more of the test scores than this fall in an end bin
+SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
 
 
 @dataclass
@@ -181,3 +202,189 @@ def end_bin_warning(
 def evaluation_for(test_parts: list[np.ndarray] | None) -> Evaluation:
     """Federated when each party holds its own test rows, pooled otherwise."""
     return PooledEvaluation() if test_parts is None else FederatedEvaluation(test_parts)
+
+
+def mean_buffers(engine: Engine, buffers: dict[str, Tensor]) -> dict[str, Tensor]:
+    """BatchNorm statistics of the averaged model: the mean over all parties of the float
+    buffers, party 0's counters (collective)."""
+    return {
+        name: engine.mean(buf) if buf.is_floating_point() else buf[0]
+        for name, buf in buffers.items()
+    }
+
+
+class Evaluator:
+    """A run's evaluations on this process's test rows (each one a collective).
+
+    It scores the averaged model :math:`\\bar x` (Alg. 1's output) for ``history.csv`` and at
+    the end, and each party's own model (``party_aps``); it stops a run whose test scores
+    overflow, notes once a run that stopped learning (``learning_warning``), and adds the wall
+    time of every evaluation to ``seconds``. The parameters ``x`` (``(P, d)``, this process's
+    parties) and the iteration are the caller's; the model's buffers are ``compute``'s.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        compute: PartyCompute,
+        config: TrainConfig,
+        device: torch.device,
+        rows: tuple[np.ndarray, np.ndarray, list[np.ndarray] | None],
+        faults: FaultPlan,
+    ) -> None:
+        self.engine, self.compute, self.config, self.device = engine, compute, config, device
+        self.faults = faults  # SLATE_KILL_AT's "evaluation" moment (tests of a lost party)
+        self.use_rows(*rows)
+        self.learning_warning: str | None = None  # set once, when the run stops learning
+        self.seconds = 0.0  # wall time spent in evaluate() and party_aps()
+        self._previous_average: Tensor | None = None  # the averaged model at the last evaluation
+
+    def use_rows(
+        self, features: np.ndarray, labels: np.ndarray, parts: list[np.ndarray] | None
+    ) -> None:
+        """Score these test rows from now on: pooled, or federated when ``parts`` gives each
+        local party's positions in them (:func:`evaluation_for`)."""
+        self.evaluation = evaluation_for(parts)
+        self.test_features = torch.from_numpy(features).to(self.device)
+        self.test_labels = torch.from_numpy(labels).to(self.device)
+        self.forget_scores()
+
+    @property
+    def federated(self) -> bool:
+        """Whether each party holds only its own test rows (per-party files)."""
+        return isinstance(self.evaluation, FederatedEvaluation)
+
+    def keep_parties(self, rows: list[int]) -> None:
+        """Keep only these local parties' test rows (federated; a pooled test set stays whole)."""
+        if not isinstance(self.evaluation, FederatedEvaluation):
+            return
+        parts = [self.evaluation.test_parts[k] for k in rows]
+        kept = torch.from_numpy(np.concatenate(parts)).to(self.device)
+        self.test_features = self.test_features.index_select(0, kept)
+        self.test_labels = self.test_labels.index_select(0, kept)
+        starts = np.cumsum([0, *(len(p) for p in parts)])
+        self.evaluation = evaluation_for([np.arange(a, b) for a, b in itertools.pairwise(starts)])
+
+    def forget_scores(self) -> None:
+        """Drop the scores kept from the last evaluation (the model or the rows changed)."""
+        self._last_scores: tuple[int, Tensor | None, TestScores | None] = (-1, None, None)
+
+    def test_scores(self, x: Tensor, iteration: int) -> tuple[Tensor, TestScores]:
+        """Logits and metrics of the averaged model on this process's test rows (collective
+        unless just evaluated).
+
+        Those of the evaluation at this iteration are reused: every process evaluated at the
+        same iterations, so all take the same branch.
+        """
+        evaluated_at, logits, scores = self._last_scores
+        if evaluated_at == iteration:
+            return logits, scores
+        xbar, buffers = self.engine.mean(x), mean_buffers(self.engine, self.compute.buffers)
+        logits = self.compute.logits(xbar, self.test_features, buffers)
+        return logits, self._score(logits)
+
+    def _score(self, logits: Tensor) -> TestScores:
+        return self.evaluation.score(
+            logits, self.test_labels, self.engine.total, self.engine.is_main
+        )
+
+    def evaluate(self, x: Tensor, iteration: int) -> dict[str, float]:
+        """AP and AUROC of the averaged model on the whole test set, and the consensus distance.
+
+        Every process must call it (it averages over all parties); the numbers are meaningful on
+        the main process (the distance, on every process that writes a run folder). AP is
+        computed on the logits: the sigmoid is monotone, so the ranking (and AP) is that of the
+        sigmoid scores, without the ties that float32 saturation of the sigmoid would add.
+        """
+        with self._timing():
+            return self._evaluate(x, iteration)
+
+    def _evaluate(self, x: Tensor, iteration: int) -> dict[str, float]:
+        self.faults.check("evaluation", iteration)
+        size = self.compute.layout.size
+        xbar = self.engine.mean(x)  # one reduction serves both numbers
+        spread = self.engine.total(((x[:, :size] - xbar[:size]) ** 2).sum()) / self.engine.n_parties
+        logits = self.compute.logits(
+            xbar, self.test_features, mean_buffers(self.engine, self.compute.buffers)
+        )
+        self._guard_finite_scores(logits, x, iteration)
+        self._watch_learning(xbar, logits, iteration)
+        scores = self._score(logits)
+        self._last_scores = (iteration, logits, scores)
+        writes_outputs = self.engine.is_main or self.federated  # as Run.writes_outputs
+        distance = float(spread) if writes_outputs else math.nan
+        return {
+            "test_ap": scores.values["test_ap"],
+            "test_auroc": scores.values["test_auroc"],
+            "consensus_distance": distance,
+        }
+
+    def _guard_finite_scores(self, logits: Tensor, x: Tensor, iteration: int) -> None:
+        """Stop when the averaged model's test scores overflow (collective: all stop together).
+
+        A saturated sigmoid keeps the losses finite while the parameters grow without bound, so
+        the step-wise check of losses and parameters cannot see this divergence.
+        """
+        if not self.engine.any(not bool(torch.isfinite(logits).all())):
+            return
+        sizes = x.abs().amax(dim=1)
+        row = int(sizes.argmax())
+        lr = self.config.lr
+        raise TrainingDiverged(
+            f"Training diverged: the parameters of party {self.engine.local_parties[row]} at "
+            f"iteration {iteration} reach {float(sizes[row]):.1e}, and the averaged model's "
+            f"test scores are non-finite (NaN or inf) with --lr {lr}. Try a lower "
+            f"learning rate, e.g. --lr {lr / 10:g}."
+        )
+
+    def _watch_learning(self, xbar: Tensor, logits: Tensor, iteration: int) -> None:
+        """Note, once, a run that has stopped learning: every test score saturated, or the
+        averaged model unchanged over a whole evaluation interval (a zero gradient)."""
+        previous, self._previous_average = self._previous_average, xbar.clone()
+        if self.learning_warning is not None or iteration == 0:
+            return
+        if len(logits) and bool((logits.abs() > SATURATED_LOGIT).all()):
+            self.learning_warning = (
+                f"warning: the model is not learning: every test score is saturated (|logit| > "
+                f"{SATURATED_LOGIT:g}, a sigmoid of exactly 0 or 1), so its gradients vanish. "
+                "Likely cause: features on raw scales; try --standardize, or a lower --lr."
+            )
+        elif previous is not None and torch.equal(previous, xbar):
+            self.learning_warning = (
+                f"warning: the model is not learning: the averaged model did not change between "
+                f"iterations {iteration - self.config.eval_every} and {iteration} (a "
+                "zero gradient). Likely cause: saturated scores from features on raw scales "
+                "(try --standardize) or a learning rate too small for float32."
+            )
+
+    def party_aps(self, x: Tensor) -> list[float]:
+        """AP of every party's own model on the test set (collective; empty off the main)."""
+        with self._timing():
+            return self._party_aps(x)
+
+    def _party_aps(self, x: Tensor) -> list[float]:
+        everyone = self.engine.gather(x)
+        buffers = {k: self.engine.gather(v) for k, v in self.compute.buffers.items()}
+        if everyone is None:
+            return []
+        logits = self.compute.party_logits(everyone, self.test_features, buffers)
+        return [metrics.average_precision(row, self.test_labels) for row in logits]
+
+    @contextlib.contextmanager
+    def _timing(self) -> Iterator[None]:
+        """Add the wall time of the enclosed evaluation to ``seconds``.
+
+        On CUDA, queued training kernels are waited for first, so that they are not counted.
+        """
+        _synchronize(self.device)
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            _synchronize(self.device)
+            self.seconds += time.perf_counter() - started
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

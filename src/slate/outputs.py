@@ -172,9 +172,9 @@ def build_summary(
         "party_ap_max": max(party_aps, default=None),
         "consensus_distance": final["consensus_distance"],
         "wall_seconds": wall,
-        "evaluation_seconds": run.evaluation_seconds,
+        "evaluation_seconds": run.evaluator.seconds,
         "load_seconds": run.load_seconds,
-        "learning_warning": run.learning_warning,
+        "learning_warning": run.evaluator.learning_warning,
         "test_split": run.data.test_split,
         "seed": config.seed,
         "n_train": run.data.n_train,
@@ -257,10 +257,10 @@ def test_positives(run: Run) -> int:
 def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str, Any]:
     """How the test set was scored; with per-party files the error bounds and each party's own
     AP; the preprocessing applied to every feature row."""
-    out: dict[str, Any] = dict(run.evaluation.describe())
+    out: dict[str, Any] = dict(run.evaluator.evaluation.describe())
     out["test_positives"] = test_positives(run)
     if run.data.federated:
-        own = run.evaluation.party_test_aps(logits, run.test_labels)
+        own = run.evaluator.evaluation.party_test_aps(logits, run.evaluator.test_labels)
         out.update(
             test_ap_error_bound=scores.values["test_ap_error_bound"],
             test_auroc_error_bound=scores.values["test_auroc_error_bound"],

@@ -17,18 +17,15 @@ needs for that lives here:
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from slate.engines.membership import Change, PartyLost
 from slate.errors import ConfigError
-from slate.evaluation import evaluation_for
 from slate.topology import diameter, surviving_topology
 
 __all__ = [
@@ -223,7 +220,7 @@ class PartySetChanges:
         self.loss_sum, self.loss_steps = snapshot.loss_sum, snapshot.loss_steps
         self.comm.restore_counters(snapshot.traffic)
         del self.history[snapshot.history_length :]
-        self._last_scores = (-1, None, None)
+        self.evaluator.forget_scores()
 
     def recover(self) -> Change:
         """After a failed exchange: agree with the survivors on who is lost, roll back to the
@@ -267,7 +264,7 @@ class PartySetChanges:
         self.comm = self.make_communicator(torch.zeros_like(self.x))
         self.comm.restore_counters(traffic)
         self.algorithm.restart_tracking()
-        self._last_scores = (-1, None, None)
+        self.evaluator.forget_scores()
         self.graph_changes.append({"iteration": self.iteration, **graph.to_dict()})
 
     def _keep_rows(self, rows: list[int]) -> None:
@@ -281,16 +278,7 @@ class PartySetChanges:
         self.loss_sum = self.loss_sum.index_select(0, index)
         self.sampler.keep(rows)
         self.n_local = len(rows)
-        if self.data.federated:
-            self._keep_test_rows(rows)
-
-    def _keep_test_rows(self, rows: list[int]) -> None:
-        parts = [self.evaluation.test_parts[k] for k in rows]
-        kept = torch.from_numpy(np.concatenate(parts)).to(self.device)
-        self.test_features = self.test_features.index_select(0, kept)
-        self.test_labels = self.test_labels.index_select(0, kept)
-        starts = np.cumsum([0, *(len(p) for p in parts)])
-        self.evaluation = evaluation_for([np.arange(a, b) for a, b in itertools.pairwise(starts)])
+        self.evaluator.keep_parties(rows)
 
     def admit(self, change: Change, returning_state: dict[str, Any] | None) -> None:
         """Welcome the returning parties of ``change`` (collective over the new members).

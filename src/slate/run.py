@@ -1,8 +1,9 @@
 """One experiment's state on the parties this process runs: :class:`Run`, and the checks and
 defaults that build it.
 
-The simulator runs all N parties in one :class:`Run`; a distributed process runs one party. The
-training loop that drives a run, and writes its folder, is :func:`slate.train.train`.
+The simulator runs all N parties in one :class:`Run`; a distributed process runs one party. Its
+evaluations are :class:`slate.evaluation.Evaluator`'s (``run.evaluator``). The training loop that
+drives a run, and writes its folder, is :func:`slate.train.train`.
 
 The hot loop has no Python loop over parties and no host synchronisation: indices are drawn for a
 whole chunk of steps at once, losses are kept on the device, and the host looks at numbers only at
@@ -11,17 +12,14 @@ evaluation points (every ``--eval-every`` iterations).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from slate import metrics
 from slate.agreement import check_same_run, run_fingerprint
 from slate.algorithms import Algorithm, build_algorithm
 from slate.checks import (
@@ -39,7 +37,7 @@ from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
-from slate.evaluation import TestScores, evaluation_for
+from slate.evaluation import Evaluator, mean_buffers
 from slate.fault_injection import FaultPlan
 from slate.gossip import gossip_settings, parse_wan
 from slate.models import build_model
@@ -53,8 +51,6 @@ from slate.recovery import (
 from slate.topology import build_topology, diameter
 
 __all__ = ["Run"]
-
-SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
 
 
 class Run(PartySetChanges):
@@ -84,7 +80,6 @@ class Run(PartySetChanges):
         self.exchange = RecordedExchange(self.engine, exchanges)
         self.data = load_local_data(config, self.engine.local_parties, self.exchange, data)
         self.load_seconds = time.perf_counter() - started
-        self.evaluation = evaluation_for(self.data.test_parts)
         config = self.config = with_evaluation_defaults(
             config, self.data.n_test, party_ap_possible=not self.data.federated
         )
@@ -128,24 +123,23 @@ class Run(PartySetChanges):
         self.gossip = gossip_settings(config, self.topology, self.x.shape[1])
         self.wan = parse_wan(config.wan)
         self.comm: Communicator = self.make_communicator(self.x)
-        self.test_features = torch.from_numpy(self.data.x_test).to(self.device)
-        self.test_labels = torch.from_numpy(self.data.y_test).to(self.device)
+        distributed = self.engine.name == "distributed"
+        self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
+        data = self.data
+        self.evaluator = Evaluator(
+            self.engine, self.compute, self.config, self.device,
+            (data.x_test, data.y_test, data.test_parts), self.faults,
+        )  # fmt: skip
         self.algorithm.init_state(self.x)
         self.iteration = 0
         self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
         self.loss_steps = 0
         self.stop_requested = False  # set by SIGINT / SIGTERM
-        self._last_scores: tuple[int, Tensor | None, TestScores | None] = (-1, None, None)
-        self._previous_average: Tensor | None = None  # the averaged model at the last evaluation
-        self.learning_warning: str | None = None  # set once, when the run stops learning
-        self.evaluation_seconds = 0.0  # wall time spent in evaluate() and party_aps()
         self._chunk_start: dict[str, Any] = self.sampler.state_dict()
         self._chunk_used = 0
         self.snapshots = (
             Snapshots(snapshot_depth(diameter(self.topology.W))) if self.recovers else None
         )
-        distributed = self.engine.name == "distributed"
-        self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
         self.validated, self.n_validation = False, 0  # set by use_final_test
         self.resumed_best: dict[str, Any] | None = None  # --early-stopping's, from a checkpoint
         self.best_model: Any = None  # --early-stopping's kept model (slate.validation.BestModel)
@@ -246,7 +240,7 @@ class Run(PartySetChanges):
             "sampler_used": self._chunk_used,
             "loss_sum": self.loss_sum.cpu(),
             "loss_steps": self.loss_steps,
-            "evaluation_seconds": self.evaluation_seconds,
+            "evaluation_seconds": self.evaluator.seconds,
             "traffic": list(self.comm.counters()),
             "communicator": self.comm.state_dict(),
             "config": self.config.to_dict(),
@@ -275,7 +269,7 @@ class Run(PartySetChanges):
         self._chunk_start = self.sampler.state_dict()
         self.loss_sum = state["loss_sum"].to(self.device)
         self.loss_steps = state["loss_steps"]
-        self.evaluation_seconds = state.get("evaluation_seconds", 0.0)
+        self.evaluator.seconds = state.get("evaluation_seconds", 0.0)
         self.comm.restore_counters(state["traffic"])
         self.comm.load_state_dict(state.get("communicator", {}))
         self.party_events = list(state.get("party_events", []))
@@ -308,10 +302,7 @@ class Run(PartySetChanges):
 
     def averaged_buffers(self) -> dict[str, Tensor]:
         """BatchNorm statistics of the averaged model: the mean over all parties (collective)."""
-        return {
-            name: self.engine.mean(buf) if buf.is_floating_point() else buf[0]
-            for name, buf in self.compute.buffers.items()
-        }
+        return mean_buffers(self.engine, self.compute.buffers)
 
     @property
     def validates(self) -> bool:
@@ -327,105 +318,12 @@ class Run(PartySetChanges):
             self.data, x_test=held.x, y_test=held.y, test_parts=held.parts, n_test=held.rows,
             held_out="test", final_test=None, test_positives=held.positives,
         )  # fmt: skip
-        self.evaluation = evaluation_for(held.parts)
-        self.test_features = torch.from_numpy(held.x).to(self.device)
-        self.test_labels = torch.from_numpy(held.y).to(self.device)
-        self.forget_scores()
-
-    def forget_scores(self) -> None:
-        """Drop the scores kept from the last evaluation (the model or the rows changed)."""
-        self._last_scores = (-1, None, None)
-
-    def test_scores(self) -> tuple[Tensor, TestScores]:
-        """Logits and metrics of the averaged model on this process's test rows (collective
-        unless just evaluated).
-
-        Those of the evaluation at this iteration are reused: every process evaluated at the
-        same iterations, so all take the same branch.
-        """
-        evaluated_at, logits, scores = self._last_scores
-        if evaluated_at == self.iteration:
-            return logits, scores
-        xbar, buffers = self.averaged_parameters(), self.averaged_buffers()
-        logits = self.compute.logits(xbar, self.test_features, buffers)
-        return logits, self._score(logits)
-
-    def _score(self, logits: Tensor) -> TestScores:
-        return self.evaluation.score(
-            logits, self.test_labels, self.engine.total, self.engine.is_main
-        )
+        self.evaluator.use_rows(held.x, held.y, held.parts)
 
     @property
     def writes_outputs(self) -> bool:
         """The main process writes the run folder; with per-party files every party does."""
         return self.engine.is_main or self.data.federated
-
-    def evaluate(self) -> dict[str, float]:
-        """AP and AUROC of the averaged model on the whole test set, and the consensus distance.
-
-        Every process must call it (it averages over all parties); the numbers are meaningful on
-        the main process. AP is computed on the logits: the sigmoid is monotone, so the ranking
-        (and AP) is that of the sigmoid scores, without the ties that float32 saturation of the
-        sigmoid would add.
-        """
-        with self._timing_evaluation():
-            return self._evaluate()
-
-    def _evaluate(self) -> dict[str, float]:
-        self.faults.check("evaluation", self.iteration)
-        size = self.compute.layout.size
-        xbar = self.averaged_parameters()  # one reduction serves both numbers
-        spread = (
-            self.engine.total(((self.x[:, :size] - xbar[:size]) ** 2).sum()) / self.engine.n_parties
-        )
-        logits = self.compute.logits(xbar, self.test_features, self.averaged_buffers())
-        self._guard_finite_scores(logits)
-        self._watch_learning(xbar, logits)
-        scores = self._score(logits)
-        self._last_scores = (self.iteration, logits, scores)
-        distance = float(spread) if self.writes_outputs else math.nan
-        return {
-            "test_ap": scores.values["test_ap"],
-            "test_auroc": scores.values["test_auroc"],
-            "consensus_distance": distance,
-        }
-
-    def _guard_finite_scores(self, logits: Tensor) -> None:
-        """Stop when the averaged model's test scores overflow (collective: all stop together).
-
-        A saturated sigmoid keeps the losses finite while the parameters grow without bound, so
-        the step-wise check of losses and parameters cannot see this divergence.
-        """
-        if not self.engine.any(not bool(torch.isfinite(logits).all())):
-            return
-        sizes = self.x.abs().amax(dim=1)
-        row = int(sizes.argmax())
-        raise TrainingDiverged(
-            f"Training diverged: the parameters of party {self.engine.local_parties[row]} at "
-            f"iteration {self.iteration} reach {float(sizes[row]):.1e}, and the averaged model's "
-            f"test scores are non-finite (NaN or inf) with --lr {self.config.lr}. Try a lower "
-            f"learning rate, e.g. --lr {self.config.lr / 10:g}."
-        )
-
-    def _watch_learning(self, xbar: Tensor, logits: Tensor) -> None:
-        """Note, once, a run that has stopped learning: every test score saturated, or the
-        averaged model unchanged over a whole evaluation interval (a zero gradient)."""
-        previous, self._previous_average = self._previous_average, xbar.clone()
-        if self.learning_warning is not None or self.iteration == 0:
-            return
-        if len(logits) and bool((logits.abs() > SATURATED_LOGIT).all()):
-            self.learning_warning = (
-                f"warning: the model is not learning: every test score is saturated (|logit| > "
-                f"{SATURATED_LOGIT:g}, a sigmoid of exactly 0 or 1), so its gradients vanish. "
-                "Likely cause: features on raw scales; try --standardize, or a lower --lr."
-            )
-        elif previous is not None and torch.equal(previous, xbar):
-            self.learning_warning = (
-                f"warning: the model is not learning: the averaged model did not change between "
-                f"iterations {self.iteration - self.config.eval_every} and {self.iteration} (a "
-                "zero gradient). Likely cause: saturated scores from features on raw scales "
-                "(try --standardize) or a learning rate too small for float32."
-            )
 
     def mean_traffic(self) -> dict[str, float]:
         """Bytes, messages and rounds per party, averaged over all parties (collective)."""
@@ -440,7 +338,7 @@ class Run(PartySetChanges):
         transfer (:class:`slate.gossip.WanLink`); NaN without ``--wan``."""
         if self.wan is None:
             return math.nan
-        compute = max(0.0, elapsed - self.evaluation_seconds)
+        compute = max(0.0, elapsed - self.evaluator.seconds)
         return self.wan.seconds(compute, traffic["rounds"], traffic["comm_bytes_per_party"])
 
     def take_mean_loss(self) -> float:
@@ -450,38 +348,6 @@ class Run(PartySetChanges):
         self.loss_sum = torch.zeros_like(self.loss_sum)  # not in place: snapshots hold it
         self.loss_steps = 0
         return mean
-
-    @contextlib.contextmanager
-    def _timing_evaluation(self) -> Iterator[None]:
-        """Add the wall time of the enclosed evaluation to ``evaluation_seconds``.
-
-        On CUDA, queued training kernels are waited for first, so that they are not counted.
-        """
-        _synchronize(self.device)
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            _synchronize(self.device)
-            self.evaluation_seconds += time.perf_counter() - started
-
-    def party_aps(self) -> list[float]:
-        """AP of every party's own model on the test set (collective; empty off the main)."""
-        with self._timing_evaluation():
-            return self._party_aps()
-
-    def _party_aps(self) -> list[float]:
-        x = self.engine.gather(self.x)
-        buffers = {k: self.engine.gather(v) for k, v in self.compute.buffers.items()}
-        if x is None:
-            return []
-        logits = self.compute.party_logits(x, self.test_features, buffers)
-        return [metrics.average_precision(row, self.test_labels) for row in logits]
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _rows(table: Tensor, indices: Tensor) -> Tensor:

@@ -65,7 +65,7 @@ def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
     traffic = run.mean_traffic()
     return {
         "iteration": run.iteration,
-        **run.evaluate(),
+        **run.evaluator.evaluate(run.x, run.iteration),
         "train_loss": loss if trained else math.nan,
         "elapsed_seconds": elapsed,
         "parties_alive": run.engine.n_parties,
@@ -209,9 +209,10 @@ class _Loop:
         ):
             run.history.append(_evaluation_row(run, self.elapsed()))
             self.bar.show(f"{run.history[-1]['test_ap']:.4f}")
-            if run.learning_warning and not self.warned:
+            warning = run.evaluator.learning_warning
+            if warning and not self.warned:
                 self.warned = True
-                self.say(run.learning_warning)
+                self.say(warning)
             if self.best is not None and self.best.consider(run, run.history[-1]["test_ap"]):
                 if t < config.iterations:
                     self.stopped_at = t
@@ -250,9 +251,9 @@ class _Loop:
             self.best.restore(run)
         if run.validates:
             run.use_final_test()  # the test rows, read and scored only now
-        party_aps = run.party_aps() if run.config.party_ap else []
+        party_aps = run.evaluator.party_aps(run.x) if run.config.party_ap else []
         wall = self.elapsed()  # training and every evaluation, party APs included
-        logits, scores = run.test_scores()
+        logits, scores = run.evaluator.test_scores(run.x, run.iteration)
         model = (run.averaged_parameters(), run.averaged_buffers(), scores)
         return _Final(party_aps, wall, logits, scores, model, run.mean_traffic())
 

@@ -48,7 +48,7 @@ class BestModel:
         if self.x is not None:
             run.x = self.x
             run.compute.buffers = dict(self.buffers)
-            run.forget_scores()
+            run.evaluator.forget_scores()
 
     def state_dict(self) -> dict[str, Any]:
         return {
