@@ -85,10 +85,10 @@ def test_a_drop_keeps_the_survivors_rows_streams_and_mixes_over_the_surviving_gr
     before_x = run.x.clone()
     reference = Run(config())  # the same run without a drop: the survivors' batches must match
     reference.advance(10)
-    run.drops = {10: [1, 3]}
-    assert run.apply_drops() == [1, 3]
+    run.party_set.drops = {10: [1, 3]}
+    assert run.party_set.apply_drops() == [1, 3]
     survivors = [0, 2, 4]
-    assert run.members == survivors and run.engine.local_parties == survivors
+    assert run.party_set.members == survivors and run.engine.local_parties == survivors
     assert run.engine.n_parties == 3 and run.x.shape[0] == 3
     torch.testing.assert_close(run.x, before_x[survivors], rtol=0, atol=0)
     np.testing.assert_array_equal(
@@ -97,7 +97,7 @@ def test_a_drop_keeps_the_survivors_rows_streams_and_mixes_over_the_surviving_gr
     drawn = run.sampler.draw(4)
     expected = reference.sampler.draw(4)[:, survivors]
     torch.testing.assert_close(drawn, expected, rtol=0, atol=0)
-    assert run.party_events == [
+    assert run.party_set.party_events == [
         {"rank": 1, "iteration": 10, "event": "lost", "reason": "--drop-party"},
         {"rank": 3, "iteration": 10, "event": "lost", "reason": "--drop-party"},
     ]
@@ -109,8 +109,8 @@ def test_gradient_tracking_is_re_anchored_so_the_tracker_follows_the_survivors_m
     run.advance(15)
     u, v = run.algorithm.state["u"], run.algorithm.state["v"]
     torch.testing.assert_close(v.mean(0), u.mean(0), rtol=0, atol=1e-5)
-    run.drops = {15: [2]}
-    run.apply_drops()
+    run.party_set.drops = {15: [2]}
+    run.party_set.apply_drops()
     for _ in range(5):
         run.advance(1)
         u, v = run.algorithm.state["u"], run.algorithm.state["v"]
@@ -165,8 +165,8 @@ def test_a_dropped_party_takes_its_own_test_rows_with_it(tmp_path):
     assert survivors_only.summary["party_test_ap"].keys() == {"0", "1", "2"}
     run = Run(config(**files, drop_party=("1@20",)))
     n_test = [len(p) for p in run.evaluator.evaluation.test_parts]
-    run.drops = {0: [1]}
-    run.apply_drops()
+    run.party_set.drops = {0: [1]}
+    run.party_set.apply_drops()
     assert len(run.evaluator.test_labels) == n_test[0] + n_test[2]
     assert [len(p) for p in run.evaluator.evaluation.test_parts] == [n_test[0], n_test[2]]
 
@@ -185,8 +185,8 @@ def _longest_shortest_path(W: np.ndarray) -> int:
 def _hold_positions(run: Run, iterations: range) -> None:
     for t in iterations:
         run.iteration = t
-        run.snapshot(after_evaluation=False)
-        run.snapshot(after_evaluation=True)
+        run.party_set.snapshot(after_evaluation=False)
+        run.party_set.snapshot(after_evaluation=True)
 
 
 def test_the_snapshot_depth_follows_the_surviving_graph_after_each_loss():
@@ -194,23 +194,24 @@ def test_the_snapshot_depth_follows_the_surviving_graph_after_each_loss():
     loss may need a rollback of 2 * 6 positions plus the evaluation positions; then party 1,
     an end of the path: a path of 6 (diameter 5). The held snapshots survive each change."""
     run = Run(config(nodes=8, iterations=200))
-    run.snapshots = Snapshots(snapshot_depth(diameter(run.topology.W)))  # as with recovery
-    assert run.snapshots.depth == 2 * 4 + 6
+    parties = run.party_set
+    parties.snapshots = Snapshots(snapshot_depth(diameter(run.topology.W)))  # as with recovery
+    assert parties.snapshots.depth == 2 * 4 + 6
     _hold_positions(run, range(10))
-    held = [s.position for s in run.snapshots._items]
+    held = [s.position for s in parties.snapshots._items]
     assert held == list(range(6, 20))
 
     for lost, survivors, longest in ((0, range(1, 8), 6), (1, range(2, 8), 5)):
-        run.change_parties([p for p in run.members if p != lost])
-        assert run.members == list(survivors)
+        parties.change_parties([p for p in parties.members if p != lost])
+        assert parties.members == list(survivors)
         assert _longest_shortest_path(run.topology.W) == longest
-        assert run.snapshots.depth == 2 * longest + 6
-        assert [s.position for s in run.snapshots._items][-1] == held[-1]  # still held
+        assert parties.snapshots.depth == 2 * longest + 6
+        assert [s.position for s in parties.snapshots._items][-1] == held[-1]  # still held
         if lost == 0:  # on the path of 7 a party may have to roll back 2 * 6 + 5 positions
             _hold_positions(run, range(10, 20))
-            newest = run.snapshots.position
-            assert run.snapshots.at(newest - 17).position == newest - 17
+            newest = parties.snapshots.position
+            assert parties.snapshots.at(newest - 17).position == newest - 17
             with pytest.raises(PartyLost):  # the depth is not unbounded either
-                run.snapshots.at(newest - 18)
-            held = [s.position for s in run.snapshots._items]
-    assert [s.position for s in run.snapshots._items] == held[-run.snapshots.depth :]
+                parties.snapshots.at(newest - 18)
+            held = [s.position for s in parties.snapshots._items]
+    assert [s.position for s in parties.snapshots._items] == held[-parties.snapshots.depth :]

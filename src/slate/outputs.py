@@ -184,9 +184,9 @@ def build_summary(
         **traffic,
         **_communication_summary(run, final),
         "parties_alive": run.engine.n_parties,
-        "members": list(run.members),
-        "party_events": run.party_events,
-        "graph_changes": run.graph_changes,
+        "members": list(run.party_set.members),
+        "party_events": run.party_set.party_events,
+        "graph_changes": run.party_set.graph_changes,
         "config": config.to_dict(),
     }
 
@@ -241,7 +241,7 @@ def scored_test_rows(run: Run) -> int:
     """The test rows the final metrics cover: with per-party files, only the parties still in
     the run (a lost party's test rows leave with it)."""
     if run.data.federated and run.data.counts and not run.validated:
-        return sum(run.data.counts[m].test for m in run.members)
+        return sum(run.data.counts[m].test for m in run.party_set.members)
     return run.data.n_test
 
 
@@ -250,7 +250,7 @@ def test_positives(run: Run) -> int:
     if run.data.test_positives is not None:
         return run.data.test_positives
     if run.data.counts:
-        return sum(run.data.counts[m].test_positives for m in run.members)
+        return sum(run.data.counts[m].test_positives for m in run.party_set.members)
     return int(run.data.y_test.sum())
 
 

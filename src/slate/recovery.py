@@ -13,13 +13,15 @@ needs for that lives here:
 * :func:`parse_drops`: the simulator's ``--drop-party RANK@ITER`` schedule, the same event
   injected deterministically.
 * :func:`party_event`: the records of ``summary.json``'s ``party_events``.
+* :class:`PartySet`: the run's members and the changes of them (a component of
+  :class:`slate.run.Run`): rollback to a snapshot, losses, drops and returning parties.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -28,8 +30,11 @@ from slate.engines.membership import Change, PartyLost
 from slate.errors import ConfigError
 from slate.topology import diameter, surviving_topology
 
+if TYPE_CHECKING:
+    from slate.run import Run
+
 __all__ = [
-    "PartySetChanges",
+    "PartySet",
     "RecordedExchange",
     "Snapshot",
     "Snapshots",
@@ -179,54 +184,76 @@ class RecordedExchange:
         return self.record[self._next - 1]
 
 
-class PartySetChanges:
-    """The part of :class:`slate.run.Run` that changes its party set: snapshots and rollback,
-    losses (agreed, or injected with ``--drop-party``) and returning parties.
+class PartySet:
+    """The parties in a run and the changes of that set: snapshots and rollback, losses
+    (agreed, or injected with ``--drop-party``) and returning parties.
 
-    Written against Run's state (``x``, ``algorithm``, ``compute``, ``sampler``, ``engine``,
-    ``history``, ...), which :class:`slate.run.Run` sets up.
+    A :class:`slate.run.Run` holds one (``run.party_set``); a change of the party set acts on the
+    run's state (its parameters, algorithm variables, sampler streams, communicator, test rows).
+
+    Attributes:
+        members: the parties in the run now.
+        party_events: ``summary.json``'s ``party_events`` (:func:`party_event`).
+        graph_changes: the surviving graphs the run switched to, with the iteration of each.
+        drops: the simulator's ``--drop-party`` schedule, ``{iteration: [ranks]}``.
+        snapshots: the positions this process can roll back to (distributed ``continue``
+            only; None otherwise).
     """
 
-    snapshots: Snapshots | None
+    def __init__(self, run: Run, drops: dict[int, list[int]]) -> None:
+        self.run = run
+        self.members = list(range(run.config.nodes))
+        self.party_events: list[dict[str, Any]] = []
+        self.graph_changes: list[dict[str, Any]] = []
+        self.drops = drops
+        self.snapshots = (
+            Snapshots(snapshot_depth(diameter(run.topology.W))) if self.recovers else None
+        )
+
+    @property
+    def recovers(self) -> bool:
+        """Whether a lost party leaves the others running (distributed, ``continue``)."""
+        return bool(getattr(self.run.engine, "recovers", False))
 
     def snapshot(self, after_evaluation: bool) -> None:
         """Remember this position (distributed ``continue`` only): before step ``t`` when
         ``after_evaluation``, else at iteration ``t`` before its evaluation and checkpoint."""
         if self.snapshots is None:
             return
+        run = self.run
+        sampler_start, sampler_used = run.sampler_position
         self.snapshots.add(
             Snapshot(
-                position=2 * self.iteration + int(after_evaluation),
-                x=self.x,
-                algorithm_state=dict(self.algorithm.state),
-                buffers=dict(self.compute.buffers),
-                sampler_start=self._chunk_start,
-                sampler_used=self._chunk_used,
-                loss_sum=self.loss_sum,
-                loss_steps=self.loss_steps,
-                traffic=self.comm.counters(),
-                history_length=len(self.history),
+                position=2 * run.iteration + int(after_evaluation),
+                x=run.x,
+                algorithm_state=dict(run.algorithm.state),
+                buffers=dict(run.compute.buffers),
+                sampler_start=sampler_start,
+                sampler_used=sampler_used,
+                loss_sum=run.loss_sum,
+                loss_steps=run.loss_steps,
+                traffic=run.comm.counters(),
+                history_length=len(run.history),
             )
         )
 
     def _restore(self, snapshot: Snapshot) -> None:
-        self.iteration = snapshot.iteration
-        self.x = snapshot.x
-        self.algorithm.state = dict(snapshot.algorithm_state)
-        self.compute.buffers = dict(snapshot.buffers)
-        self.sampler.load_state_dict(snapshot.sampler_start)
-        self.sampler.draw(snapshot.sampler_used)
-        self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
-        self.loss_sum, self.loss_steps = snapshot.loss_sum, snapshot.loss_steps
-        self.comm.restore_counters(snapshot.traffic)
-        del self.history[snapshot.history_length :]
-        self.evaluator.forget_scores()
+        run = self.run
+        run.iteration = snapshot.iteration
+        run.x = snapshot.x
+        run.algorithm.state = dict(snapshot.algorithm_state)
+        run.compute.buffers = dict(snapshot.buffers)
+        run.seek_sampler(snapshot.sampler_used, snapshot.sampler_start)
+        run.loss_sum, run.loss_steps = snapshot.loss_sum, snapshot.loss_steps
+        run.comm.restore_counters(snapshot.traffic)
+        del run.history[snapshot.history_length :]
+        run.evaluator.forget_scores()
 
     def recover(self) -> Change:
         """After a failed exchange: agree with the survivors on who is lost, roll back to the
         position all of them hold, and continue on the surviving graph."""
         assert self.snapshots is not None
-        change = self.engine.leave_generation(self.snapshots.position)
+        change = self.run.engine.leave_generation(self.snapshots.position)
         self._restore(self.snapshots.at(change.position))
         for rank in change.lost:
             self.party_events.append(
@@ -238,10 +265,11 @@ class PartySetChanges:
 
     def apply_drops(self) -> list[int]:
         """The simulator's ``--drop-party`` losses due before this iteration's step."""
-        due = [r for r in self.drops.get(self.iteration, []) if r in self.members]
+        iteration = self.run.iteration
+        due = [r for r in self.drops.get(iteration, []) if r in self.members]
         if due:
             for rank in due:
-                self.party_events.append(party_event(rank, self.iteration, "lost", "--drop-party"))
+                self.party_events.append(party_event(rank, iteration, "lost", "--drop-party"))
             self.change_parties([p for p in self.members if p not in due])
         return due
 
@@ -251,34 +279,34 @@ class PartySetChanges:
         remaining edges, bridged where the graph fell apart). The snapshot depth follows the
         new graph's diameter (a ring that lost a party is a longer path), keeping the snapshots
         held, so that a later loss can still roll back as far as the new graph needs."""
-        rows = [k for k, p in enumerate(self.engine.local_parties) if p in members]
-        if len(rows) < self.n_local:
+        run = self.run
+        rows = [k for k, p in enumerate(run.engine.local_parties) if p in members]
+        if len(rows) < run.n_local:
             self._keep_rows(rows)
-        self.engine.set_members(members)
+        run.engine.set_members(members)
         self.members = sorted(members)
-        self.topology, graph = surviving_topology(self.base_topology, self.members)
+        run.topology, graph = surviving_topology(run.base_topology, self.members)
         if self.snapshots is not None:  # parties drift apart one step per hop of the new graph
-            self.snapshots.resize(snapshot_depth(diameter(self.topology.W)))
-        traffic = self.comm.counters()
+            self.snapshots.resize(snapshot_depth(diameter(run.topology.W)))
+        traffic = run.comm.counters()
         # Compressed gossip's public copies restart at zero on every survivor (engines.choco).
-        self.comm = self.make_communicator(torch.zeros_like(self.x))
-        self.comm.restore_counters(traffic)
-        self.algorithm.restart_tracking()
-        self.evaluator.forget_scores()
-        self.graph_changes.append({"iteration": self.iteration, **graph.to_dict()})
+        run.comm = run.make_communicator(torch.zeros_like(run.x))
+        run.comm.restore_counters(traffic)
+        run.algorithm.restart_tracking()
+        run.evaluator.forget_scores()
+        self.graph_changes.append({"iteration": run.iteration, **graph.to_dict()})
 
     def _keep_rows(self, rows: list[int]) -> None:
         """Keep only these local parties' rows (the simulator's dropped parties leave)."""
-        index = torch.tensor(rows, device=self.device)
-        self.x = self.x.index_select(0, index)
-        self.algorithm.state = {
-            k: v.index_select(0, index) for k, v in self.algorithm.state.items()
-        }
-        self.compute.keep_parties(index)
-        self.loss_sum = self.loss_sum.index_select(0, index)
-        self.sampler.keep(rows)
-        self.n_local = len(rows)
-        self.evaluator.keep_parties(rows)
+        run = self.run
+        index = torch.tensor(rows, device=run.device)
+        run.x = run.x.index_select(0, index)
+        run.algorithm.state = {k: v.index_select(0, index) for k, v in run.algorithm.state.items()}
+        run.compute.keep_parties(index)
+        run.loss_sum = run.loss_sum.index_select(0, index)
+        run.sampler.keep(rows)
+        run.n_local = len(rows)
+        run.evaluator.keep_parties(rows)
 
     def admit(self, change: Change, returning_state: dict[str, Any] | None) -> None:
         """Welcome the returning parties of ``change`` (collective over the new members).
@@ -288,28 +316,28 @@ class PartySetChanges:
         streams skip ahead to that iteration. ``returning_state`` is this process's own
         checkpoint when it is the one returning.
         """
+        run = self.run
         staying = [p for p in change.members if p not in change.joined]
-        returning = self.engine.rank in change.joined
+        returning = run.engine.rank in change.joined
         if returning and returning_state is not None:
-            self.load_state_dict(returning_state, members_check=False)
-        x = self._staying_mean(self.x, returning, len(staying))
+            run.load_state_dict(returning_state, members_check=False)
+        x = self._staying_mean(run.x, returning, len(staying))
         state = {
             k: self._staying_mean(v, returning, len(staying))
-            for k, v in self.algorithm.state.items()
+            for k, v in run.algorithm.state.items()
         }
         record = {
-            "iteration": self.iteration, "history": self.history, "loss_steps": self.loss_steps,
+            "iteration": run.iteration, "history": run.history, "loss_steps": run.loss_steps,
             "party_events": self.party_events, "graph_changes": self.graph_changes,
         }  # fmt: skip
-        record = self.engine.broadcast_object(record if not returning else None, staying[0])
+        record = run.engine.broadcast_object(record if not returning else None, staying[0])
         if returning:
-            self.x, self.algorithm.state = x, state
-            self.sampler.draw(record["iteration"] - self.iteration)
-            self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
-            self.iteration = record["iteration"]
-            self.loss_sum = torch.zeros_like(self.loss_sum)
-            self.loss_steps = record["loss_steps"]
-        self.history = record["history"]
+            run.x, run.algorithm.state = x, state
+            run.seek_sampler(record["iteration"] - run.iteration)
+            run.iteration = record["iteration"]
+            run.loss_sum = torch.zeros_like(run.loss_sum)
+            run.loss_steps = record["loss_steps"]
+        run.history = record["history"]
         self.party_events = record["party_events"] + [
             party_event(rank, change.iteration, "rejoined", "restarted with --resume")
             for rank in change.joined
@@ -320,4 +348,4 @@ class PartySetChanges:
 
     def _staying_mean(self, value: Tensor, returning: bool, staying: int) -> Tensor:
         """The mean of ``value`` over the staying members (collective; returners add 0)."""
-        return self.engine.total(value * (0.0 if returning else 1.0)) / staying
+        return self.run.engine.total(value * (0.0 if returning else 1.0)) / staying

@@ -1,13 +1,16 @@
-"""One experiment's state on the parties this process runs: :class:`Run`, and the checks and
-defaults that build it.
+"""One experiment's state on the parties this process runs: :class:`Run`, built from a resolved
+config, and its steps.
 
-The simulator runs all N parties in one :class:`Run`; a distributed process runs one party. Its
-evaluations are :class:`slate.evaluation.Evaluator`'s (``run.evaluator``). The training loop that
-drives a run, and writes its folder, is :func:`slate.train.train`.
+The simulator runs all N parties in one :class:`Run`; a distributed process runs one party. A run
+is built (:meth:`Run.__init__`) from the config's checks and derived settings
+(:mod:`slate.checks`), and holds its parts: the local data and sampler, the topology, the
+algorithm and model, the communicator, the evaluator (:class:`slate.evaluation.Evaluator`) and the
+party set (:class:`slate.recovery.PartySet`). The training loop that drives a run, and writes its
+folder, is :func:`slate.train.train`.
 
-The hot loop has no Python loop over parties and no host synchronisation: indices are drawn for a
-whole chunk of steps at once, losses are kept on the device, and the host looks at numbers only at
-evaluation points (every ``--eval-every`` iterations).
+The hot loop (:meth:`Run.advance`) has no Python loop over parties and no host synchronisation:
+indices are drawn for a whole chunk of steps at once, losses are kept on the device, and the host
+looks at numbers only at evaluation points (every ``--eval-every`` iterations).
 """
 
 from __future__ import annotations
@@ -41,19 +44,13 @@ from slate.evaluation import Evaluator, mean_buffers
 from slate.fault_injection import FaultPlan
 from slate.gossip import gossip_settings, parse_wan
 from slate.models import build_model
-from slate.recovery import (
-    PartySetChanges,
-    RecordedExchange,
-    Snapshots,
-    parse_drops,
-    snapshot_depth,
-)
-from slate.topology import build_topology, diameter
+from slate.recovery import PartySet, RecordedExchange, parse_drops
+from slate.topology import build_topology
 
 __all__ = ["Run"]
 
 
-class Run(PartySetChanges):
+class Run:
     """One experiment's state, built from a resolved config, on the parties this engine runs.
 
     The simulator runs all N parties here; a distributed process runs one. Everything else
@@ -74,55 +71,12 @@ class Run(PartySetChanges):
             torch.set_num_threads(config.threads)
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = resolve_device(config.device)
-        # Only this process's parties' examples are kept (and moved to the device).
-        started = time.perf_counter()
-        # A party returning to a run in progress replays the data set-up's exchanges.
-        self.exchange = RecordedExchange(self.engine, exchanges)
-        self.data = load_local_data(config, self.engine.local_parties, self.exchange, data)
-        self.load_seconds = time.perf_counter() - started
-        config = self.config = with_evaluation_defaults(
-            config, self.data.n_test, party_ap_possible=not self.data.federated
-        )
+        self._load_data(data, exchanges)
         self._agree_on_the_run()
-        self.n_local = len(self.engine.local_parties)
-        local_parts = self.data.parts
-        self.features = torch.from_numpy(self.data.x_train).to(self.device)
-        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
-        self.sampler = PartySampler(
-            local_parts, self.data.y_train, config.batch_size, config.positives,
-            config.seed, parties=self.engine.local_parties,
-        )  # fmt: skip
-        self.topology = build_topology(
-            config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period
-        )
-        self.base_topology = self.topology  # the graph of all N parties
-        self.members = list(range(config.nodes))  # the parties in the run now
-        self.party_events: list[dict[str, Any]] = []
-        self.graph_changes: list[dict[str, Any]] = []
-        self.drops = parse_drops(config.drop_party, config.nodes, config.iterations)
-        if self.drops and self.engine.name != "simulator":
-            raise ConfigError(
-                "--drop-party injects party losses in the simulator; with the distributed "
-                "engine, stop a party's process instead."
-            )
+        self._build_sampler()
+        self._build_graph()
         self.history: list[dict[str, float]] = []
-        self.algorithm: Algorithm = build_algorithm(config.algorithm, algorithm_config(config))
-        model = build_model(
-            config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
-        )
-        self.model = model.to(self.device)
-        self.compute = PartyCompute(
-            self.model,
-            self.algorithm.objective(),
-            self.algorithm.n_extra,
-            n_parties=self.n_local,
-            context=self.algorithm.context([self.labels[p] for p in local_parts]),
-            compile=should_compile(config, self.engine.name, self.device, model),
-        )
-        self.x = self.initial_parameters()
-        self.gossip = gossip_settings(config, self.topology, self.x.shape[1])
-        self.wan = parse_wan(config.wan)
-        self.comm: Communicator = self.make_communicator(self.x)
+        self._build_training()
         distributed = self.engine.name == "distributed"
         self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
         data = self.data
@@ -137,15 +91,72 @@ class Run(PartySetChanges):
         self.stop_requested = False  # set by SIGINT / SIGTERM
         self._chunk_start: dict[str, Any] = self.sampler.state_dict()
         self._chunk_used = 0
-        self.snapshots = (
-            Snapshots(snapshot_depth(diameter(self.topology.W))) if self.recovers else None
-        )
         self.validated, self.n_validation = False, 0  # set by use_final_test
         self.resumed_best: dict[str, Any] | None = None  # --early-stopping's, from a checkpoint
         self.best_model: Any = None  # --early-stopping's kept model (slate.validation.BestModel)
         # A party lost before the first step (during the first evaluation) is a loss like any
         # other: the survivors roll back to this position, iteration 0 before its evaluation.
-        self.snapshot(after_evaluation=False)
+        self.party_set.snapshot(after_evaluation=False)
+
+    def _load_data(self, data: Dataset | None, exchanges: list[Any] | None) -> None:
+        """Only this process's parties' examples are kept (and moved to the device); the
+        evaluation defaults follow from the test set's size."""
+        started = time.perf_counter()
+        # A party returning to a run in progress replays the data set-up's exchanges.
+        self.exchange = RecordedExchange(self.engine, exchanges)
+        self.data = load_local_data(self.config, self.engine.local_parties, self.exchange, data)
+        self.load_seconds = time.perf_counter() - started
+        self.config = with_evaluation_defaults(
+            self.config, self.data.n_test, party_ap_possible=not self.data.federated
+        )
+
+    def _build_sampler(self) -> None:
+        """The local parties' training rows on the device, and their sampling streams."""
+        config = self.config
+        self.n_local = len(self.engine.local_parties)
+        self.features = torch.from_numpy(self.data.x_train).to(self.device)
+        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
+        self.sampler = PartySampler(
+            self.data.parts, self.data.y_train, config.batch_size, config.positives,
+            config.seed, parties=self.engine.local_parties,
+        )  # fmt: skip
+
+    def _build_graph(self) -> None:
+        """The topology of all N parties, and the party set that changes it."""
+        config = self.config
+        self.topology = build_topology(
+            config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period
+        )
+        self.base_topology = self.topology  # the graph of all N parties
+        drops = parse_drops(config.drop_party, config.nodes, config.iterations)
+        if drops and self.engine.name != "simulator":
+            raise ConfigError(
+                "--drop-party injects party losses in the simulator; with the distributed "
+                "engine, stop a party's process instead."
+            )
+        self.party_set = PartySet(self, drops)
+
+    def _build_training(self) -> None:
+        """The algorithm, the model and its per-party compute, the parties' starting parameters
+        and the communicator."""
+        config = self.config
+        self.algorithm: Algorithm = build_algorithm(config.algorithm, algorithm_config(config))
+        model = build_model(
+            config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
+        )
+        self.model = model.to(self.device)
+        self.compute = PartyCompute(
+            self.model,
+            self.algorithm.objective(),
+            self.algorithm.n_extra,
+            n_parties=self.n_local,
+            context=self.algorithm.context([self.labels[p] for p in self.data.parts]),
+            compile=should_compile(config, self.engine.name, self.device, model),
+        )
+        self.x = self.initial_parameters()
+        self.gossip = gossip_settings(config, self.topology, self.x.shape[1])
+        self.wan = parse_wan(config.wan)
+        self.comm: Communicator = self.make_communicator(self.x)
 
     def _agree_on_the_run(self) -> None:
         """Every process's trajectory settings must equal the others' (:mod:`slate.agreement`);
@@ -155,11 +166,6 @@ class Run(PartySetChanges):
         mine = [(party, run_fingerprint(self.config)) for party in self.engine.local_parties]
         everyone = self.exchange.gather_objects(mine)
         check_same_run(list(everyone) + (mine if self.exchange.replaying else []))
-
-    @property
-    def recovers(self) -> bool:
-        """Whether a lost party leaves the others running (distributed, ``continue``)."""
-        return bool(getattr(self.engine, "recovers", False))
 
     def initial_parameters(self) -> Tensor:
         """Alg. 1 line 2: every party starts from the same model (plus algorithm variables)."""
@@ -176,6 +182,20 @@ class Run(PartySetChanges):
         """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
         return Batch(_rows(self.features, indices), _rows(self.labels, indices))
 
+    @property
+    def sampler_position(self) -> tuple[dict[str, Any], int]:
+        """Where the sampler streams are: their state at the start of the current chunk, and
+        the steps drawn since."""
+        return self._chunk_start, self._chunk_used
+
+    def seek_sampler(self, used: int, start: dict[str, Any] | None = None) -> None:
+        """Move the sampler streams ``used`` steps past ``start`` (a state of theirs; default:
+        where they are), and start a new chunk there."""
+        if start is not None:
+            self.sampler.load_state_dict(start)
+        self.sampler.draw(used)
+        self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
+
     def advance(self, steps: int) -> int:
         """Run up to ``steps`` iterations and return how many ran.
 
@@ -185,7 +205,7 @@ class Run(PartySetChanges):
         losses = torch.zeros(steps, self.n_local, device=self.device)
         done = 0
         if self.iteration == 0 and self.algorithm.initial_batches(self.config.positives) > 0:
-            self.snapshot(after_evaluation=True)
+            self.party_set.snapshot(after_evaluation=True)
             losses[0] = self._first_step()
             self._add_loss(losses[0])
             done = 1
@@ -194,7 +214,7 @@ class Run(PartySetChanges):
         for k in range(steps - done):
             if self.stop_requested and self.engine.stops_between_iterations:
                 break
-            self.snapshot(after_evaluation=True)
+            self.party_set.snapshot(after_evaluation=True)
             self.faults.check("step", self.iteration)
             self.comm.set_iteration(self.iteration)
             self.x, losses[done] = self.algorithm.step(
@@ -205,7 +225,7 @@ class Run(PartySetChanges):
             self._chunk_used += 1
             done += 1
         self._guard_finite(losses[:done], self.iteration - done)
-        self.snapshot(after_evaluation=False)
+        self.party_set.snapshot(after_evaluation=False)
         return done
 
     def _add_loss(self, row: Tensor) -> None:
@@ -244,17 +264,17 @@ class Run(PartySetChanges):
             "traffic": list(self.comm.counters()),
             "communicator": self.comm.state_dict(),
             "config": self.config.to_dict(),
-            "members": self.members,
+            "members": self.party_set.members,
             "exchanges": self.exchange.record,
-            "party_events": self.party_events,
-            "graph_changes": self.graph_changes,
+            "party_events": self.party_set.party_events,
+            "graph_changes": self.party_set.graph_changes,
         }
 
     def load_state_dict(self, state: dict[str, Any], members_check: bool = True) -> None:
         """Continue from :meth:`state_dict`'s output (the party set it recorded included)."""
-        members = state.get("members", self.members)
-        if members_check and members != self.members:
-            self.change_parties(members)
+        members = state.get("members", self.party_set.members)
+        if members_check and members != self.party_set.members:
+            self.party_set.change_parties(members)
         if state["parties"] != self.engine.local_parties:
             raise ConfigError(
                 f"The checkpoint holds parties {state['parties']}, this process runs "
@@ -264,16 +284,14 @@ class Run(PartySetChanges):
         self.x = state["x"].to(self.device)
         self.algorithm.state = {k: v.to(self.device) for k, v in state["algorithm_state"].items()}
         self.compute.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
-        self.sampler.load_state_dict(state["sampler"])
-        self.sampler.draw(state["sampler_used"])  # the steps of that chunk already taken
-        self._chunk_start = self.sampler.state_dict()
+        self.seek_sampler(state["sampler_used"], state["sampler"])  # that chunk's steps taken
         self.loss_sum = state["loss_sum"].to(self.device)
         self.loss_steps = state["loss_steps"]
         self.evaluator.seconds = state.get("evaluation_seconds", 0.0)
         self.comm.restore_counters(state["traffic"])
         self.comm.load_state_dict(state.get("communicator", {}))
-        self.party_events = list(state.get("party_events", []))
-        self.graph_changes = list(state.get("graph_changes", []))
+        self.party_set.party_events = list(state.get("party_events", []))
+        self.party_set.graph_changes = list(state.get("graph_changes", []))
 
     def _guard_finite(self, losses: Tensor, first_iteration: int) -> None:
         if bool(torch.isfinite(losses).all()) and bool(torch.isfinite(self.x).all()):
@@ -305,6 +323,11 @@ class Run(PartySetChanges):
         return mean_buffers(self.engine, self.compute.buffers)
 
     @property
+    def writes_outputs(self) -> bool:
+        """The main process writes the run folder; with per-party files every party does."""
+        return self.engine.is_main or self.data.federated
+
+    @property
     def validates(self) -> bool:
         """Whether the evaluations score validation rows (``--validation-fraction``)."""
         return self.data.final_test is not None or self.validated
@@ -319,11 +342,6 @@ class Run(PartySetChanges):
             held_out="test", final_test=None, test_positives=held.positives,
         )  # fmt: skip
         self.evaluator.use_rows(held.x, held.y, held.parts)
-
-    @property
-    def writes_outputs(self) -> bool:
-        """The main process writes the run folder; with per-party files every party does."""
-        return self.engine.is_main or self.data.federated
 
     def mean_traffic(self) -> dict[str, float]:
         """Bytes, messages and rounds per party, averaged over all parties (collective)."""

@@ -10,8 +10,9 @@
 * ``model.pt``: the averaged model's ``state_dict`` (load it with ``weights_only=True``), and
   ``model.json``, what rebuilds it (:func:`slate.load_model`).
 
-The steps themselves are :meth:`slate.run.Run.advance`; a lost party (``--on-party-loss
-continue``) or a returning one changes the party set between passes (:mod:`slate.recovery`).
+The steps themselves are :meth:`slate.run.Run.advance`, the evaluations
+:class:`slate.evaluation.Evaluator`'s; a lost party (``--on-party-loss continue``) or a returning
+one changes the party set between passes (:class:`slate.recovery.PartySet`).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def _chunk_length(run: Run) -> int:
     """Steps until the next evaluation, checkpoint, injected drop or end (chunks never straddle
     them)."""
     config, t = run.config, run.iteration
-    drops = [at - t for at in run.drops if at > t]
+    drops = [at - t for at in run.party_set.drops if at > t]
     return min(
         MAX_CHUNK,
         config.iterations - t,
@@ -194,7 +195,7 @@ class _Loop:
             try:
                 final = self._pass()
             except ExchangeFailed:
-                if not self.run.recovers:
+                if not self.run.party_set.recovers:
                     raise
                 self._recover()
                 continue
@@ -226,8 +227,8 @@ class _Loop:
             return self._finish()
         if self.joined_at != t:  # (a party admitted here joins after this boundary)
             self._stop_or_checkpoint()
-        run.snapshot(after_evaluation=True)
-        for rank in run.apply_drops():
+        run.party_set.snapshot(after_evaluation=True)
+        for rank in run.party_set.apply_drops():
             self._announce_loss(rank, "--drop-party")
         run.advance(_chunk_length(run))
         self.bar.show()
@@ -260,7 +261,7 @@ class _Loop:
     def _recover(self) -> None:
         while True:
             try:
-                change = self.run.recover()
+                change = self.run.party_set.recover()
                 break
             except ExchangeFailed:  # another party was lost while agreeing: agree again
                 continue
@@ -273,7 +274,7 @@ class _Loop:
             return
         change = engine.admit_returning(self.run.iteration)
         if change is not None:
-            self.run.admit(change, None)
+            self.run.party_set.admit(change, None)
             for rank in change.joined:
                 self.note(
                     f"party {rank} rejoined at iteration {self.run.iteration}: "
@@ -293,7 +294,7 @@ class _Loop:
 
     def _announce_loss(self, rank: int, reason: str) -> None:
         run = self.run
-        change = run.graph_changes[-1]
+        change = run.party_set.graph_changes[-1]
         bridges = change["added_edges"]
         how = (
             "; bridges " + ", ".join(f"{e['edge'][0]}-{e['edge'][1]}" for e in bridges)
@@ -312,7 +313,7 @@ def _resume(run: Run, out: Path, say) -> float:
 
     The simulator reads its one checkpoint. Distributed parties take the newest iteration that
     every party then in the run holds; the parties that were not in the run then (lost before
-    the crash) return to it there (:meth:`Run.admit`).
+    the crash) return to it there (:meth:`slate.recovery.PartySet.admit`).
     """
     if run.engine.name == "simulator":
         state = checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(out))
@@ -323,7 +324,7 @@ def _resume(run: Run, out: Path, say) -> float:
     rank = run.engine.local_parties[0]
     mine = checkpoint.checkpoint_files(out, rank)
     held = {t: checkpoint.load_checkpoint(path) for t, path in mine.items()}
-    offers = {t: state.get("members", run.members) for t, state in held.items()}
+    offers = {t: state.get("members", run.party_set.members) for t, state in held.items()}
     everyone = run.engine.gather_objects([(rank, offers)])
     latest, members = _common_checkpoint(everyone)
     if latest is None:
@@ -341,7 +342,7 @@ def _resume(run: Run, out: Path, say) -> float:
     if returning:
         change = Change(run.engine.generation, tuple(run.engine.members), joined=tuple(returning),
                         position=2 * latest + 1)  # fmt: skip
-        run.admit(change, own if rank in returning else None)
+        run.party_set.admit(change, own if rank in returning else None)
         say(f"parties {returning} return to the run at iteration {latest}")
     return float(own["elapsed"]) if own is not None and rank in members else 0.0
 
@@ -412,7 +413,7 @@ def train(
         f"{config.iterations} iterations")  # fmt: skip
     offset = 0.0
     if returning:
-        run.admit(run.engine.rejoin(), own)
+        run.party_set.admit(run.engine.rejoin(), own)
         log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")
     elif resume and out is not None:
         offset = _resume(run, out, say)

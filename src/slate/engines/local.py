@@ -1,7 +1,7 @@
 """What a training run needs from its engine besides mixing: who runs here, and reductions.
 
 The simulator runs every party in one process; a distributed process runs one party. The
-training loop (``slate.train.Run``) is written once against :class:`Engine`, so both engines
+training loop (``slate.run.Run``) is written once against :class:`Engine`, so both engines
 share the sampling, the algorithm steps, the evaluation and the run outputs.
 """
 
