@@ -50,8 +50,10 @@ def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
 def with_default_parties(config: TrainConfig) -> tuple[TrainConfig, Any]:
     """A user's own file without ``--nodes``: N from its positives, said in one line
     (:func:`slate.data.sources.default_parties`), and the dataset read to count them."""
+    from slate.checks import check_config
     from slate.data.sources import default_parties
 
+    check_config(resolve_config(config))  # every flag (--out first) before any data is read
     chosen = default_parties(config)
     if chosen is None:
         return config, None
