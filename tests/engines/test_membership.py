@@ -170,3 +170,22 @@ def test_rejoining_a_run_nobody_runs_any_more_is_refused(store_address):
     with pytest.raises(PartyLost, match="fresh 'slate rendezvous'"):
         Membership(store, 1, [0, 1, 2], timeout_s=3.0).request_join()
     assert time.monotonic() - started < 5
+
+
+def test_a_process_restarted_under_the_same_rank_is_told_apart(store_address):
+    """Issue 23: a supervisor restarts a killed party at once; the new process bumps the same
+    heartbeat, but it is not the process that was in the run, so the others count it lost
+    without waiting out --timeout."""
+    a, b = (Membership(client(store_address), r, [0, 1], timeout_s=60) for r in (0, 1))
+    a.note_incarnations()
+    watched = Heartbeat(lambda: client(store_address), 1)
+    try:
+        # The same rank, a new process: it registers itself as party 1 again.
+        b.store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{os.getpid() + 1}")
+        started = time.monotonic()
+        (change,) = in_threads(lambda: a.agree_on_loss(position=10))
+    finally:
+        watched.stop()
+    assert not isinstance(change, Exception), change
+    assert change.lost == (1,) and "replaced by a new one" in change.reasons[1]
+    assert time.monotonic() - started < 5  # not after --timeout 60

@@ -130,14 +130,19 @@ class Heartbeat:
 class _Liveness:
     """Tells whether a member is gone: its local process exited, or its heartbeat fell silent."""
 
-    def __init__(self, store, silence_s: float) -> None:
+    def __init__(self, store, silence_s: float, incarnations: dict[int, str] | None = None) -> None:
         self.store = store
         self.silence_s = silence_s
         self.seen: dict[int, tuple[int, float]] = {}  # rank -> (counter, when it last moved)
+        self.incarnations = incarnations or {}  # rank -> "host:pid" of the process in the run
 
     def gone(self, rank: int) -> str | None:
         """Why ``rank`` counts as gone, or None while it may still be alive."""
         where = self._registered(rank)
+        known = self.incarnations.get(rank)
+        if where is not None and known is not None and f"{where[0]}:{where[1]}" != known:
+            # A supervisor restarted it at once: the new process bumps the same heartbeat.
+            return f"its process was replaced by a new one (pid {where[1]} on {where[0]})"
         if where is not None and where[0] == socket.gethostname() and not process_alive(where[1]):
             return f"its process (pid {where[1]}) exited"
         counter = int(self.store.add(f"{PREFIX}beat/{rank}", 0))
@@ -176,6 +181,19 @@ class Membership:
         self.timeout_s = timeout_s
         self.silence_s = max(3 * BEAT_SECONDS, min(MAX_SILENCE_SECONDS, timeout_s / 2))
         store.set(f"{PREFIX}process/{rank}", f"{socket.gethostname()}:{os.getpid()}")
+        self.incarnations: dict[int, str] = {}  # each member's process, once its group opened
+
+    def note_incarnations(self) -> None:
+        """Remember which process (``host:pid``) each member is, once the generation's group is
+        open: a process restarted under the same rank is then told apart from the one that was
+        in the run, although it bumps the same heartbeat."""
+        known = {}
+        for member in self.members:  # a lost party is forgotten: it may come back as a new one
+            key = f"{PREFIX}process/{member}"
+            if self.store.check([key]):
+                known[member] = self.store.get(key).decode()
+        self.incarnations.clear()
+        self.incarnations.update(known)
 
     def key(self, name: str, generation: int | None = None) -> str:
         g = self.generation if generation is None else generation
@@ -229,7 +247,7 @@ class Membership:
 
     def agree_on_joins(self, iteration: int) -> Change | None:
         """At a checkpoint boundary: the agreed admission of returning parties, if any."""
-        liveness = _Liveness(self.store, self.silence_s)
+        liveness = _Liveness(self.store, self.silence_s, self.incarnations)
         pending = [
             rank
             for rank in self._requests()
@@ -270,7 +288,7 @@ class Membership:
         self.store.delete_key(admitted)
         slot = int(self.store.add(f"{PREFIX}join_requests", 1)) - 1
         self.store.set(f"{PREFIX}join_request/{slot}", str(self.rank))
-        liveness = _Liveness(self.store, self.silence_s)
+        liveness = _Liveness(self.store, self.silence_s, self.incarnations)
         others = [rank for rank in self.members if rank != self.rank]
         while not self.store.check([admitted]):
             if self.store.check([FINAL_MEMBERS_KEY]):
@@ -299,11 +317,12 @@ class Membership:
     def announce(self) -> None:
         """Record that the current generation's process group is open."""
         self.store.set(f"{PREFIX}generation", str(self.generation))
+        self.note_incarnations()
 
     # -- shared -------------------------------------------------------------------------------
 
     def _decide(self, propose: Callable[[_Liveness, bool], Change | None]) -> Change:
-        liveness = _Liveness(self.store, self.silence_s)
+        liveness = _Liveness(self.store, self.silence_s, self.incarnations)
         deadline = time.monotonic() + self.timeout_s
         while True:
             if self.store.check([self.key("change")]):
@@ -329,4 +348,5 @@ class Membership:
                 "Every party stops; restart them with --resume."
             )
         self.generation, self.members = change.generation, change.members
+        self.note_incarnations()  # a returning party is a new process
         return change
