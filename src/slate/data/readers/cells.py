@@ -3,7 +3,7 @@ labels, with every problem collected for one report."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,18 +242,7 @@ class ColumnReader:
             return None
 
     def add_text(self, cells: Sequence[str], lines: Sequence[int], context: CellContext) -> None:
-        get = self.lookup.get
-        codes = [get(cell, _UNSEEN) for cell in cells]
-        if _UNSEEN in codes:
-            for i, code in enumerate(codes):
-                if code == _UNSEEN:
-                    codes[i] = self._new_cell(cells[i], lines[i], context)
-        n_missing = codes.count(-1)
-        if n_missing:
-            self.missing += n_missing
-            if self.first_missing is None:
-                i = codes.index(-1)
-                self.first_missing = (lines[i], cells[i])
+        codes = _coded(self, cells, lines, lambda cell, line: self._new_cell(cell, line, context))
         self.store.append(codes)
 
     def _new_cell(self, cell: str, line: int, context: CellContext) -> int:
@@ -364,19 +353,7 @@ class LabelReader:
         self.first_missing: tuple[int, str] | None = None
 
     def add(self, cells: Sequence[str], lines: Sequence[int]) -> None:
-        get = self.lookup.get
-        codes = [get(cell, _UNSEEN) for cell in cells]
-        if _UNSEEN in codes:
-            for i, code in enumerate(codes):
-                if code == _UNSEEN:
-                    codes[i] = self._new_cell(cells[i], lines[i])
-        n_missing = codes.count(-1)
-        if n_missing:
-            self.missing += n_missing
-            if self.first_missing is None:
-                i = codes.index(-1)
-                self.first_missing = (lines[i], cells[i])
-        self.codes.append(codes)
+        self.codes.append(_coded(self, cells, lines, self._new_cell))
 
     def _new_cell(self, cell: str, line: int) -> int:
         code = self.lookup.get(cell)
@@ -520,3 +497,26 @@ def _label_key(cell: str) -> tuple[str, float | str]:
     if value is None or value != value:  # not a number, or nan (which equals nothing)
         return ("text", cell)
     return ("number", value)
+
+
+def _coded(
+    reader: ColumnReader | LabelReader,
+    cells: Sequence[str],
+    lines: Sequence[int],
+    new_cell: Callable[[str, int], int],
+) -> list[int]:
+    """A block of text cells as codes (-1 missing): known cells by ``reader.lookup``, new ones
+    by ``new_cell``; the reader's missing count and first missing cell are updated."""
+    get = reader.lookup.get
+    codes = [get(cell, _UNSEEN) for cell in cells]
+    if _UNSEEN in codes:
+        for i, code in enumerate(codes):
+            if code == _UNSEEN:
+                codes[i] = new_cell(cells[i], lines[i])
+    n_missing = codes.count(-1)
+    if n_missing:
+        reader.missing += n_missing
+        if reader.first_missing is None:
+            i = codes.index(-1)
+            reader.first_missing = (lines[i], cells[i])
+    return codes
