@@ -1,12 +1,16 @@
-"""Fault injection for tests of the distributed engine: a party kills itself at a chosen moment.
+"""Fault injection for tests of the distributed engine: a party dies or freezes at a chosen moment.
 
-``SLATE_KILL_AT=RANK@ITER[:MOMENT][,...]`` makes distributed party ``RANK`` send itself SIGKILL
-at iteration ``ITER``, at one of these moments:
+``SLATE_KILL_AT=RANK@ITER[:MOMENT[:FAULT]][,...]`` makes distributed party ``RANK`` fail at
+iteration ``ITER``, at one of these moments:
 
 * ``step`` (the default): just before step ``ITER``;
 * ``evaluation``: just before the evaluation at ``ITER`` (``0``: before the first snapshot's
   step, during the run's first collective after set-up);
 * ``checkpoint``: just before writing the checkpoint of ``ITER``.
+
+``FAULT`` is ``kill`` (the default: the process sends itself SIGKILL) or ``freezeS``: it sends
+itself SIGSTOP, and a detached ``sleep S; kill -CONT`` wakes it ``S`` seconds later, as a site
+whose machine hangs (or whose network is cut) for ``S`` seconds. Each planned fault happens once.
 
 The simulator ignores it (``--drop-party`` injects its losses).
 """
@@ -14,29 +18,45 @@ The simulator ignores it (``--drop-party`` injects its losses).
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
 
 __all__ = ["FAULT_ENV", "MOMENTS", "FaultPlan"]
 
 FAULT_ENV = "SLATE_KILL_AT"
 MOMENTS = ("step", "evaluation", "checkpoint")
+_FREEZE = re.compile(r"freeze(\d+(?:\.\d+)?)$")
 
 
 class FaultPlan:
-    """The moments at which this process's party dies, from :data:`FAULT_ENV`."""
+    """The moments at which this process's party dies or freezes, from :data:`FAULT_ENV`."""
 
     def __init__(self, rank: int | None) -> None:
-        self.due_at: dict[str, int] = {}
+        self.due_at: dict[str, tuple[int, str]] = {}  # moment -> (iteration, fault)
         if rank is None:
             return
         for item in os.environ.get(FAULT_ENV, "").split(","):
             who, _, when = item.strip().partition("@")
-            at, _, moment = when.partition(":")
-            moment = moment or "step"
-            if who.isdigit() and at.isdigit() and int(who) == rank and moment in MOMENTS:
-                self.due_at[moment] = int(at)
+            at, _, rest = when.partition(":")
+            moment, _, fault = rest.partition(":")
+            moment, fault = moment or "step", fault or "kill"
+            known = fault == "kill" or _FREEZE.match(fault)
+            if who.isdigit() and at.isdigit() and int(who) == rank and moment in MOMENTS and known:
+                self.due_at[moment] = (int(at), fault)
 
     def check(self, moment: str, iteration: int) -> None:
-        """Die now if this is the planned moment."""
-        if self.due_at.get(moment) == iteration:
+        """Fail now if this is the planned moment."""
+        due = self.due_at.get(moment)
+        if due is None or due[0] != iteration:
+            return
+        del self.due_at[moment]  # a frozen party passes this moment again after a rollback
+        freeze = _FREEZE.match(due[1])
+        if freeze is None:
             os.kill(os.getpid(), signal.SIGKILL)
+            return
+        subprocess.Popen(
+            ["sh", "-c", f"sleep {freeze.group(1)}; kill -CONT {os.getpid()}"],
+            start_new_session=True,
+        )
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -263,6 +263,16 @@ class PartySet:
         self.snapshot(after_evaluation=bool(change.position % 2))
         return change
 
+    def rejoin_after_loss(self) -> Change:
+        """This party was counted as lost while out of reach (:class:`CountedLost`), but it is
+        alive: roll back to its own newest snapshot, ask to be admitted again, and take the
+        members' average at their next checkpoint boundary (:meth:`admit`), with no restart."""
+        assert self.snapshots is not None
+        self._restore(self.snapshots.at(self.snapshots.position))
+        change = self.run.engine.rejoin(reason="came back by itself after being out of reach")
+        self.admit(change, None)
+        return change
+
     def apply_drops(self) -> list[int]:
         """The simulator's ``--drop-party`` losses due before this iteration's step."""
         iteration = self.run.iteration
@@ -339,7 +349,12 @@ class PartySet:
             run.loss_steps = record["loss_steps"]
         run.history = record["history"]
         self.party_events = record["party_events"] + [
-            party_event(rank, change.iteration, "rejoined", "restarted with --resume")
+            party_event(
+                rank,
+                change.iteration,
+                "rejoined",
+                change.reasons.get(rank, "restarted with --resume"),
+            )
             for rank in change.joined
         ]
         self.graph_changes = record["graph_changes"]

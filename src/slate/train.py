@@ -32,7 +32,7 @@ from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
 from slate.engines.faults import ExchangeFailed
 from slate.engines.local import Engine
-from slate.engines.membership import Change
+from slate.engines.membership import Change, CountedLost
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.outputs import (
     build_summary,
@@ -191,13 +191,17 @@ class _Loop:
         return time.perf_counter() - self.start
 
     def run_to_end(self) -> _Final:
+        failed = False
         while True:
             try:
+                if failed:
+                    self._recover()
+                    failed = False
                 final = self._pass()
             except ExchangeFailed:
                 if not self.run.party_set.recovers:
                     raise
-                self._recover()
+                failed = True  # (also when a recovery or a return itself failed: agree again)
                 continue
             if final is not None:
                 return final
@@ -259,12 +263,20 @@ class _Loop:
         return _Final(party_aps, wall, logits, scores, model, run.mean_traffic())
 
     def _recover(self) -> None:
-        while True:
-            try:
-                change = self.run.party_set.recover()
-                break
-            except ExchangeFailed:  # another party was lost while agreeing: agree again
-                continue
+        """Agree with the survivors on who is lost and continue without them. A party the
+        others counted as lost while it was out of reach comes back by itself at their next
+        checkpoint boundary (:meth:`slate.recovery.PartySet.rejoin_after_loss`)."""
+        run = self.run
+        try:
+            change = run.party_set.recover()
+        except CountedLost as lost:
+            self.log(f"party {run.engine.rank} was counted as lost by the others at iteration "
+                     f"{lost.iteration} ({lost.why}); it is reachable again and asks to rejoin "
+                     "at their next checkpoint boundary")  # fmt: skip
+            run.party_set.rejoin_after_loss()
+            self.joined_at = run.iteration
+            self.log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")
+            return
         for rank in change.lost:
             self._announce_loss(rank, change.reasons.get(rank, "lost"))
 

@@ -261,11 +261,12 @@ class DistributedEngine(Engine):
                 membership.announce()
         return engine
 
-    def rejoin(self) -> Change:
+    def rejoin(self, reason: str = "restarted with --resume") -> Change:
         """A returning party: ask to be admitted, wait for the members' next checkpoint, and
         open the group of the admitted generation."""
-        assert self.membership is not None
-        change = self._with_store(lambda: self.membership.request_join())
+        membership = self.membership
+        assert membership is not None
+        change = self._with_store(lambda: membership.request_join(reason))
         self.members = change.members
         self.returning = False
         self._open_group(change.generation)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import queue
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +26,8 @@ __all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_l
 LOST_KEY = "slate/lost_rank"
 PROC_KEY = "slate/process"
 LOOKUP_SECONDS = 3.0
-POLL_SECONDS = 0.2  # a collective is waited for in slices this long, checking the failed flag
+POLL_SECONDS = 0.2  # a wait looks this often whether another member left the generation
+LOOK_SECONDS = 1.0  # and this often whether a member it waits for has fallen silent
 
 
 class ExchangeFailed(PartyLost):
@@ -119,17 +122,60 @@ def default_store():
         return None
 
 
+class _Background:
+    """One daemon thread that runs blocking waits for the training thread.
+
+    gloo's point-to-point waits and object collectives cannot be waited for in slices (a
+    timed-out receive closes its connection), so :class:`Waiter` hands them to this thread and
+    watches the run while it blocks. A wait given up on (its party counted as lost) keeps this
+    thread until the abandoned group times out; the waiter then starts a new one.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="slate-wait", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            action, done, box = job
+            try:
+                box.append((True, action()))
+            except BaseException as err:  # handed back to the training thread
+                box.append((False, err))
+            done.set()
+
+    def run(self, action: Callable[[], Any], watch: Callable[[], None]) -> Any:
+        """``action()``'s result, calling ``watch()`` every ``POLL_SECONDS`` while it blocks
+        (``watch`` raises to give up on it)."""
+        done, box = threading.Event(), []
+        self._jobs.put((action, done, box))
+        while not done.wait(POLL_SECONDS):
+            watch()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def retire(self) -> None:
+        self._jobs.put(None)  # the thread ends once its abandoned wait does
+
+
 class Waiter:
     """Waits for this process's communication, failing in the way the loss policy asks.
 
     ``stop``: one blocking wait; a failure is :class:`PartyLost` naming the lost rank.
-    ``continue``: collectives are waited for in ``POLL_SECONDS`` slices, and stop as soon as any
-    member raised the generation's failed flag; a failure is :class:`ExchangeFailed`.
+    ``continue``: every wait is watched every ``POLL_SECONDS``: it stops as soon as any member
+    raised the generation's failed flag, or as soon as a member it waits for is gone (its
+    heartbeat silent for the membership's ``silence_s``, or its process exited), and a failure
+    is :class:`ExchangeFailed`. Collectives are waited for in slices; point-to-point waits and
+    object collectives block a background thread (:class:`_Background`) instead.
     """
 
     def __init__(self, guard: FailureGuard, membership: Membership | None) -> None:
         self.guard = guard
         self.membership = membership
+        self._background: _Background | None = None
+        self._next_look = 0.0
 
     def collective(self, start: Callable[[], Any], suspects: list[int]) -> None:
         if self.membership is None:
@@ -142,28 +188,56 @@ class Waiter:
                     work.wait(timeout=datetime.timedelta(seconds=POLL_SECONDS))
                     return
                 except (RuntimeError, dist.DistBackendError) as err:
-                    if not pending_timeout(err) or self.membership.failed():
+                    if not pending_timeout(err):
                         raise
+                self._watch(suspects)
         except (RuntimeError, dist.DistBackendError) as err:
             raise ExchangeFailed(first_line(err)) from None
 
     def post(self, action: Callable[[], Any], suspects: list[int]) -> Any:
-        """Start communication (posting sends and receives can fail on a closed connection)."""
+        """Start communication (posting sends and receives can fail on a closed connection),
+        or run an object collective."""
         if self.membership is None:
             return self.guard.run(action, suspects)
-        try:
-            return action()
-        except (RuntimeError, dist.DistBackendError) as err:
-            raise ExchangeFailed(first_line(err)) from None
+        return self._in_background(action, suspects)
 
     def point_to_point(self, work: Any, peer: int) -> None:
         if self.membership is None:
             self.guard.run(work.wait, [peer])
             return
+        self._in_background(work.wait, [peer])
+
+    def _in_background(self, action: Callable[[], Any], suspects: list[int]) -> Any:
+        if self._background is None:
+            self._background = _Background()
         try:
-            work.wait()
+            return self._background.run(action, lambda: self._watch(suspects))
+        except ExchangeFailed:
+            self._background.retire()  # still blocked on the abandoned wait
+            self._background = None
+            raise
         except (RuntimeError, dist.DistBackendError) as err:
             raise ExchangeFailed(first_line(err)) from None
+
+    def _watch(self, suspects: list[int]) -> None:
+        """Give up on a wait once another member left this generation, or once a member it
+        waits for (``suspects``: indices among the generation's members) is gone."""
+        membership = self.membership
+        assert membership is not None
+        try:
+            if membership.failed():
+                raise ExchangeFailed("another party left this generation")
+            now = time.monotonic()
+            if now < self._next_look:
+                return
+            self._next_look = now + LOOK_SECONDS
+            members = membership.members
+            gone = membership.silent_member([members[i] for i in suspects if i < len(members)])
+        except (RuntimeError, dist.DistStoreError) as err:  # the store is out of reach
+            raise ExchangeFailed(first_line(err)) from None
+        if gone is not None:
+            rank, why = gone
+            raise ExchangeFailed(f"party {rank} is gone: {why}")
 
 
 def first_line(err: Exception) -> str:

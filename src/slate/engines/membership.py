@@ -34,7 +34,7 @@ from typing import Any
 
 from slate.errors import SlateError
 
-__all__ = ["Change", "Heartbeat", "Membership", "PartyLost", "process_alive"]
+__all__ = ["Change", "CountedLost", "Heartbeat", "Membership", "PartyLost", "process_alive"]
 
 PREFIX = "slate/"
 BEAT_SECONDS = 0.5  # a live party's heartbeat counter moves this often
@@ -47,6 +47,18 @@ BEATS_KEY = f"{PREFIX}beats"  # every party's heartbeats together: the rendezvou
 
 class PartyLost(SlateError):
     """Another party stopped answering (its process died or its machine became unreachable)."""
+
+
+class CountedLost(PartyLost):
+    """The others counted this party as lost while it was out of reach (frozen, or cut off from
+    the network) and went on without it; it is alive, so it can ask to come back."""
+
+    def __init__(self, rank: int, why: str, iteration: int) -> None:
+        self.why, self.iteration = why, iteration
+        super().__init__(
+            f"Party {rank} was counted as lost by the others ({why}) and left the run at "
+            f"iteration {iteration}. Restart it with --resume to rejoin at their next checkpoint."
+        )
 
 
 @dataclass(frozen=True)
@@ -104,11 +116,14 @@ class Heartbeat:
     """A daemon thread that bumps ``beat/<rank>`` in the store every ``BEAT_SECONDS``.
 
     It talks through its own store connection (``connect()``), so that it never shares a socket
-    with the training thread. It stops quietly when the store goes away.
+    with the training thread. When the store cannot be reached (a network outage at this site,
+    or the rendezvous restarting), it opens a new connection every ``BEAT_SECONDS`` until one
+    answers, so the heartbeat resumes as soon as the site is reachable again.
     """
 
     def __init__(self, connect: Callable[[], Any], rank: int) -> None:
-        self._store = connect()
+        self._connect = connect
+        self._store: Any = connect()
         self._key = f"{PREFIX}beat/{rank}"
         self._stopped = threading.Event()
         self._store.add(self._key, 1)
@@ -118,10 +133,12 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stopped.wait(BEAT_SECONDS):
             try:
+                if self._store is None:
+                    self._store = self._connect()
                 self._store.add(self._key, 1)
                 self._store.add(BEATS_KEY, 1)
-            except Exception:  # the store is gone: nothing left to tell
-                return
+            except Exception:  # unreachable for now: a new connection at the next beat
+                self._store = None
 
     def stop(self) -> None:
         self._stopped.set()
@@ -180,8 +197,12 @@ class Membership:
         self.generation = 0
         self.timeout_s = timeout_s
         self.silence_s = max(3 * BEAT_SECONDS, min(MAX_SILENCE_SECONDS, timeout_s / 2))
-        store.set(f"{PREFIX}process/{rank}", f"{socket.gethostname()}:{os.getpid()}")
+        self.process = f"{socket.gethostname()}:{os.getpid()}"
+        store.set(f"{PREFIX}process/{rank}", self.process)
         self.incarnations: dict[int, str] = {}  # each member's process, once its group opened
+        # Kept for the whole run: a member's heartbeat counter is compared with the value seen
+        # last, whenever that was, so silence is measured from its last beat anyone saw.
+        self.liveness = _Liveness(store, self.silence_s, self.incarnations)
 
     def note_incarnations(self) -> None:
         """Remember which process (``host:pid``) each member is, once the generation's group is
@@ -208,6 +229,17 @@ class Membership:
     def failed(self) -> bool:
         """Whether some member has left the current generation (a quick store lookup)."""
         return bool(self.store.check([self.key("failed")]))
+
+    def silent_member(self, ranks: list[int]) -> tuple[int, str] | None:
+        """The first of ``ranks`` (other than this party) that is gone, with why: its heartbeat
+        has not moved for ``silence_s`` seconds, or its process exited or was replaced. A wait
+        for such a member ends on this timer, long before ``--timeout``."""
+        for rank in ranks:
+            if rank != self.rank:
+                why = self.liveness.gone(rank)
+                if why is not None:
+                    return rank, why
+        return None
 
     def agree_on_loss(self, position: int) -> Change:
         """Leave the current generation at ``position`` and return the agreed next one.
@@ -262,11 +294,16 @@ class Membership:
             members=tuple(sorted({*self.members, *agreed})),
             joined=tuple(agreed),
             position=2 * iteration + 1,
+            reasons={rank: self._join_reason(rank) for rank in agreed},
         )
         winner = Change.from_text(self.store.compare_set(self.key("change"), "", change.to_text()))
         for rank in winner.joined:
             self.store.set(f"{PREFIX}admitted/{rank}", winner.to_text())
         return self._adopt(winner)
+
+    def _join_reason(self, rank: int) -> str:
+        key = f"{PREFIX}join_reason/{rank}"
+        return self.store.get(key).decode() if self.store.check([key]) else "returned"
 
     def _requests(self) -> list[int]:
         count = int(self.store.add(f"{PREFIX}join_requests", 0))
@@ -277,13 +314,22 @@ class Membership:
                 ranks.append(int(self.store.get(key)))
         return sorted(set(ranks))
 
-    def request_join(self) -> Change:
+    def request_join(self, reason: str = "restarted with --resume") -> Change:
         """Ask the running parties to admit this one and wait for their next checkpoint
-        boundary, where they admit it; return the admission.
+        boundary, where they admit it; return the admission. ``reason`` goes into their
+        ``party_events``.
 
-        Raises :class:`PartyLost` when the run has finished, or when no other party's heartbeat
-        moves (nobody is left to admit it: a full restart needs a fresh rendezvous store).
+        Raises :class:`PartyLost` when the run has finished, when a newer process has taken
+        this party's rank, or when no other party's heartbeat moves (nobody is left to admit
+        it: a full restart needs a fresh rendezvous store).
         """
+        registered = self.store.get(f"{PREFIX}process/{self.rank}").decode()
+        if registered != self.process:
+            raise PartyLost(
+                f"Party {self.rank} ({self.process}) was out of reach, and another process "
+                f"({registered}) has since taken its place in the run; this one stops."
+            )
+        self.store.set(f"{PREFIX}join_reason/{self.rank}", reason)
         admitted = f"{PREFIX}admitted/{self.rank}"
         self.store.delete_key(admitted)
         slot = int(self.store.add(f"{PREFIX}join_requests", 1)) - 1
@@ -322,7 +368,7 @@ class Membership:
     # -- shared -------------------------------------------------------------------------------
 
     def _decide(self, propose: Callable[[_Liveness, bool], Change | None]) -> Change:
-        liveness = _Liveness(self.store, self.silence_s, self.incarnations)
+        liveness = self.liveness
         deadline = time.monotonic() + self.timeout_s
         while True:
             if self.store.check([self.key("change")]):
@@ -336,11 +382,7 @@ class Membership:
     def _adopt(self, change: Change) -> Change:
         if self.rank not in change.members:
             why = change.reasons.get(self.rank, "it did not answer in time")
-            raise PartyLost(
-                f"Party {self.rank} was counted as lost by the others ({why}) and left "
-                f"the run at iteration {change.iteration}. Restart it with --resume to rejoin "
-                "at their next checkpoint."
-            )
+            raise CountedLost(self.rank, why, change.iteration)
         if not change.lost and not change.joined:
             raise PartyLost(
                 "An exchange between parties failed although every party is still alive: a "
