@@ -131,6 +131,7 @@ def test_members_admit_a_returning_party_at_one_boundary(store_address):
     assert changes[0] == changes[1] == returning.admitted
     assert changes[0].members == (0, 1, 2) and changes[0].joined == (1,)
     assert changes[0].position == 401  # after iteration 200's checkpoint
+    assert changes[0].reasons == {1: "restarted with --resume"}  # for party_events
     assert returning.generation == members[0].generation
 
 
@@ -189,3 +190,69 @@ def test_a_process_restarted_under_the_same_rank_is_told_apart(store_address):
     assert not isinstance(change, Exception), change
     assert change.lost == (1,) and "replaced by a new one" in change.reasons[1]
     assert time.monotonic() - started < 5  # not after --timeout 60
+
+
+def test_a_silent_member_is_named_on_the_heartbeat_timer_not_after_timeout(store_address):
+    """Issue 23: a wait ends once the member it waits for is silent for silence_s (here
+    min(10, 4 / 2) = 2 s), long before --timeout."""
+    a = Membership(client(store_address), 0, [0, 1], timeout_s=4.0)
+    Membership(client(store_address), 1, [0, 1], timeout_s=4.0)  # registers party 1 (alive)
+    assert a.silence_s == 2.0
+    a.store.add(f"{PREFIX}beat/1", 1)
+    started = time.monotonic()
+    assert a.silent_member([0, 1]) is None  # first look: the counter is new
+    a.store.add(f"{PREFIX}beat/1", 1)  # it beats once more, then falls silent
+    found = None
+    while found is None and time.monotonic() - started < 10:
+        found = a.silent_member([0, 1])
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    assert found is not None and found[0] == 1 and "no heartbeat" in found[1]
+    assert 2.0 <= elapsed < 3.0
+
+
+def test_a_party_whose_rank_a_newer_process_took_does_not_rejoin(store_address):
+    """A frozen party that wakes after a supervisor started a replacement must stop, not come
+    back beside it."""
+    frozen = Membership(client(store_address), 1, [0, 1], timeout_s=5.0)
+    frozen.store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{os.getpid() + 1}")
+    with pytest.raises(PartyLost, match="taken its place"):
+        frozen.request_join("came back by itself")
+    assert not frozen.store.check([f"{PREFIX}join_request/0"])  # it asked nothing
+
+
+class _Cuttable:
+    """A store connection that fails while ``cut`` is set, as during a network outage."""
+
+    def __init__(self, store, state: dict) -> None:
+        self.store, self.state = store, state
+
+    def add(self, key, amount):
+        if self.state["cut"]:
+            raise RuntimeError("connection timed out")
+        return self.store.add(key, amount)
+
+
+def test_the_heartbeat_reconnects_after_an_outage(store_address):
+    state = {"cut": False, "connects": 0}
+
+    def connect():
+        if state["cut"]:
+            raise RuntimeError("connect timed out")
+        state["connects"] += 1
+        return _Cuttable(client(store_address), state)
+
+    watcher = client(store_address)
+    beat = Heartbeat(connect, 3)
+    try:
+        state["cut"] = True
+        time.sleep(1.2)
+        during = int(watcher.add(f"{PREFIX}beat/3", 0))
+        time.sleep(1.2)
+        assert int(watcher.add(f"{PREFIX}beat/3", 0)) == during  # silent while cut off
+        state["cut"] = False
+        time.sleep(1.6)
+        assert int(watcher.add(f"{PREFIX}beat/3", 0)) >= during + 2  # beating again
+        assert state["connects"] == 2  # on a new connection
+    finally:
+        beat.stop()

@@ -151,7 +151,8 @@ class _Liveness:
         self.store = store
         self.silence_s = silence_s
         self.seen: dict[int, tuple[int, float]] = {}  # rank -> (counter, when it last moved)
-        self.incarnations = incarnations or {}  # rank -> "host:pid" of the process in the run
+        # rank -> "host:pid" of the process in the run (shared with the membership, not copied)
+        self.incarnations = incarnations if incarnations is not None else {}
 
     def gone(self, rank: int) -> str | None:
         """Why ``rank`` counts as gone, or None while it may still be alive."""
