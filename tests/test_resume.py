@@ -198,3 +198,17 @@ def test_every_torch_load_is_weights_only():
         assert "weights_only=True" in line, f"{path}: {line.strip()}"
     assert not any("pickle" in p.read_text() and "import pickle" in p.read_text()
                    for p in src.rglob("*.py"))  # fmt: skip
+
+
+@pytest.mark.parametrize("hidden", [True, False], ids=["no-progress", "bar"])
+def test_resume_keeps_the_progress_choice(tmp_path, hidden):
+    """Issue 23: a run started with --no-progress resumes without a bar (and one with a bar,
+    with one), although --no-progress is no part of the run's config."""
+    out = tmp_path / "run"
+    flags = ["--dataset", "digits", "--nodes", "2", "--iterations", "200", "--eval-every", "100",
+             "--checkpoint-every", "100", "--out", str(out)]  # fmt: skip
+    first = slate("train", *flags, *(["--no-progress"] if hidden else []))
+    assert first.returncode == 0, first.stderr
+    resumed = slate("train", "--resume", str(out), "--iterations", "300")
+    assert resumed.returncode == 0, resumed.stderr
+    assert ("%|" in resumed.stderr) is not hidden, resumed.stderr

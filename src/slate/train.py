@@ -118,12 +118,12 @@ def _checkpoint_path(run: Run, out: Path) -> Path:
     return checkpoint.rank_checkpoint(out, run.engine.local_parties[0], run.iteration)
 
 
-def _save(run: Run, out: Path | None, elapsed: float) -> None:
+def _save(run: Run, out: Path | None, elapsed: float, progress: bool) -> None:
     if out is None:
         return
     run.faults.check("checkpoint", run.iteration)
     path = _checkpoint_path(run, out)
-    state = {**run.state_dict(), "history": run.history, "elapsed": elapsed}
+    state = {**run.state_dict(), "history": run.history, "elapsed": elapsed, "progress": progress}
     if run.best_model is not None:  # --early-stopping's kept model
         state["best_model"] = run.best_model.state_dict()
     checkpoint.save_checkpoint(path, state)
@@ -180,6 +180,7 @@ class _Loop:
         self.run, self.out, self.start, self.bar = run, out, start, bar
         self.say, self.log = say, log
         self.warned = False
+        self.said_store_lost = False
         # A party admitted at a checkpoint boundary joins the others after that boundary's
         # stop check, checkpoint and admission, which they have already made.
         self.joined_at: int | None = None
@@ -244,7 +245,7 @@ class _Loop:
         run, t = self.run, self.run.iteration
         stopping = run.engine.any(run.stop_requested)
         if stopping or (t > 0 and t % run.config.checkpoint_every == 0):
-            _save(run, self.out, self.elapsed())
+            _save(run, self.out, self.elapsed(), self.bar.enabled)
         if stopping:
             raise RunInterrupted(_interrupted_message(run, self.out))
         if t > 0 and t % run.config.checkpoint_every == 0:
@@ -285,6 +286,14 @@ class _Loop:
         if not getattr(engine, "recovers", False):
             return
         change = engine.admit_returning(self.run.iteration)
+        if engine.store_out_of_reach and not self.said_store_lost:
+            self.said_store_lost = True
+            self.note(
+                f"the rendezvous store stopped answering by iteration {self.run.iteration}: "
+                "training goes on without it, but no party can return now, and a party lost "
+                "from now on stops every party (then start a fresh 'slate rendezvous' and every "
+                "party with --resume, docs/deployment.md)"
+            )
         if change is not None:
             self.run.party_set.admit(change, None)
             for rank in change.joined:
@@ -414,7 +423,7 @@ def train(
         say(note)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
     if out is not None and run.engine.name == "distributed" and not returning:
-        _write_setup(run, out)
+        _write_setup(run, out, progress)
     say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
     network = (
         "no network"  # one party: nothing to gossip, the topology and its lambda mean nothing
@@ -458,9 +467,10 @@ def train(
     return RunResult(summary, history, out, run.x)
 
 
-def _write_setup(run: Run, out: Path) -> None:
+def _write_setup(run: Run, out: Path, progress: bool) -> None:
     """This party's set-up record (:func:`slate.checkpoint.setup_file`)."""
-    record = {"format": 1, "config": run.config.to_dict(), "exchanges": run.exchange.record}
+    record = {"format": 1, "config": run.config.to_dict(), "exchanges": run.exchange.record,
+              "progress": progress}  # fmt: skip
     checkpoint.save_checkpoint(checkpoint.setup_file(out, run.engine.local_parties[0]), record)
 
 

@@ -236,3 +236,45 @@ def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(t
     for result in results:
         assert result["members"] == [0, 1, 2, 3]
         assert result["test_ap"] == results[0]["test_ap"]
+
+
+def run_three_sites(root: Path, kill_rendezvous: bool) -> list[tuple[str, str]]:
+    """Three ``--rank`` sites on a ``slate rendezvous`` for 3 000 iterations; with
+    ``kill_rendezvous``, the rendezvous is SIGKILLed once site 0 wrote its first checkpoint."""
+    write_sites(root, parties=3, rows=300)
+    port = free_port()
+    serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
+             "127.0.0.1"]  # fmt: skip
+    server = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    flags = ["--nodes", "3", "--external-store", "--iterations", "3000", *SITE_FLAGS]
+    parties = [start_party(root, r, port, *flags) for r in range(3)]
+    if kill_rendezvous:
+        deadline = time.monotonic() + 120
+        while not list((root / "site0" / "run").glob("checkpoint-rank0-*.pt")):
+            assert time.monotonic() < deadline and parties[0].poll() is None
+            time.sleep(0.05)
+        server.kill()
+    outputs = [p.communicate(timeout=300) for p in parties]
+    server.kill()
+    server.communicate(timeout=30)
+    for rank, (process, (_, err)) in enumerate(zip(parties, outputs, strict=True)):
+        assert process.returncode == 0, f"party {rank}: {err}"
+        assert "Traceback" not in err, err
+    return outputs
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
+    """Issue 23: the store is needed only to agree on a change of the party set, so the parties
+    carry on without it, say so, and end with the model of a run whose rendezvous lived."""
+    outputs = run_three_sites(tmp_path / "killed", kill_rendezvous=True)
+    for out, _ in outputs:
+        assert "the rendezvous store stopped answering" in out
+    reference = run_three_sites(tmp_path / "lived", kill_rendezvous=False)
+    assert not any("stopped answering" in out for out, _ in reference)
+    for r in range(3):
+        killed = summary(tmp_path / "killed" / f"site{r}" / "run")
+        lived = summary(tmp_path / "lived" / f"site{r}" / "run")
+        assert killed["test_ap"] == lived["test_ap"] and killed["party_events"] == []
+    assert_same_model(tmp_path / "killed" / "site0" / "run", tmp_path / "lived" / "site0" / "run",
+                      tolerance=0.0)  # fmt: skip

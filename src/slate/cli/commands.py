@@ -34,7 +34,13 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     or one ``--rank`` party."""
     from slate.train import train
 
-    config = resumed_config(args.resume, argv) if args.resume else config_from_args(args)
+    if args.resume:
+        record = resumed_record(args.resume)
+        config = resumed_config(args.resume, argv, record)
+        # A run started with --no-progress resumes without a bar too.
+        args.no_progress = args.no_progress or record.get("progress") is False
+    else:
+        config = config_from_args(args)
     if config.drop_party and (args.engine == "distributed" or joins_alone(args)):
         raise ConfigError(
             "--drop-party injects party losses in the simulator; with the distributed engine, "
@@ -103,14 +109,21 @@ def explicit_flags(argv: Sequence[str]) -> dict:
     return explicit
 
 
-def resumed_config(folder: str, argv: Sequence[str]) -> TrainConfig:
-    """The checkpoint's config; flags given with --resume must agree except --iterations."""
+def resumed_record(folder: str) -> dict:
+    """The newest checkpoint in ``folder``, or a party's set-up record when it holds none."""
     from slate import checkpoint
 
     path = checkpoint.newest_checkpoint(Path(folder))
     if not path.is_file():  # a party lost before its first checkpoint: its set-up record
         path = checkpoint.newest_setup(Path(folder)) or path
-    saved = checkpoint.load_checkpoint(path)["config"]
+    return checkpoint.load_checkpoint(path)
+
+
+def resumed_config(folder: str, argv: Sequence[str], record: dict) -> TrainConfig:
+    """The checkpoint's config; flags given with --resume must agree except --iterations."""
+    from slate import checkpoint
+
+    saved = record["config"]
     explicit = explicit_flags(argv)
     differing = checkpoint.differing_keys(saved, explicit)
     if differing:

@@ -222,6 +222,7 @@ class DistributedEngine(Engine):
         self._aborted: list[Any] = []  # process groups left behind, never destroyed
         self._communicator: DistributedCommunicator | None = None
         self._heartbeat: Heartbeat | None = None
+        self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
         self.guard = FailureGuard(self.rank)
         self.guard.register()
         self.waiter = Waiter(self.guard, None)
@@ -253,7 +254,10 @@ class DistributedEngine(Engine):
         engine.membership = membership if recover else None
         engine.guard = FailureGuard(engine.rank, rendezvous.store)
         engine.waiter = Waiter(engine.guard, engine.membership)
-        engine._heartbeat = Heartbeat(rendezvous.connect, engine.rank) if recover else None
+        engine._heartbeat = (
+            Heartbeat(rendezvous.connect, engine.rank, membership.process) if recover else None
+        )
+        engine.store_out_of_reach = False
         engine.returning = recover and membership.running_generation() is not None
         if not engine.returning:
             engine._open_group(0)
@@ -336,9 +340,14 @@ class DistributedEngine(Engine):
     def admit_returning(self, iteration: int) -> Change | None:
         """At a checkpoint boundary: admit the parties that asked to return, if any."""
         membership = self.membership
-        if membership is None:
+        if membership is None or self.store_out_of_reach:
             return None
-        change = self._with_store(lambda: membership.agree_on_joins(iteration))
+        try:
+            change = membership.agree_on_joins(iteration)
+        except (RuntimeError, dist.DistStoreError):
+            # Nobody can ask to return without the store: training goes on without it.
+            self.store_out_of_reach = True
+            return None
         if change is None:
             return None
         self._abort_group()

@@ -233,8 +233,10 @@ class Waiter:
             self._next_look = now + LOOK_SECONDS
             members = membership.members
             gone = membership.silent_member([members[i] for i in suspects if i < len(members)])
-        except (RuntimeError, dist.DistStoreError) as err:  # the store is out of reach
-            raise ExchangeFailed(first_line(err)) from None
+        except (RuntimeError, dist.DistStoreError):
+            # The store is out of reach (the rendezvous is gone, or this site is cut off): the
+            # wait goes on, bounded by --timeout, as without recovery.
+            return
         if gone is not None:
             rank, why = gone
             raise ExchangeFailed(f"party {rank} is gone: {why}")

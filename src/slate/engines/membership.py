@@ -116,15 +116,18 @@ class Heartbeat:
     """A daemon thread that bumps ``beat/<rank>`` in the store every ``BEAT_SECONDS``.
 
     It talks through its own store connection (``connect()``), so that it never shares a socket
-    with the training thread. When the store cannot be reached (a network outage at this site,
-    or the rendezvous restarting), it opens a new connection every ``BEAT_SECONDS`` until one
-    answers, so the heartbeat resumes as soon as the site is reachable again.
+    with the training thread. When the store cannot be reached (a network outage at this site),
+    it opens a new connection every ``BEAT_SECONDS`` until one answers, so the heartbeat resumes
+    as soon as the site is reachable again. With ``identity`` (this process's ``host:pid``), a
+    new connection is used only if the store still records this party as that process: a store
+    restarted empty, or serving another run, gets no beats from this one.
     """
 
-    def __init__(self, connect: Callable[[], Any], rank: int) -> None:
+    def __init__(self, connect: Callable[[], Any], rank: int, identity: str | None = None) -> None:
         self._connect = connect
         self._store: Any = connect()
         self._key = f"{PREFIX}beat/{rank}"
+        self._process_key, self._identity = f"{PREFIX}process/{rank}", identity
         self._stopped = threading.Event()
         self._store.add(self._key, 1)
         self._thread = threading.Thread(target=self._run, name="slate-heartbeat", daemon=True)
@@ -134,11 +137,19 @@ class Heartbeat:
         while not self._stopped.wait(BEAT_SECONDS):
             try:
                 if self._store is None:
-                    self._store = self._connect()
+                    self._store = self._same_run(self._connect())
+                if self._store is None:
+                    continue
                 self._store.add(self._key, 1)
                 self._store.add(BEATS_KEY, 1)
             except Exception:  # unreachable for now: a new connection at the next beat
                 self._store = None
+
+    def _same_run(self, store: Any) -> Any:
+        if self._identity is None:
+            return store
+        known = store.check([self._process_key])
+        return store if known and store.get(self._process_key).decode() == self._identity else None
 
     def stop(self) -> None:
         self._stopped.set()
