@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -256,3 +258,19 @@ def test_the_heartbeat_reconnects_after_an_outage(store_address):
         assert state["connects"] == 2  # on a new connection
     finally:
         beat.stop()
+
+
+def test_a_second_copy_of_a_running_party_is_refused(store_address):
+    """Issue 23: a second copy of site 1 started with --resume used to wait silently (and, once
+    registered, would have pushed the running process out)."""
+    store = client(store_address)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{child.pid}")
+        with pytest.raises(PartyLost, match="already running"):
+            Membership(client(store_address), 1, [0, 1], timeout_s=5.0)
+        assert store.get(f"{PREFIX}process/1").decode().endswith(f":{child.pid}")  # untouched
+    finally:
+        child.kill()
+        child.wait()
+    Membership(client(store_address), 1, [0, 1], timeout_s=5.0)  # its process exited: welcome

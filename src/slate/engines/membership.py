@@ -210,11 +210,35 @@ class Membership:
         self.timeout_s = timeout_s
         self.silence_s = max(3 * BEAT_SECONDS, min(MAX_SILENCE_SECONDS, timeout_s / 2))
         self.process = f"{socket.gethostname()}:{os.getpid()}"
+        self._refuse_a_second_copy()
         store.set(f"{PREFIX}process/{rank}", self.process)
         self.incarnations: dict[int, str] = {}  # each member's process, once its group opened
         # Kept for the whole run: a member's heartbeat counter is compared with the value seen
         # last, whenever that was, so silence is measured from its last beat anyone saw.
         self.liveness = _Liveness(store, self.silence_s, self.incarnations)
+
+    def _refuse_a_second_copy(self) -> None:
+        """Refuse to stand in for a process of this rank that is still running: one on this host
+        whose pid is alive, or one elsewhere whose heartbeat moves (watched for
+        ``3 * BEAT_SECONDS``). A process that died or froze may be replaced."""
+        key = f"{PREFIX}process/{self.rank}"
+        if not self.store.check([key]):
+            return  # nobody has had this rank at this store yet
+        running = self.store.get(key).decode()
+        host, _, pid = running.rpartition(":")
+        if host == socket.gethostname():
+            alive = int(pid) != os.getpid() and process_alive(int(pid))
+        else:
+            beat = f"{PREFIX}beat/{self.rank}"
+            before = int(self.store.add(beat, 0))
+            time.sleep(3 * BEAT_SECONDS)
+            alive = int(self.store.add(beat, 0)) != before
+        if alive:
+            raise PartyLost(
+                f"Party {self.rank} is already running at this rendezvous (process {running}), "
+                "so this second copy stops. Stop that process first, or give this one another "
+                "--rank."
+            )
 
     def note_incarnations(self) -> None:
         """Remember which process (``host:pid``) each member is, once the generation's group is
