@@ -194,13 +194,14 @@ def kill_and_bring_back(tmp_path: Path, lost: int, at: int, iterations: int, che
 
 
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
-def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path):
-    outputs, server = kill_and_bring_back(tmp_path, lost=2, at=150, iterations=4000)
+@pytest.mark.parametrize("lost", [2, 0], ids=["rank2", "rank0"])
+def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path, lost):
+    outputs, server = kill_and_bring_back(tmp_path, lost=lost, at=150, iterations=4000)
     assert server.returncode == 0  # it leaves once every party has left
-    assert "party 2 rejoined the run at iteration" in outputs[2][0]
+    assert f"party {lost} rejoined the run at iteration" in outputs[lost][0]
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
     events = results[0]["party_events"]
-    assert [(e["rank"], e["event"]) for e in events] == [(2, "lost"), (2, "rejoined")]
+    assert [(e["rank"], e["event"]) for e in events] == [(lost, "lost"), (lost, "rejoined")]
     assert events[0]["iteration"] == 150 and events[1]["iteration"] % 100 == 0
     for result in results:
         assert result["members"] == [0, 1, 2, 3] and result["parties_alive"] == 4
@@ -278,3 +279,27 @@ def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
         assert killed["test_ap"] == lived["test_ap"] and killed["party_events"] == []
     assert_same_model(tmp_path / "killed" / "site0" / "run", tmp_path / "lived" / "site0" / "run",
                       tolerance=0.0)  # fmt: skip
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
+    """Issue 23: the others used to end with c10d's raw 'wait timeout after 60000ms, keys:
+    /slate/pg0/0//cpu//0/2'."""
+    write_sites(tmp_path, parties=3, rows=100)
+    port = free_port()
+    serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
+             "127.0.0.1", "--idle-timeout", "0"]  # fmt: skip
+    server = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--timeout", "5"]
+    try:
+        started = time.monotonic()
+        parties = [start_party(tmp_path, r, port, *flags) for r in (0, 1)]
+        outputs = [p.communicate(timeout=60) for p in parties]
+        elapsed = time.monotonic() - started
+    finally:
+        server.kill()
+    for process, (_, err) in zip(parties, outputs, strict=True):
+        assert process.returncode == 2, err
+        assert "parties [2] never reached the rendezvous" in err and "Traceback" not in err, err
+        assert "keys:" not in err
+    assert elapsed < 5 + 10

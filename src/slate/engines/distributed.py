@@ -314,11 +314,37 @@ class DistributedEngine(Engine):
                 timeout=datetime.timedelta(seconds=self.timeout_s),
             )
         except (RuntimeError, dist.DistBackendError) as err:
+            if generation == 0:
+                raise PartyLost(self._start_up_failure(err)) from None
             if self.membership is None:
                 raise PartyLost(
                     f"Party {self.rank} could not open the process group: {first_line(err)}"
                 ) from None
             raise ExchangeFailed(first_line(err)) from None
+
+    def _start_up_failure(self, err: Exception) -> str:
+        """Why the run's first process group did not open: the parties that never reached the
+        rendezvous (none registered under their rank), or else an unreachable address."""
+        assert self.rendezvous is not None
+        store = self.rendezvous.store
+        try:
+            missing = [
+                r for r in range(self.rendezvous.world) if not store.check([f"slate/process/{r}"])
+            ]
+        except (RuntimeError, dist.DistStoreError):
+            missing = []
+        waited = f"Party {self.rank} waited --timeout {self.timeout_s:g} s for the run to start"
+        if missing:
+            return (
+                f"{waited}, but parties {missing} never reached the rendezvous. Start every "
+                "site within --timeout seconds of the others (or raise --timeout), with the "
+                "same --nodes and --rendezvous."
+            )
+        return (
+            f"{waited}: every party reached the rendezvous, but they could not connect to each "
+            "other's published addresses (check GLOO_SOCKET_IFNAME and firewalls between the "
+            f"sites, docs/deployment.md). Backend said: {first_line(err)}"
+        )
 
     def leave_generation(self, position: int) -> Change:
         """After :class:`ExchangeFailed`: leave this generation and join the agreed next one.

@@ -220,7 +220,8 @@ def party_rendezvous(
             "Is another process using that port?"
             if hosts
             else "Start it first: party 0 does without --external-store; with --external-store, "
-            f"run 'slate rendezvous --port {port}' on {host}."
+            f"run 'slate rendezvous --port {port}' on {host}. (A run that has finished takes its "
+            "rendezvous with it: a party restarted with --resume then has nothing to rejoin.)"
         )
         raise ConfigError(
             f"Party {rank} could not {what} at {rendezvous} within --timeout {timeout_s:g} s "
