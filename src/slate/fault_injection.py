@@ -3,6 +3,8 @@
 ``SLATE_KILL_AT=RANK@ITER[:MOMENT[:FAULT]][,...]`` makes distributed party ``RANK`` fail at
 iteration ``ITER``, at one of these moments:
 
+* ``setup`` (``ITER`` 0 only): before the data set-up, with the process group open and the
+  others about to agree on the data with this party;
 * ``step`` (the default): just before step ``ITER``;
 * ``evaluation``: just before the evaluation at ``ITER`` (``0``: before the first snapshot's
   step, during the run's first collective after set-up);
@@ -25,7 +27,7 @@ import subprocess
 __all__ = ["FAULT_ENV", "MOMENTS", "FaultPlan"]
 
 FAULT_ENV = "SLATE_KILL_AT"
-MOMENTS = ("step", "evaluation", "checkpoint")
+MOMENTS = ("setup", "step", "evaluation", "checkpoint")
 _FREEZE = re.compile(r"freeze(\d+(?:\.\d+)?)$")
 
 

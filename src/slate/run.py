@@ -71,14 +71,15 @@ class Run:
             torch.set_num_threads(config.threads)
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = resolve_device(config.device)
+        distributed = self.engine.name == "distributed"
+        self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
+        self.faults.check("setup", 0)
         self._load_data(data, exchanges)
         self._agree_on_the_run()
         self._build_sampler()
         self._build_graph()
         self.history: list[dict[str, float]] = []
         self._build_training()
-        distributed = self.engine.name == "distributed"
-        self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
         data = self.data
         self.evaluator = Evaluator(
             self.engine, self.compute, self.config, self.device,

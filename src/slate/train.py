@@ -410,9 +410,12 @@ def train(
         )
     own = _own_newest_checkpoint(config, engine) if returning else None
     replay = own if own is not None else (_own_setup(config, engine) if returning else None)
-    run = Run(
-        config, data=data, engine=engine, exchanges=replay.get("exchanges") if replay else None
-    )
+    try:
+        run = Run(
+            config, data=data, engine=engine, exchanges=replay.get("exchanges") if replay else None
+        )
+    except ExchangeFailed as err:  # a party lost while the parties agree on the data
+        raise engine.set_up_failure(err) from None
     config = run.config  # with the evaluation defaults filled in
 
     def say(line: str) -> None:

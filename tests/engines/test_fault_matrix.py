@@ -88,6 +88,31 @@ def test_a_party_lost_at_this_moment_leaves_the_others_finishing(tmp_path, kill,
     assert summary["iterations"] == 120
 
 
+SET_UP = [0, 1, 2] if FULL_MATRIX else [2]
+
+
+@pytest.mark.parametrize("lost", SET_UP, ids=[f"{r}@0:setup" for r in SET_UP])
+def test_a_party_lost_during_the_set_up_stops_every_party_naming_it(tmp_path, lost):
+    """Before step 1 the parties agree on the data and the run's flags, which needs every one:
+    the others stop within --timeout + 10 s with one paragraph naming the lost party and the
+    phase (a raw gloo line before)."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "slate", "train", *FLAGS, "--engine", "distributed",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=240,
+        env={**os.environ, "SLATE_KILL_AT": f"{lost}@0:setup"},
+    )  # fmt: skip
+    assert time.monotonic() - started < 20 + 10
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr and not NATIVE.search(done.stderr), done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("slate: error:")]
+    assert len(said) == 2, done.stderr  # each survivor, one paragraph
+    for line in said:
+        assert "during the set-up, before step 1" in line
+        assert f"party {lost} was lost (its process" in line
+
+
 def silent_for(reason: str) -> float:
     """The seconds in a loss reason "no heartbeat for S s" (which fails on any other reason)."""
     match = re.fullmatch(r"no heartbeat for (\d+\.\d) s", reason)

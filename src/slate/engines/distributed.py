@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -340,10 +341,45 @@ class DistributedEngine(Engine):
                 "site within --timeout seconds of the others (or raise --timeout), with the "
                 "same --nodes and --rendezvous."
             )
+        gone = self.gone_parties()
+        if gone:
+            return f"{waited}, but {gone} before the process group opened. Restart every party."
         return (
             f"{waited}: every party reached the rendezvous, but they could not connect to each "
             "other's published addresses (check GLOO_SOCKET_IFNAME and firewalls between the "
             f"sites, docs/deployment.md). Backend said: {first_line(err)}"
+        )
+
+    def gone_parties(self, look_s: float = 3.0) -> str:
+        """The other members seen to be gone within ``look_s`` seconds (a process that exited
+        on this host, a heartbeat that stopped), described for a message; "" if none is."""
+        membership = self.membership
+        if membership is None:
+            return ""
+        others = [r for r in membership.members if r != self.rank]
+        deadline = time.monotonic() + look_s
+        try:
+            while True:
+                gone = [(r, membership.liveness.gone(r)) for r in others]
+                found = [f"party {r} was lost ({why})" for r, why in gone if why is not None]
+                if found or time.monotonic() > deadline:
+                    return "; ".join(found)
+                time.sleep(0.2)
+        except (RuntimeError, dist.DistStoreError):
+            return ""
+
+    def set_up_failure(self, err: Exception) -> PartyLost:
+        """A lost party while the parties agree on the data and the run, before step 1: every
+        party stops (the agreement needs all of them), naming the lost one and the phase."""
+        gone = self.gone_parties() or f"an exchange failed ({first_line(err)})"
+        if self.rendezvous is not None:  # the first party to describe the loss speaks for all
+            with contextlib.suppress(RuntimeError, dist.DistStoreError):
+                key = "slate/set_up_lost"
+                gone = self.rendezvous.store.compare_set(key, "", gone).decode()
+        return PartyLost(
+            f"Party {self.rank} stops during the set-up, before step 1: {gone}. The parties "
+            "agree on the data and the run's flags together, so every party stops; restart "
+            "them all."
         )
 
     def leave_generation(self, position: int) -> Change:
