@@ -68,17 +68,22 @@ FREEZES = FREEZE_FULL if FULL_MATRIX else FREEZE_SUBSET
 NATIVE = re.compile(r"^\[[WIEF] |^terminate called|c10::|gloo::", re.MULTILINE)
 
 
+def train_with_fault(fault: str, *flags: str) -> subprocess.CompletedProcess:
+    """``slate train --engine distributed`` with ``SLATE_KILL_AT=fault``; whatever the outcome,
+    the terminal shows no traceback and no native (C++) line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "slate", "train", *flags, "--engine", "distributed"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "SLATE_KILL_AT": fault},
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr and not NATIVE.search(done.stderr), done.stderr
+    return done
+
+
 @pytest.mark.parametrize(("kill", "lost", "moment"), CELLS, ids=[c[0] for c in CELLS])
 def test_a_party_lost_at_this_moment_leaves_the_others_finishing(tmp_path, kill, lost, moment):
     out = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "slate", "train", *FLAGS, "--engine", "distributed",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=240,
-        env={**os.environ, "SLATE_KILL_AT": kill},
-    )  # fmt: skip
+    done = train_with_fault(kill, *FLAGS, "--out", str(out))
     assert done.returncode == 0, f"{moment}: {done.stderr}"
-    assert "Traceback" not in done.stderr and not NATIVE.search(done.stderr), done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["members"] == [p for p in range(3) if p != lost]
     (event,) = summary["party_events"]
@@ -97,15 +102,9 @@ def test_a_party_lost_during_the_set_up_stops_every_party_naming_it(tmp_path, lo
     the others stop within --timeout + 10 s with one paragraph naming the lost party and the
     phase (a raw gloo line before)."""
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "slate", "train", *FLAGS, "--engine", "distributed",
-         "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=240,
-        env={**os.environ, "SLATE_KILL_AT": f"{lost}@0:setup"},
-    )  # fmt: skip
+    done = train_with_fault(f"{lost}@0:setup", *FLAGS, "--out", str(tmp_path / "run"))
     assert time.monotonic() - started < 20 + 10
     assert done.returncode != 0
-    assert "Traceback" not in done.stderr and not NATIVE.search(done.stderr), done.stderr
     said = [line for line in done.stderr.splitlines() if line.startswith("slate: error:")]
     assert len(said) == 2, done.stderr  # each survivor, one paragraph
     for line in said:
@@ -126,14 +125,9 @@ def test_a_frozen_party_is_counted_lost_on_time_and_comes_back_by_itself(
     tmp_path, fault, timeout, iterations, moment
 ):
     out = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "slate", "train", *FREEZE_FLAGS, "--timeout", str(timeout),
-         "--iterations", str(iterations), "--engine", "distributed", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "SLATE_KILL_AT": fault},
-    )  # fmt: skip
+    done = train_with_fault(fault, *FREEZE_FLAGS, "--timeout", str(timeout), "--iterations",
+                            str(iterations), "--out", str(out))  # fmt: skip
     assert done.returncode == 0, f"{moment}: {done.stderr}"
-    assert "Traceback" not in done.stderr and not NATIVE.search(done.stderr), done.stderr
     summary = json.loads((out / "summary.json").read_text())
     frozen = int(fault.split("@")[0])
     assert summary["members"] == [0, 1, 2]
