@@ -83,8 +83,8 @@ def test_stop_requested_between_chunks_adds_no_second_evaluation(tmp_path, monke
 
     save = loop._save
 
-    def save_then_request_stop(run, out, elapsed):
-        save(run, out, elapsed)
+    def save_then_request_stop(run, out, elapsed, progress):
+        save(run, out, elapsed, progress)
         run.stop_requested = True  # as the signal handler does
 
     monkeypatch.setattr(loop, "_save", save_then_request_stop)
