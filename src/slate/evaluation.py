@@ -237,7 +237,8 @@ class Evaluator:
         self.use_rows(*rows)
         self.learning_warning: str | None = None  # set once, when the run stops learning
         self.seconds = 0.0  # wall time spent in evaluate() and party_aps()
-        self._previous_average: Tensor | None = None  # the averaged model at the last evaluation
+        # The iteration and averaged model of the last evaluation.
+        self._previous_average: tuple[int, Tensor] | None = None
 
     def use_rows(
         self, features: np.ndarray, labels: np.ndarray, parts: list[np.ndarray] | None
@@ -340,7 +341,7 @@ class Evaluator:
     def _watch_learning(self, xbar: Tensor, logits: Tensor, iteration: int) -> None:
         """Note, once, a run that has stopped learning: every test score saturated, or the
         averaged model unchanged over a whole evaluation interval (a zero gradient)."""
-        previous, self._previous_average = self._previous_average, xbar.clone()
+        previous, self._previous_average = self._previous_average, (iteration, xbar.clone())
         if self.learning_warning is not None or iteration == 0:
             return
         if len(logits) and bool((logits.abs() > SATURATED_LOGIT).all()):
@@ -349,10 +350,11 @@ class Evaluator:
                 f"{SATURATED_LOGIT:g}, a sigmoid of exactly 0 or 1), so its gradients vanish. "
                 "Likely cause: features on raw scales; try --standardize, or a lower --lr."
             )
-        elif previous is not None and torch.equal(previous, xbar):
+        elif previous is not None and previous[0] < iteration and torch.equal(previous[1], xbar):
+            # (an evaluation made again after a rollback compares with an earlier one only)
             self.learning_warning = (
                 f"warning: the model is not learning: the averaged model did not change between "
-                f"iterations {iteration - self.config.eval_every} and {iteration} (a "
+                f"iterations {previous[0]} and {iteration} (a "
                 "zero gradient). Likely cause: saturated scores from features on raw scales "
                 "(try --standardize) or a learning rate too small for float32."
             )

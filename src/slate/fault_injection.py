@@ -8,7 +8,10 @@ iteration ``ITER``, at one of these moments:
 * ``step`` (the default): just before step ``ITER``;
 * ``evaluation``: just before the evaluation at ``ITER`` (``0``: before the first snapshot's
   step, during the run's first collective after set-up);
-* ``checkpoint``: just before writing the checkpoint of ``ITER``.
+* ``checkpoint``: just before writing the checkpoint of ``ITER``;
+* ``rejoin`` (``ITER`` 0): when this party, returning to the run (with ``--resume``, or by
+  itself after it was counted as lost), has been admitted and is about to take the members'
+  average, the admission's first collective.
 
 ``FAULT`` is ``kill`` (the default: the process sends itself SIGKILL) or ``freezeS``: it sends
 itself SIGSTOP, and a detached ``sleep S; kill -CONT`` wakes it ``S`` seconds later, as a site
@@ -27,7 +30,7 @@ import subprocess
 __all__ = ["FAULT_ENV", "MOMENTS", "FaultPlan"]
 
 FAULT_ENV = "SLATE_KILL_AT"
-MOMENTS = ("setup", "step", "evaluation", "checkpoint")
+MOMENTS = ("setup", "step", "evaluation", "checkpoint", "rejoin")
 _FREEZE = re.compile(r"freeze(\d+(?:\.\d+)?)$")
 
 

@@ -329,6 +329,8 @@ class PartySet:
         run = self.run
         staying = [p for p in change.members if p not in change.joined]
         returning = run.engine.rank in change.joined
+        if returning:
+            run.faults.check("rejoin", 0)
         if returning and returning_state is not None:
             run.load_state_dict(returning_state, members_check=False)
         x = self._staying_mean(run.x, returning, len(staying))

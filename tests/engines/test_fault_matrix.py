@@ -235,3 +235,20 @@ def test_a_network_cut_at_one_site(tmp_path, cut_off_site, seconds, iterations, 
         back = "came back by itself after being out of reach"
         assert [(rank, event) for rank, event, _ in events] == [(1, "lost"), (1, "rejoined")]
         assert silent_for(events[0][2]) < 12.0 and events[1][2] == back
+
+
+def test_a_party_killed_while_it_rejoins_is_lost_again_and_the_others_finish(tmp_path):
+    """The moment "during a rejoin": party 1 freezes, is counted as lost, comes back by itself,
+    and dies once admitted, in the admission's first collective. The others roll back, lose it
+    again and finish; the evaluation made again after the rollback is no false "not learning"."""
+    out = tmp_path / "run"
+    done = train_with_fault("1@100:step:freeze14,1@0:rejoin", *FREEZE_FLAGS, "--timeout", "30",
+                            "--iterations", "6000", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "not learning" not in done.stdout, done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["members"] == [0, 2] and summary["iterations"] == 6000
+    first, second = summary["party_events"]
+    assert [(e["rank"], e["event"]) for e in (first, second)] == [(1, "lost"), (1, "lost")]
+    silent_for(first["reason"])
+    assert "exited" in second["reason"] and second["iteration"] % 250 == 0
