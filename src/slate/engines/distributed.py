@@ -44,6 +44,7 @@ from torch import Tensor
 from slate.engines.base import Communicator, GossipSettings
 from slate.engines.choco import ChocoGossip, RoundEdges
 from slate.engines.faults import (
+    PROC_KEY,
     ExchangeFailed,
     FailureGuard,
     Waiter,
@@ -68,6 +69,7 @@ __all__ = [
     "backend_for",
 ]
 
+SET_UP_LOST_KEY = "slate/set_up_lost"  # the first description of a loss during the set-up
 LEAVE = 0.0  # the last element of a gossip message: 1 for parameters, 0 for "I have left"
 
 
@@ -330,7 +332,7 @@ class DistributedEngine(Engine):
         store = self.rendezvous.store
         try:
             missing = [
-                r for r in range(self.rendezvous.world) if not store.check([f"slate/process/{r}"])
+                r for r in range(self.rendezvous.world) if not store.check([f"{PROC_KEY}/{r}"])
             ]
         except (RuntimeError, dist.DistStoreError):
             missing = []
@@ -374,8 +376,7 @@ class DistributedEngine(Engine):
         gone = self.gone_parties() or f"an exchange failed ({first_line(err)})"
         if self.rendezvous is not None:  # the first party to describe the loss speaks for all
             with contextlib.suppress(RuntimeError, dist.DistStoreError):
-                key = "slate/set_up_lost"
-                gone = self.rendezvous.store.compare_set(key, "", gone).decode()
+                gone = self.rendezvous.store.compare_set(SET_UP_LOST_KEY, "", gone).decode()
         return PartyLost(
             f"Party {self.rank} stops during the set-up, before step 1: {gone}. The parties "
             "agree on the data and the run's flags together, so every party stops; restart "
