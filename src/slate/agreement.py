@@ -18,8 +18,15 @@ from typing import Any
 import torch
 
 from slate.errors import ConfigError
+from slate.security.messages import ANY, MapOf
 
-__all__ = ["TRAJECTORY_FLAGS", "RunMismatch", "check_same_run", "run_fingerprint"]
+__all__ = [
+    "FINGERPRINT_SHAPE",
+    "TRAJECTORY_FLAGS",
+    "RunMismatch",
+    "check_same_run",
+    "run_fingerprint",
+]
 
 #: ``TrainConfig`` fields that every site must share (resolved values).
 TRAJECTORY_FLAGS = (
@@ -30,6 +37,10 @@ TRAJECTORY_FLAGS = (
     "party_ap", "on_party_loss", "standardize", "max_categories", "min_frequency",
     "validation_fraction", "early_stopping",
 )  # fmt: skip
+
+
+#: One party's fingerprint on the wire: [party, {setting: value}] (values are only compared).
+FINGERPRINT_SHAPE = [int, MapOf(ANY, 256)]
 
 
 class RunMismatch(ConfigError):
@@ -43,11 +54,12 @@ def _slate_version() -> str:
         return "unknown"
 
 
-def run_fingerprint(config: Any) -> dict[str, Any]:
-    """The settings of ``config`` (a resolved ``TrainConfig``) that every site must share, and
-    the slate and torch versions."""
+def run_fingerprint(config: Any, roster: str | None = None) -> dict[str, Any]:
+    """The settings of ``config`` (a resolved ``TrainConfig``) that every site must share, the
+    digest of the run's ``roster`` (None without one), and the slate and torch versions."""
     values = dataclasses.asdict(config)
     out = {name: values[name] for name in TRAJECTORY_FLAGS}
+    out["roster"] = roster
     out["slate version"] = _slate_version()
     out["torch version"] = str(torch.__version__)  # TorchVersion does not load weights_only
     return out

@@ -122,18 +122,15 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     ``--out`` is replaced, a party started alone writes to its ``--out``, and parties started
     together write to ``OUT/party<r>``.
     """
-    import torch.distributed as dist
-
     from slate.data.local import RANK_PLACEHOLDER, party_path, uses_party_files
+    from slate.engines.distributed import broadcast_text
     from slate.outputs import default_out_dir
 
     out = config.out
     if out is None and alone:
         return str(default_out_dir(config))
     if out is None:
-        chosen = [str(default_out_dir(config)) if rank == 0 else None]
-        dist.broadcast_object_list(chosen, src=0)
-        out = chosen[0]
+        out = broadcast_text(str(default_out_dir(config)) if rank == 0 else None)
     if not uses_party_files(config):
         return out
     if RANK_PLACEHOLDER in out:
@@ -155,6 +152,7 @@ def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     if not 0 <= args.rank < config.nodes:
         raise ConfigError(f"--rank must lie in 0..{config.nodes - 1} (--nodes {config.nodes}), "
                           f"got {args.rank}.")  # fmt: skip
+    identity = _site_identity(args, config.nodes)
     config = dataclasses.replace(config, party_files=True)
     from slate.checks import check_inputs
 
@@ -162,9 +160,26 @@ def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     parse_rendezvous(args.rendezvous)  # a malformed address is refused before anything else
     send_native_stderr_to(Path(_party_out_dir(config, args.rank, alone=True)), args.rank)
     rendezvous = party_rendezvous(
-        args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store
-    )
+        args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store,
+        identity=identity,
+    )  # fmt: skip
     return _train_as_party(config, rendezvous, args, alone=True)
+
+
+def _site_identity(args: argparse.Namespace, nodes: int):
+    """This site's key and the run's roster (``--roster``, ``--key``), checked against
+    ``--rank`` and ``--nodes`` before anything else; None without them."""
+    if args.roster is None and args.key is None:
+        return None
+    if args.roster is None or args.key is None:
+        given, missing = ("--key", "--roster") if args.roster is None else ("--roster", "--key")
+        raise ConfigError(
+            f"{given} needs {missing}: a site proves who it is with its own --key, against the "
+            "run's --roster (docs/security.md)."
+        )
+    from slate.security import site_identity
+
+    return site_identity(args.roster, args.key, rank=args.rank, nodes=nodes)
 
 
 def exit_worker(code: int) -> int:

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from slate.engines.local import MESSAGE_LIMIT
 from slate.engines.membership import Change, PartyLost
 from slate.errors import ConfigError
+from slate.security.messages import ANY, ListOf, MapOf
 from slate.topology import diameter, surviving_topology
 
 if TYPE_CHECKING:
@@ -139,6 +141,15 @@ def parse_drops(values: tuple[str, ...], nodes: int, iterations: int) -> dict[in
     return {at: sorted(ranks) for at, ranks in sorted(drops.items())}
 
 
+#: What the staying members send a returning party (:meth:`PartySet.admit`): the history rows
+#: and graph changes are only stored and written to summary.json.
+WELCOME_SHAPE = {
+    "iteration": int, "loss_steps": int, "history": ListOf(MapOf(ANY, 256)),
+    "party_events": ListOf({"rank": int, "iteration": int, "event": str, "reason": str}),
+    "graph_changes": ListOf(MapOf(ANY, 256)),
+}  # fmt: skip
+
+
 def party_event(rank: int, iteration: int, event: str, reason: str) -> dict[str, Any]:
     """One entry of ``summary.json``'s ``party_events``: ``event`` is "lost" or "rejoined"."""
     return {"rank": rank, "iteration": iteration, "event": event, "reason": reason}
@@ -167,10 +178,12 @@ class RecordedExchange:
         self.record.append(result.detach().cpu())
         return result
 
-    def gather_objects(self, items: list[Any]) -> list[Any]:
+    def gather_json(
+        self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
+    ) -> list[Any]:
         if self.replaying:
             return self._replay()
-        result = self.engine.gather_objects(items)
+        result = self.engine.gather_json(items, shape, what, limit)
         self.record.append(result)
         return result
 
@@ -342,7 +355,9 @@ class PartySet:
             "iteration": run.iteration, "history": run.history, "loss_steps": run.loss_steps,
             "party_events": self.party_events, "graph_changes": self.graph_changes,
         }  # fmt: skip
-        record = run.engine.broadcast_object(record if not returning else None, staying[0])
+        record = run.engine.broadcast_json(
+            record if not returning else None, staying[0], WELCOME_SHAPE, "welcome record"
+        )
         if returning:
             run.x, run.algorithm.state = x, state
             run.seek_sampler(record["iteration"] - run.iteration)

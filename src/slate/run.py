@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from slate.agreement import check_same_run, run_fingerprint
+from slate.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
 from slate.algorithms import Algorithm, build_algorithm
 from slate.checks import (
     algorithm_config,
@@ -45,6 +45,7 @@ from slate.fault_injection import FaultPlan
 from slate.gossip import gossip_settings, parse_wan
 from slate.models import build_model
 from slate.recovery import PartySet, RecordedExchange, parse_drops
+from slate.security.messages import as_received
 from slate.topology import build_topology
 
 __all__ = ["Run"]
@@ -164,9 +165,12 @@ class Run:
         a returning party also checks its own against the recorded ones."""
         if self.engine.name == "simulator":
             return
-        mine = [(party, run_fingerprint(self.config)) for party in self.engine.local_parties]
-        everyone = self.exchange.gather_objects(mine)
-        check_same_run(list(everyone) + (mine if self.exchange.replaying else []))
+        fingerprint = run_fingerprint(self.config, self.engine.roster_digest)
+        mine = [[party, fingerprint] for party in self.engine.local_parties]
+        everyone = self.exchange.gather_json(mine, FINGERPRINT_SHAPE, "run's settings", 1 << 20)
+        if self.exchange.replaying:  # compared as it would have arrived
+            everyone += as_received(mine)
+        check_same_run([(party, fingerprint) for party, fingerprint in everyone])
 
     def initial_parameters(self) -> Tensor:
         """Alg. 1 line 2: every party starts from the same model (plus algorithm variables)."""

@@ -43,11 +43,14 @@ from slate.outputs import (
     write_run_folder,
 )
 from slate.run import Run
+from slate.security.messages import ListOf, MapOf
 from slate.validation import BestModel, validation_summary
 
 __all__ = ["RunResult", "train"]
 
 MAX_CHUNK = 1000  # steps of indices drawn at once
+#: One party's checkpoints on the wire: [rank, {iteration: the members it records}].
+OFFER_SHAPE = [int, MapOf(ListOf(int, 65536), 1024, int_keys=True)]
 
 
 @dataclass
@@ -345,8 +348,9 @@ def _resume(run: Run, out: Path, say) -> float:
     rank = run.engine.local_parties[0]
     mine = checkpoint.checkpoint_files(out, rank)
     held = {t: checkpoint.load_checkpoint(path) for t, path in mine.items()}
-    offers = {t: state.get("members", run.party_set.members) for t, state in held.items()}
-    everyone = run.engine.gather_objects([(rank, offers)])
+    offers = {str(t): state.get("members", run.party_set.members) for t, state in held.items()}
+    shared = run.engine.gather_json([[rank, offers]], OFFER_SHAPE, "list of its checkpoints")
+    everyone = [(r, {int(t): members for t, members in held.items()}) for r, held in shared]
     latest, members = _common_checkpoint(everyone)
     if latest is None:
         raise ConfigError(

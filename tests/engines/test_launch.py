@@ -11,6 +11,7 @@ import pytest
 from slate.engines import launch
 from slate.engines.launch import choose_gloo_interface, serve_rendezvous
 from slate.engines.membership import Heartbeat
+from slate.engines.records import Records
 from slate.errors import ConfigError
 
 
@@ -38,7 +39,7 @@ def test_the_rendezvous_exits_once_no_heartbeat_has_moved_for_the_idle_timeout()
     time.sleep(0.5)
     client = dist.TCPStore("127.0.0.1", port, is_master=False,
                            timeout=datetime.timedelta(seconds=10))  # fmt: skip
-    beat = Heartbeat(lambda: client, 0)  # a party beating keeps it alive ...
+    beat = Heartbeat(lambda: client, 0, Records(None, 1))  # a party beating keeps it alive ...
     time.sleep(3.0)
     assert server.is_alive()
     beat.stop()  # ... and once it falls silent the rendezvous gives up

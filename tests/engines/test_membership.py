@@ -21,6 +21,7 @@ from slate.engines.membership import (
     Membership,
     PartyLost,
 )
+from slate.engines.records import Records
 
 
 @pytest.fixture
@@ -37,6 +38,10 @@ def store_address():
 def client(port: int):
     return dist.TCPStore("127.0.0.1", port, is_master=False,
                          timeout=datetime.timedelta(seconds=30))  # fmt: skip
+
+
+def records(port: int, nodes: int = 8) -> Records:
+    return Records(client(port), nodes)
 
 
 def in_threads(*calls):
@@ -59,7 +64,7 @@ def in_threads(*calls):
 
 def test_change_round_trips_through_text():
     change = Change(3, (0, 2, 5), lost=(1, 4), position=17, reasons={1: "gone", 4: "silent"})
-    assert Change.from_text(change.to_text()) == change
+    assert Change.from_text(change.to_text(), 6) == change
     assert change.iteration == 8
 
 
@@ -67,11 +72,11 @@ def test_survivors_agree_on_a_silent_party_and_on_the_smallest_position(store_ad
     """Party 2 registers a heartbeat, then falls silent without checking in (a frozen machine);
     parties 0 and 1 check in at different positions and must adopt one identical change."""
     port = store_address
-    members = [Membership(client(port), rank, [0, 1, 2], timeout_s=4.0) for rank in range(3)]
+    members = [Membership(records(port), rank, [0, 1, 2], timeout_s=4.0) for rank in range(3)]
     silent = client(port)
     silent.add(f"{PREFIX}beat/2", 1)
     silent.set(f"{PREFIX}process/2", "elsewhere:1")  # on another host: only the heartbeat tells
-    beats = [Heartbeat(lambda: client(port), rank) for rank in (0, 1)]
+    beats = [Heartbeat(lambda: client(port), rank, Records(None, 8)) for rank in (0, 1)]
     started = time.monotonic()
     first, second = in_threads(lambda: members[0].agree_on_loss(41),
                                lambda: members[1].agree_on_loss(40))  # fmt: skip
@@ -86,7 +91,7 @@ def test_survivors_agree_on_a_silent_party_and_on_the_smallest_position(store_ad
 
 def test_a_dead_local_process_is_seen_at_once(store_address):
     port = store_address
-    a, b = (Membership(client(port), rank, [0, 1], timeout_s=30.0) for rank in (0, 1))
+    a, b = (Membership(records(port), rank, [0, 1], timeout_s=30.0) for rank in (0, 1))
     b.store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{2**22 + 12345}")  # no such pid
     started = time.monotonic()
     change = a.agree_on_loss(10)
@@ -96,8 +101,8 @@ def test_a_dead_local_process_is_seen_at_once(store_address):
 
 def test_a_party_that_checks_in_too_late_learns_it_was_counted_as_lost(store_address):
     port = store_address
-    a, b = (Membership(client(port), rank, [0, 1], timeout_s=2.0) for rank in (0, 1))
-    Heartbeat(lambda: client(port), 1)  # alive, but never checks in within the timeout
+    a, b = (Membership(records(port), rank, [0, 1], timeout_s=2.0) for rank in (0, 1))
+    Heartbeat(lambda: client(port), 1, Records(None, 8))  # alive, never checks in in time
     change = a.agree_on_loss(5)
     assert change.lost == (1,) and "did not answer" in change.reasons[1]
     with pytest.raises(PartyLost, match="counted as lost"):
@@ -106,7 +111,7 @@ def test_a_party_that_checks_in_too_late_learns_it_was_counted_as_lost(store_add
 
 def test_a_failure_where_every_party_is_alive_is_a_network_fault(store_address):
     port = store_address
-    parties = [Membership(client(port), rank, [0, 1], timeout_s=10.0) for rank in (0, 1)]
+    parties = [Membership(records(port), rank, [0, 1], timeout_s=10.0) for rank in (0, 1)]
     results = in_threads(lambda: parties[0].agree_on_loss(3), lambda: parties[1].agree_on_loss(3))
     for result in results:
         assert isinstance(result, PartyLost) and "network fault" in str(result)
@@ -114,9 +119,9 @@ def test_a_failure_where_every_party_is_alive_is_a_network_fault(store_address):
 
 def test_members_admit_a_returning_party_at_one_boundary(store_address):
     port = store_address
-    members = [Membership(client(port), rank, [0, 2], timeout_s=10.0) for rank in (0, 2)]
-    returning = Membership(client(port), 1, [0, 1, 2], timeout_s=10.0)
-    Heartbeat(lambda: client(port), 1)
+    members = [Membership(records(port), rank, [0, 2], timeout_s=10.0) for rank in (0, 2)]
+    returning = Membership(records(port), 1, [0, 1, 2], timeout_s=10.0)
+    Heartbeat(lambda: client(port), 1, Records(None, 8))
     assert members[0].agree_on_joins(100) is None  # nobody asked yet: no change
     assert members[1].agree_on_joins(100) is None
 
@@ -142,7 +147,7 @@ def test_a_party_cannot_rejoin_a_finished_run(store_address):
     store = client(port)
     store.set(FINAL_MEMBERS_KEY, "3")
     with pytest.raises(PartyLost, match="already finished"):
-        Membership(store, 1, [0, 1, 2], timeout_s=5.0).request_join()
+        Membership(Records(store, 8), 1, [0, 1, 2], timeout_s=5.0).request_join()
 
 
 def test_heartbeat_moves_and_stops():
@@ -150,7 +155,7 @@ def test_heartbeat_moves_and_stops():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     master = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
-    beat = Heartbeat(lambda: client(port), 7)
+    beat = Heartbeat(lambda: client(port), 7, Records(None, 8))
     first = int(master.add(f"{PREFIX}beat/7", 0))
     time.sleep(1.2)
     second = int(master.add(f"{PREFIX}beat/7", 0))
@@ -171,7 +176,7 @@ def test_rejoining_a_run_nobody_runs_any_more_is_refused(store_address):
         store.add(f"{PREFIX}beat/{rank}", 5)  # heartbeats that never move again
     started = time.monotonic()
     with pytest.raises(PartyLost, match="fresh 'slate rendezvous'"):
-        Membership(store, 1, [0, 1, 2], timeout_s=3.0).request_join()
+        Membership(Records(store, 8), 1, [0, 1, 2], timeout_s=3.0).request_join()
     assert time.monotonic() - started < 5
 
 
@@ -179,9 +184,9 @@ def test_a_process_restarted_under_the_same_rank_is_told_apart(store_address):
     """Issue 23: a supervisor restarts a killed party at once; the new process bumps the same
     heartbeat, but it is not the process that was in the run, so the others count it lost
     without waiting out --timeout."""
-    a, b = (Membership(client(store_address), r, [0, 1], timeout_s=60) for r in (0, 1))
+    a, b = (Membership(records(store_address), r, [0, 1], timeout_s=60) for r in (0, 1))
     a.note_incarnations()
-    watched = Heartbeat(lambda: client(store_address), 1)
+    watched = Heartbeat(lambda: client(store_address), 1, Records(None, 8))
     try:
         # The same rank, a new process: it registers itself as party 1 again.
         b.store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{os.getpid() + 1}")
@@ -197,8 +202,8 @@ def test_a_process_restarted_under_the_same_rank_is_told_apart(store_address):
 def test_a_silent_member_is_named_on_the_heartbeat_timer_not_after_timeout(store_address):
     """Issue 23: a wait ends once the member it waits for is silent for silence_s (here
     min(10, 4 / 2) = 2 s), long before --timeout."""
-    a = Membership(client(store_address), 0, [0, 1], timeout_s=4.0)
-    Membership(client(store_address), 1, [0, 1], timeout_s=4.0)  # registers party 1 (alive)
+    a = Membership(records(store_address), 0, [0, 1], timeout_s=4.0)
+    Membership(records(store_address), 1, [0, 1], timeout_s=4.0)  # registers party 1 (alive)
     assert a.silence_s == 2.0
     a.store.add(f"{PREFIX}beat/1", 1)
     started = time.monotonic()
@@ -216,7 +221,7 @@ def test_a_silent_member_is_named_on_the_heartbeat_timer_not_after_timeout(store
 def test_a_party_whose_rank_a_newer_process_took_does_not_rejoin(store_address):
     """A frozen party that wakes after a supervisor started a replacement must stop, not come
     back beside it."""
-    frozen = Membership(client(store_address), 1, [0, 1], timeout_s=5.0)
+    frozen = Membership(records(store_address), 1, [0, 1], timeout_s=5.0)
     frozen.store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{os.getpid() + 1}")
     with pytest.raises(PartyLost, match="taken its place"):
         frozen.request_join("came back by itself")
@@ -245,7 +250,7 @@ def test_the_heartbeat_reconnects_after_an_outage(store_address):
         return _Cuttable(client(store_address), state)
 
     watcher = client(store_address)
-    beat = Heartbeat(connect, 3)
+    beat = Heartbeat(connect, 3, Records(None, 8))
     try:
         state["cut"] = True
         time.sleep(1.2)
@@ -268,9 +273,9 @@ def test_a_second_copy_of_a_running_party_is_refused(store_address):
     try:
         store.set(f"{PREFIX}process/1", f"{socket.gethostname()}:{child.pid}")
         with pytest.raises(PartyLost, match="already running"):
-            Membership(client(store_address), 1, [0, 1], timeout_s=5.0)
+            Membership(records(store_address), 1, [0, 1], timeout_s=5.0)
         assert store.get(f"{PREFIX}process/1").decode().endswith(f":{child.pid}")  # untouched
     finally:
         child.kill()
         child.wait()
-    Membership(client(store_address), 1, [0, 1], timeout_s=5.0)  # its process exited: welcome
+    Membership(records(store_address), 1, [0, 1], timeout_s=5.0)  # its process exited: welcome

@@ -21,6 +21,7 @@ from slate.cli.commands import (
     run_train,
     run_tune,
 )
+from slate.cli.identity import run_keygen, run_roster
 from slate.cli.parser import build_parser
 from slate.cli.reproduce import run_reproduce
 from slate.errors import RunInterrupted, SlateError
@@ -48,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": run_export,
         "calibrate": run_calibrate,
         "rendezvous": run_rendezvous,
+        "keygen": run_keygen,
+        "roster": run_roster,
     }
     try:
         if args.command == "train":

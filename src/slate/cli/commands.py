@@ -46,6 +46,11 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "--drop-party injects party losses in the simulator; with the distributed engine, "
             "stop a party's process instead (docs/reliability.md)."
         )
+    if (args.roster or args.key) and not joins_alone(args):
+        raise ConfigError(
+            "--roster and --key identify a site started on its own with --rank R --rendezvous "
+            "HOST:PORT; the local launcher's parties run in one trusted machine."
+        )
     if joins_alone(args):
         return run_party(config, args)
     if args.engine == "distributed":
@@ -190,7 +195,16 @@ def run_rendezvous(args: argparse.Namespace) -> int:
 
     if args.idle_timeout < 0:
         raise ConfigError(f"--idle-timeout must be 0 (never) or positive, got {args.idle_timeout}.")
-    return serve_rendezvous(args.port, args.host, idle_timeout=args.idle_timeout)
+    roster = None
+    if args.key is not None and args.roster is None:
+        raise ConfigError("--key goes with --roster: the roster lists the key of each site.")
+    if args.roster is not None:
+        from slate.security import Roster, site_identity
+
+        roster = Roster.read(args.roster)
+        if args.key is not None:
+            site_identity(args.roster, args.key)
+    return serve_rendezvous(args.port, args.host, idle_timeout=args.idle_timeout, roster=roster)
 
 
 def run_predict(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from slate.cli.identity import add_identity_parsers
 from slate.cli.reproduce import add_reproduce_parser
 from slate.cli.train_flags import add_train_arguments
 
@@ -38,10 +39,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit (status 1) once no party's heartbeat has moved for this many seconds: the "
         "run can no longer finish here (default 600; 0: never)",
     )
+    rdv.add_argument(
+        "--roster",
+        metavar="FILE",
+        help="the run's roster: only records signed by its sites are acted on (the end of the "
+        "run included)",
+    )
+    rdv.add_argument(
+        "--key",
+        metavar="FILE",
+        help="with --roster: the key of the site that hosts the rendezvous, checked to be on it",
+    )
     add_reproduce_parser(sub)
     add_tune_parser(sub)
     add_model_parsers(sub)
     add_calibrate_parser(sub)
+    add_identity_parsers(sub)
     return parser
 
 

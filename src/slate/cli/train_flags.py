@@ -271,6 +271,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "party 0, so that any party, party 0 included, can be lost without stopping the others",
     )
     run.add_argument(
+        "--roster",
+        metavar="FILE",
+        help="with --rank: the run's roster ('slate roster'); only the sites on it take part, "
+        "and every record in the rendezvous store is signed and checked (needs --key)",
+    )
+    run.add_argument(
+        "--key",
+        metavar="FILE",
+        help="with --roster: this site's private key ('slate keygen'; mode 0600)",
+    )
+    run.add_argument(
         "--on-party-loss",
         choices=("continue", "stop"),
         help="distributed: when a party is lost, the others continue on the surviving graph "

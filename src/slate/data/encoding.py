@@ -33,6 +33,7 @@ from torch import Tensor
 
 from slate.data.preprocess import Standardizer
 from slate.errors import ConfigError, DataError
+from slate.security.messages import MapOf
 
 __all__ = [
     "INDICATOR_RATE",
@@ -55,14 +56,15 @@ ID_LIKE_MIN_ROWS = 20  # ... of at least this many rows looks like an ID or free
 FORMAT = 1
 
 Total = Callable[[Tensor], Tensor]
-Gather = Callable[[list[Any]], list[Any]]
+Gather = Callable[[list[Any], Any, str], list[Any]]  # items, their shape, what they are
 
 
 def _local_total(value: Tensor) -> Tensor:
     return value
 
 
-def _local_gather(items: list[Any]) -> list[Any]:
+def _local_gather(items: list[Any], shape: Any = None, what: str = "") -> list[Any]:
+    del shape, what
     return list(items)
 
 
@@ -479,7 +481,7 @@ def _united_category_counts(tables, text: list[str], gather: Gather) -> dict[str
                     counts[name] = counts.get(name, 0) + n
         local[c] = counts
     united: dict[str, dict[str, int]] = {c: {} for c in text}
-    for party in gather([local]):
+    for party in gather([local], MapOf(MapOf(int)), "count of categories"):
         for c in text:
             for name, n in party[c].items():
                 united[c][name] = united[c].get(name, 0) + n

@@ -32,6 +32,7 @@ from slate.data.local import (
 )
 from slate.data.options import TableOptions
 from slate.data.schema import (
+    SCHEMA_SHAPE,
     PartyCounts,
     Schema,
     check_agreement,
@@ -85,7 +86,8 @@ def party_file_data(
             schemas.append(read[rank].schema)
         except SlateError as err:
             schemas.append(Schema(rank=rank, error=str(err)))
-    everyone: list[Schema] = exchange.gather_objects(schemas)
+    shared = exchange.gather_json([s.to_json() for s in schemas], SCHEMA_SHAPE, "schema")
+    everyone = [Schema.from_json(raw) for raw in shared]
     check_agreement(everyone)
     counts = [s.counts for s in everyone]
     notes = check_party_files_counts(counts, config.positives, config.batch_size)
@@ -95,7 +97,7 @@ def party_file_data(
         [_padded(f.train, width) for f in files], choice=options.choice if options else None,
         limits=options.limits if options else None,
         standardize=bool(config.standardize), centre=False,
-        total=exchange.total, gather=exchange.gather_objects,
+        total=exchange.total, gather=exchange.gather_json,
     )  # fmt: skip
     if options is not None:
         notes += [
@@ -218,7 +220,8 @@ def _transform_all(files, transform, width, exchange: Exchange) -> list[tuple[An
             reports.append((f.rank, None))
         except SlateError as err:
             reports.append((f.rank, str(err)))
-    failed = [(rank, error) for rank, error in exchange.gather_objects(reports) if error]
+    shared = exchange.gather_json(reports, [int, (str, None)], "report on its features", 1 << 20)
+    failed = [(rank, error) for rank, error in shared if error]
     if failed:
         raise DataError(" ".join(f"Party {rank}: {error}" for rank, error in failed))
     return features
@@ -267,7 +270,9 @@ def _final_test(
             reports.append((f.rank, len(tests[-1][1]), int(tests[-1][1].sum()), None))
         except SlateError as err:
             reports.append((f.rank, 0, 0, str(err)))
-    everyone = exchange.gather_objects(reports)
+    everyone = exchange.gather_json(
+        reports, [int, int, int, (str, None)], "report on its test rows", 1 << 20
+    )
     failed = [(rank, error) for rank, _, _, error in everyone if error is not None]
     if failed:
         raise DataError(" ".join(f"Party {rank}: {error}" for rank, error in failed))

@@ -10,11 +10,28 @@ is 'age'``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from slate.errors import DataError
+from slate.security.messages import ListOf
 
-__all__ = ["PartyCounts", "Schema", "SchemaMismatch", "check_agreement", "column_order"]
+__all__ = [
+    "SCHEMA_SHAPE",
+    "PartyCounts",
+    "Schema",
+    "SchemaMismatch",
+    "check_agreement",
+    "column_order",
+]
+
+#: What a party's schema looks like on the wire (:mod:`slate.security.messages`).
+SCHEMA_SHAPE = {
+    "rank": int, "format": str, "n_features": int, "header": ListOf(str, 1_000_000),
+    "label_column": str, "label_values": ListOf(str, 1_000_000), "positive_label": str,
+    "text_columns": ListOf(str, 1_000_000), "error": (str, None),
+    "counts": {"train": int, "train_positives": int, "test": int, "test_positives": int},
+}  # fmt: skip
 
 
 class SchemaMismatch(DataError):
@@ -66,6 +83,21 @@ class Schema:
     @property
     def feature_columns(self) -> tuple[str, ...]:
         return tuple(name for name in self.header if name != self.label_column)
+
+    def to_json(self) -> dict[str, Any]:
+        """The schema as sent to the other parties (:data:`SCHEMA_SHAPE`)."""
+        return asdict(self)
+
+    @staticmethod
+    def from_json(raw: dict[str, Any]) -> Schema:
+        """A schema received as JSON that was checked against :data:`SCHEMA_SHAPE`."""
+        return Schema(
+            rank=raw["rank"], format=raw["format"], n_features=raw["n_features"],
+            header=tuple(raw["header"]), label_column=raw["label_column"],
+            label_values=tuple(raw["label_values"]), positive_label=raw["positive_label"],
+            text_columns=tuple(raw["text_columns"]), counts=PartyCounts(**raw["counts"]),
+            error=raw["error"],
+        )  # fmt: skip
 
 
 def check_agreement(schemas: list[Schema]) -> None:

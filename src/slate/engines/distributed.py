@@ -44,13 +44,12 @@ from torch import Tensor
 from slate.engines.base import Communicator, GossipSettings
 from slate.engines.choco import ChocoGossip, RoundEdges
 from slate.engines.faults import (
-    PROC_KEY,
     ExchangeFailed,
     FailureGuard,
     Waiter,
     first_line,
 )
-from slate.engines.local import Engine
+from slate.engines.local import MESSAGE_LIMIT, Engine
 from slate.engines.membership import (
     FINAL_MEMBERS_KEY,
     LEFT_KEY,
@@ -58,7 +57,11 @@ from slate.engines.membership import (
     Heartbeat,
     Membership,
     PartyLost,
+    registered_process,
 )
+from slate.engines.records import Records, SigningStore
+from slate.security.identity import SiteIdentity
+from slate.security.messages import ListOf, MalformedMessage, decode, encode
 from slate.topology import Topology
 
 __all__ = [
@@ -67,6 +70,7 @@ __all__ = [
     "PartyLost",
     "Rendezvous",
     "backend_for",
+    "broadcast_text",
 ]
 
 SET_UP_LOST_KEY = "slate/set_up_lost"  # the first description of a loss during the set-up
@@ -78,7 +82,8 @@ class Rendezvous:
     """Where this party meets the others: a store client, and how to open another one.
 
     ``outside`` is True when the store lives outside every party (the local launcher, or
-    ``slate rendezvous``): only then can any party be lost without stopping the others.
+    ``slate rendezvous``): only then can any party be lost without stopping the others. With
+    ``identity`` every record in the store is signed and checked (:mod:`slate.engines.records`).
     """
 
     store: Any
@@ -86,6 +91,10 @@ class Rendezvous:
     rank: int
     world: int
     outside: bool
+    identity: SiteIdentity | None = None  # this site's key and the roster: records are signed
+
+    def records(self) -> Records:
+        return Records(self.store, self.world, self.identity)
 
 
 class DistributedCommunicator(Communicator):
@@ -227,6 +236,7 @@ class DistributedEngine(Engine):
         self._heartbeat: Heartbeat | None = None
         self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
         self.guard = FailureGuard(self.rank)
+        self.records = self.guard.records() or Records(None, dist.get_world_size())
         self.guard.register()
         self.waiter = Waiter(self.guard, None)
 
@@ -253,12 +263,17 @@ class DistributedEngine(Engine):
         engine._aborted = []
         engine._communicator = None
         engine.members = tuple(range(rendezvous.world))
-        membership = Membership(rendezvous.store, rendezvous.rank, list(engine.members), timeout_s)
+        engine.records = records = rendezvous.records()
+        engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
+        _publish_roster(records, engine.rank)
+        membership = Membership(records, rendezvous.rank, list(engine.members), timeout_s)
         engine.membership = membership if recover else None
-        engine.guard = FailureGuard(engine.rank, rendezvous.store)
+        engine.guard = FailureGuard(engine.rank, records)
         engine.waiter = Waiter(engine.guard, engine.membership)
         engine._heartbeat = (
-            Heartbeat(rendezvous.connect, engine.rank, membership.process) if recover else None
+            Heartbeat(rendezvous.connect, engine.rank, records, membership.process)
+            if recover
+            else None
         )
         engine.store_out_of_reach = False
         engine.returning = recover and membership.running_generation() is not None
@@ -308,6 +323,8 @@ class DistributedEngine(Engine):
         _OPENED = True
         assert self.rendezvous is not None
         prefix = dist.PrefixStore(f"slate/pg{generation}", self.rendezvous.store)
+        if self.records.signed:  # gloo's addresses signed by each member, checked by the others
+            prefix = SigningStore(prefix, self.records, self.members, self.timeout_s)
         try:
             dist.init_process_group(
                 self.backend,
@@ -329,14 +346,18 @@ class DistributedEngine(Engine):
         """Why the run's first process group did not open: the parties that never reached the
         rendezvous (none registered under their rank), or else an unreachable address."""
         assert self.rendezvous is not None
-        store = self.rendezvous.store
         try:
             missing = [
-                r for r in range(self.rendezvous.world) if not store.check([f"{PROC_KEY}/{r}"])
+                r
+                for r in range(self.rendezvous.world)
+                if registered_process(self.records, r) is None
             ]
+            other_rosters = _other_rosters(self.records, missing)
         except (RuntimeError, dist.DistStoreError):
-            missing = []
+            missing, other_rosters = [], ""
         waited = f"Party {self.rank} waited --timeout {self.timeout_s:g} s for the run to start"
+        if other_rosters:
+            return f"{waited}, but {other_rosters}"
         if missing:
             return (
                 f"{waited}, but parties {missing} never reached the rendezvous. Start every "
@@ -376,7 +397,7 @@ class DistributedEngine(Engine):
         gone = self.gone_parties() or f"an exchange failed ({first_line(err)})"
         if self.rendezvous is not None:  # the first party to describe the loss speaks for all
             with contextlib.suppress(RuntimeError, dist.DistStoreError):
-                gone = self.rendezvous.store.compare_set(SET_UP_LOST_KEY, "", gone).decode()
+                gone = self.records.first(SET_UP_LOST_KEY, gone[:2000])
         return PartyLost(
             f"Party {self.rank} stops during the set-up, before step 1: {gone}. The parties "
             "agree on the data and the run's flags together, so every party stops; restart "
@@ -481,19 +502,60 @@ class DistributedEngine(Engine):
     def any(self, flag: bool) -> bool:
         return bool(self.total(torch.tensor(float(flag), device=self.device)) > 0)
 
-    def gather_objects(self, items: list[Any]) -> list[Any]:
-        # all_gather_object cannot be waited for in slices: a party lost during one (at start-up
-        # or while admitting a returning party) costs the others up to --timeout.
-        everyone: list[Any] = [None] * self.n_parties
-        self.waiter.post(lambda: dist.all_gather_object(everyone, items), self._everyone())
-        return [item for process_items in everyone for item in process_items]
+    def gather_json(
+        self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
+    ) -> list[Any]:
+        """Every member's ``items`` as JSON in ``uint8`` tensors (two all-gathers: the lengths,
+        then the padded texts); each member's text is parsed and checked on arrival, naming it
+        when malformed. Nothing is unpickled."""
+        data = encode(items)
+        sizes = self._all_gather(torch.tensor([len(data)], dtype=torch.int64))
+        self._check_sizes(sizes, limit, what)
+        width = max(int(s) for s in sizes)
+        padded = torch.zeros(width, dtype=torch.uint8)
+        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        texts = self._all_gather(padded)
+        out: list[Any] = []
+        for member, size, text in zip(self.members, sizes, texts, strict=True):
+            raw = text[: int(size)].numpy().tobytes()
+            out += decode(raw, ListOf(shape), member, what, limit)
+        return out
 
-    def broadcast_object(self, obj: Any, source: int) -> Any:
-        """``obj`` of party ``source`` on every member (small picklable records only)."""
-        box = [obj]
+    def broadcast_json(
+        self, value: Any, source: int, shape: Any, what: str, limit: int = MESSAGE_LIMIT
+    ) -> Any:
+        """``value`` of party ``source`` on every member, sent as JSON (two broadcasts: the
+        length, then the text) and checked against ``shape`` on arrival."""
         src = self.members.index(source)
-        self.waiter.post(lambda: dist.broadcast_object_list(box, src=src), self._everyone())
-        return box[0]
+        data = encode(value) if self.rank == source else b""
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        self._broadcast(size, src)
+        self._check_sizes([size[0]], limit, what, [source])
+        text = torch.zeros(int(size[0]), dtype=torch.uint8)
+        if data:
+            text[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        self._broadcast(text, src)
+        return decode(text.numpy().tobytes(), shape, source, what, limit)
+
+    def _check_sizes(
+        self, sizes: Any, limit: int, what: str, senders: list[int] | None = None
+    ) -> None:
+        for member, size in zip(senders or self.members, sizes, strict=True):
+            if not 0 < int(size) <= limit:
+                problem = f"a length of {int(size)} bytes (limit {limit})"
+                raise MalformedMessage(member, what, problem)
+
+    def _all_gather(self, value: Tensor) -> list[Tensor]:
+        parts = [torch.empty_like(value) for _ in range(self.n_parties)]
+        self.waiter.collective(
+            lambda: dist.all_gather(parts, value, async_op=True), self._everyone()
+        )
+        return parts
+
+    def _broadcast(self, value: Tensor, src: int) -> None:
+        self.waiter.collective(
+            lambda: dist.broadcast(value, src=src, async_op=True), self._everyone()
+        )
 
     def gather(self, x: Tensor) -> Tensor | None:
         parts = [torch.empty_like(x) for _ in range(self.n_parties)]
@@ -512,10 +574,50 @@ class DistributedEngine(Engine):
         if self.rendezvous is not None:
             try:
                 if self.is_main:
-                    self.rendezvous.store.set(FINAL_MEMBERS_KEY, str(self.n_parties))
+                    self.records.put(FINAL_MEMBERS_KEY, str(self.n_parties))
                 self.rendezvous.store.add(LEFT_KEY, 1)
             except (RuntimeError, dist.DistStoreError):
                 pass  # the store's host is gone; the results are written
+
+
+ROSTER_KEY = "slate/roster"  # each party's roster digest ("none" without one), for messages
+
+
+def _publish_roster(records: Records, rank: int) -> None:
+    """Say which roster this party runs with (plain text: a party with another roster cannot
+    verify this one's signatures, but can still be told why the run does not start)."""
+    identity = records.identity
+    records.store.set(f"{ROSTER_KEY}/{rank}", identity.roster.digest if identity else "none")
+
+
+def _other_rosters(records: Records, missing: list[int]) -> str:
+    """Which missing parties registered with another roster (or without one), for a message."""
+    identity = records.identity
+    mine = identity.roster.digest if identity else "none"
+    found = []
+    for rank in missing:
+        key = f"{ROSTER_KEY}/{rank}"
+        theirs = (
+            records.store.get(key).decode(errors="replace")[:64]
+            if records.store.check([key])
+            else None
+        )
+        if theirs is not None and theirs != mine:
+            found.append(
+                f"party {rank} " + ("runs without --roster" if theirs == "none"
+                                    else f"holds another roster (sha256 {theirs[:16]}...)")
+            )  # fmt: skip
+    if not found:
+        return ""
+    here = (
+        f"this site's roster {identity.roster.path or ''} has sha256 {mine[:16]}..."
+        if identity
+        else "this site runs without --roster"
+    )
+    return (
+        f"{'; '.join(found)}, while {here}. Every site must start with the same roster file "
+        "(and its own --key), or all without one; no step was taken."
+    )
 
 
 _OPENED = False  # whether this process ever opened a process group (see opened_a_group)
@@ -530,6 +632,21 @@ def opened_a_group() -> bool:
 def backend_for(device: torch.device) -> str:
     """nccl for CUDA tensors, gloo for CPU ones."""
     return "nccl" if device.type == "cuda" else "gloo"
+
+
+def broadcast_text(text: str | None, limit: int = 4096) -> str:
+    """Rank 0's ``text`` on every process of the default group (as JSON in tensors; no
+    pickle): a torchrun run's folder name, chosen by rank 0."""
+    data = encode(text or "") if dist.get_rank() == 0 else b""
+    size = torch.tensor([len(data)], dtype=torch.int64)
+    dist.broadcast(size, src=0)
+    if not 0 < int(size) <= limit:
+        raise MalformedMessage(0, "run folder name", f"a length of {int(size)} bytes")
+    buf = torch.zeros(int(size), dtype=torch.uint8)
+    if data:
+        buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    dist.broadcast(buf, src=0)
+    return decode(buf.numpy().tobytes(), str, 0, "run folder name", limit)
 
 
 def local_rank() -> int:

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slate.engines.membership import Membership, PartyLost, process_alive
+from slate.engines.membership import Membership, PartyLost, process_alive, registered_process
+from slate.engines.records import Records, parse_rank
 
 __all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_line"]
 
@@ -48,18 +49,21 @@ class FailureGuard:
     The first party to find the lost rank records it in the store for the others.
     """
 
-    def __init__(self, rank: int, store: Any = None, members: tuple[int, ...] = ()) -> None:
+    def __init__(self, rank: int, records: Records | None = None) -> None:
         self.rank = rank
-        self._store = store
-        self.members = members
+        self._records = records
 
-    def store(self):
-        return self._store if self._store is not None else default_store()
+    def records(self) -> Records | None:
+        """The run's store records: the rendezvous's, or torchrun's default store (unsigned)."""
+        if self._records is not None:
+            return self._records
+        store = default_store()
+        return Records(store, dist.get_world_size()) if store is not None else None
 
     def register(self) -> None:
-        store = self.store()
-        if store is not None:
-            store.set(f"{PROC_KEY}/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
+        records = self.records()
+        if records is not None:
+            records.put(f"{PROC_KEY}/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
 
     def run(self, action: Callable[[], Any], suspects: list[int]) -> Any:
         try:
@@ -77,8 +81,8 @@ class FailureGuard:
         )
 
     def _find_lost(self, suspects: list[int]) -> int | str:
-        store = self.store()
-        if store is None:
+        records = self.records()
+        if records is None:
             return describe_suspects(suspects)
         try:
             # What the first party to find the lost rank recorded wins: the others may only
@@ -86,13 +90,15 @@ class FailureGuard:
             # (a collective with every rank) waits a moment for that record or for a dead process.
             deadline = time.monotonic() + LOOKUP_SECONDS
             while True:
-                if store.check([LOST_KEY]):
-                    return int(store.get(LOST_KEY))
-                found = self._dead_local_process(store, suspects)
+                recorded = parse_rank(records.get(LOST_KEY), records.nodes)
+                if recorded is not None:
+                    return recorded
+                found = self._dead_local_process(records, suspects)
                 if found is None and len(suspects) == 1:
                     found = suspects[0]
                 if found is not None:
-                    return int(store.compare_set(LOST_KEY, "", str(found)))
+                    first = records.first(LOST_KEY, str(found), valid=records.names_a_rank)
+                    return int(first)
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
@@ -100,13 +106,11 @@ class FailureGuard:
             return "0 (or the host of the rendezvous store)"
         return describe_suspects(suspects)
 
-    def _dead_local_process(self, store, suspects: list[int]) -> int | None:
+    def _dead_local_process(self, records: Records, suspects: list[int]) -> int | None:
         host = socket.gethostname()
         for rank in suspects:
-            if rank == self.rank or not store.check([f"{PROC_KEY}/{rank}"]):
-                continue
-            where, _, pid = store.get(f"{PROC_KEY}/{rank}").decode().rpartition(":")
-            if where == host and not process_alive(int(pid)):
+            where = registered_process(records, rank) if rank != self.rank else None
+            if where is not None and where[0] == host and not process_alive(where[1]):
                 return rank
         return None
 

@@ -24,8 +24,10 @@ from collections.abc import Iterator, Sequence
 import torch.distributed as dist
 
 from slate.engines.distributed import Rendezvous
-from slate.engines.membership import BEATS_KEY, FINAL_MEMBERS_KEY, LEFT_KEY
+from slate.engines.membership import BEATS_KEY, FINAL_MEMBERS_KEY, LEFT_KEY, final_members
+from slate.engines.records import Records
 from slate.errors import ConfigError
+from slate.security.identity import Roster, SiteIdentity
 
 __all__ = [
     "in_worker",
@@ -182,14 +184,28 @@ def is_loopback(host: str) -> bool:
 
 
 INSECURE_WARNING = (
-    "warning: the rendezvous {host}:{port} is not a loopback address. torch.distributed sends "
-    "parameters and counts unauthenticated and unencrypted: connect sites outside one trusted "
-    "network through a VPN or SSH tunnels (docs/deployment.md)."
+    "warning: the rendezvous {host}:{port} is not a loopback address, and no --roster was "
+    "given: anyone who reaches it can take a rank or forge the run's records. Give every site "
+    "the run's --roster and its own --key (docs/security.md); torch.distributed also sends "
+    "parameters and counts unencrypted: connect sites outside one trusted network through a "
+    "VPN or SSH tunnels (docs/deployment.md)."
+)
+SIGNED_NOTE = (
+    "note: the rendezvous {host}:{port} is not a loopback address: only the sites on the "
+    "--roster take part, and every record there is signed; parameters and counts still travel "
+    "unencrypted, so connect sites outside one trusted network through a VPN or SSH tunnels "
+    "(docs/security.md)."
 )
 
 
 def party_rendezvous(
-    rank: int, world: int, rendezvous: str, timeout_s: float, external: bool, warn=print
+    rank: int,
+    world: int,
+    rendezvous: str,
+    timeout_s: float,
+    external: bool,
+    warn=print,
+    identity: SiteIdentity | None = None,
 ) -> Rendezvous:
     """Party ``rank`` of ``world`` meets the others at ``HOST:PORT``.
 
@@ -202,7 +218,7 @@ def party_rendezvous(
         if sys.platform.startswith("linux"):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     else:
-        warn(INSECURE_WARNING.format(host=host, port=port))
+        warn((SIGNED_NOTE if identity else INSECURE_WARNING).format(host=host, port=port))
         note = choose_gloo_interface(host, port, os.environ, interface_addresses())
         if note:
             warn(note)
@@ -233,6 +249,7 @@ def party_rendezvous(
         rank=rank,
         world=world,
         outside=not hosts and external,
+        identity=identity,
     )
 
 
@@ -310,14 +327,19 @@ IDLE_TIMEOUT_SECONDS = 600.0  # slate rendezvous gives up after this long withou
 
 
 def serve_rendezvous(
-    port: int, host: str = "0.0.0.0", say=print, idle_timeout: float = IDLE_TIMEOUT_SECONDS
+    port: int,
+    host: str = "0.0.0.0",
+    say=print,
+    idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+    roster: Roster | None = None,
 ) -> int:
     """``slate rendezvous``: host the store of one run until its parties have left.
 
     The store outlives any party, so that every party, rank 0 included, can be lost without
     stopping the others. It holds only coordination keys: addresses, heartbeats, membership.
     When no party's heartbeat has moved for ``idle_timeout`` seconds (0: never), the run can no
-    longer finish and the rendezvous exits with status 1.
+    longer finish and the rendezvous exits with status 1. With ``roster``, only an end of the
+    run signed by one of its sites counts.
     """
     if not 0 < port < 65536:
         raise ConfigError(f"--port must lie in 1..65535, got {port}.")
@@ -335,8 +357,9 @@ def serve_rendezvous(
         f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
     )
     watch = _Activity(store, idle_timeout)
+    records = Records(store, roster.n if roster else 1 << 16, roster=roster)
     try:
-        while not _run_over(store):
+        while not _run_over(records):
             if watch.idle():
                 say(
                     f"slate rendezvous: no party has been heard from for {idle_timeout:g} s "
@@ -367,7 +390,6 @@ class _Activity:
         return self.idle_timeout > 0 and time.monotonic() - self.since > self.idle_timeout
 
 
-def _run_over(store) -> bool:
-    if not store.check([FINAL_MEMBERS_KEY]):
-        return False
-    return int(store.add(LEFT_KEY, 0)) >= int(store.get(FINAL_MEMBERS_KEY))
+def _run_over(records: Records) -> bool:
+    finished = final_members(records)
+    return finished is not None and int(records.store.add(LEFT_KEY, 0)) >= finished

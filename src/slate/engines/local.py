@@ -15,9 +15,12 @@ from torch import Tensor
 
 from slate.engines.base import Communicator, GossipSettings
 from slate.engines.simulator import SimulatorCommunicator
+from slate.security.messages import ListOf, decode, encode
 from slate.topology import Topology
 
-__all__ = ["Engine", "SimulatorEngine"]
+__all__ = ["MESSAGE_LIMIT", "Engine", "SimulatorEngine"]
+
+MESSAGE_LIMIT = 64 << 20  # bytes of one process's JSON facts in one exchange (schemas, counts)
 
 
 class Engine(ABC):
@@ -25,6 +28,7 @@ class Engine(ABC):
 
     name: str
     stops_between_iterations: bool
+    roster_digest: str | None = None  # the sha256 of the run's roster, when it has one
     n_parties: int
     local_parties: list[int]
     is_main: bool
@@ -65,8 +69,16 @@ class Engine(ABC):
         """True on every process if ``flag`` is true on any."""
 
     @abstractmethod
-    def gather_objects(self, items: list[Any]) -> list[Any]:
-        """Every process's ``items`` (small picklable facts), concatenated in rank order."""
+    def gather_json(
+        self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
+    ) -> list[Any]:
+        """Every process's ``items`` (JSON values of ``shape``), concatenated in rank order.
+
+        What each process sent is parsed as JSON and checked against ``ListOf(shape)``
+        (:mod:`slate.security.messages`): never unpickled. A message over ``limit`` bytes or of
+        another shape raises :class:`~slate.security.messages.MalformedMessage` naming its
+        sender, on every process alike. Tuples arrive as lists and object keys as strings.
+        """
 
 
 class SimulatorEngine(Engine):
@@ -108,5 +120,8 @@ class SimulatorEngine(Engine):
     def any(self, flag: bool) -> bool:
         return flag
 
-    def gather_objects(self, items: list[Any]) -> list[Any]:
-        return list(items)
+    def gather_json(
+        self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
+    ) -> list[Any]:
+        # The same encoding as between processes, so that both engines see the same values.
+        return decode(encode(items), ListOf(shape), "0 (this process)", what, limit)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import threading
 import time
@@ -32,9 +33,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slate.engines.records import RECORD_LIMIT, Records, parse_rank
 from slate.errors import SlateError
+from slate.security.messages import ListOf, MalformedMessage, MapOf, decode
 
-__all__ = ["Change", "CountedLost", "Heartbeat", "Membership", "PartyLost", "process_alive"]
+__all__ = [
+    "Change",
+    "CountedLost",
+    "Heartbeat",
+    "Membership",
+    "PartyLost",
+    "final_members",
+    "process_alive",
+    "registered_process",
+]
 
 PREFIX = "slate/"
 BEAT_SECONDS = 0.5  # a live party's heartbeat counter moves this often
@@ -61,6 +73,13 @@ class CountedLost(PartyLost):
         )
 
 
+RANKS = ListOf(int, 65536)
+CHANGE_SHAPE = {
+    "generation": int, "members": RANKS, "lost": RANKS, "joined": RANKS, "position": int,
+    "reasons": MapOf(str, 65536, int_keys=True),
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Change:
     """One agreed change of the party set: generation ``generation`` has ``members``.
@@ -81,8 +100,17 @@ class Change:
         return json.dumps({**asdict(self), "reasons": {str(k): v for k, v in self.reasons.items()}})
 
     @staticmethod
-    def from_text(text: str | bytes) -> Change:
-        raw = json.loads(text)
+    def from_text(text: str | bytes, nodes: int) -> Change | None:
+        """The change in ``text``, or None unless it is a change of this run: every rank in
+        ``0..nodes-1``, the generation and position non-negative."""
+        try:
+            raw = decode(text if isinstance(text, bytes) else text.encode(), CHANGE_SHAPE,
+                         "?", "membership change", RECORD_LIMIT)  # fmt: skip
+        except MalformedMessage:
+            return None
+        ranks = [*raw["members"], *raw["lost"], *raw["joined"], *map(int, raw["reasons"])]
+        if not all(0 <= r < nodes for r in ranks) or min(raw["generation"], raw["position"]) < 0:
+            return None
         return Change(
             generation=raw["generation"],
             members=tuple(raw["members"]),
@@ -113,8 +141,10 @@ def process_alive(pid: int) -> bool:
 
 
 class Heartbeat:
-    """A daemon thread that bumps ``beat/<rank>`` in the store every ``BEAT_SECONDS``.
+    """A daemon thread that beats for party ``rank`` every ``BEAT_SECONDS``.
 
+    Without a roster a beat bumps the counter ``beat/<rank>``; with one it writes a signed
+    record ``"<host:pid> <count>"`` there (a stranger can neither fake nor replay a live beat).
     It talks through its own store connection (``connect()``), so that it never shares a socket
     with the training thread. When the store cannot be reached (a network outage at this site),
     it opens a new connection every ``BEAT_SECONDS`` until one answers, so the heartbeat resumes
@@ -123,33 +153,44 @@ class Heartbeat:
     restarted empty, or serving another run, gets no beats from this one.
     """
 
-    def __init__(self, connect: Callable[[], Any], rank: int, identity: str | None = None) -> None:
+    def __init__(
+        self, connect: Callable[[], Any], rank: int, records: Records, identity: str | None = None
+    ) -> None:
         self._connect = connect
-        self._store: Any = connect()
-        self._key = f"{PREFIX}beat/{rank}"
-        self._process_key, self._identity = f"{PREFIX}process/{rank}", identity
+        self._rank, self._identity = rank, identity
+        self._template = records
+        self._records: Records | None = records.with_store(connect())
+        self._count = 0
         self._stopped = threading.Event()
-        self._store.add(self._key, 1)
+        self._beat(self._records)
         self._thread = threading.Thread(target=self._run, name="slate-heartbeat", daemon=True)
         self._thread.start()
+
+    def _beat(self, records: Records) -> None:
+        key = f"{PREFIX}beat/{self._rank}"
+        if records.signed:
+            self._count += 1
+            records.put(key, f"{self._identity or '?'} {self._count}")
+        else:
+            records.store.add(key, 1)
+        records.store.add(BEATS_KEY, 1)
 
     def _run(self) -> None:
         while not self._stopped.wait(BEAT_SECONDS):
             try:
-                if self._store is None:
-                    self._store = self._same_run(self._connect())
-                if self._store is None:
+                if self._records is None:
+                    self._records = self._same_run(self._template.with_store(self._connect()))
+                if self._records is None:
                     continue
-                self._store.add(self._key, 1)
-                self._store.add(BEATS_KEY, 1)
+                self._beat(self._records)
             except Exception:  # unreachable for now: a new connection at the next beat
-                self._store = None
+                self._records = None
 
-    def _same_run(self, store: Any) -> Any:
+    def _same_run(self, records: Records) -> Records | None:
         if self._identity is None:
-            return store
-        known = store.check([self._process_key])
-        return store if known and store.get(self._process_key).decode() == self._identity else None
+            return records
+        registered = records.get(f"{PREFIX}process/{self._rank}", signer=self._rank)
+        return records if registered == self._identity else None
 
     def stop(self) -> None:
         self._stopped.set()
@@ -158,52 +199,77 @@ class Heartbeat:
 class _Liveness:
     """Tells whether a member is gone: its local process exited, or its heartbeat fell silent."""
 
-    def __init__(self, store, silence_s: float, incarnations: dict[int, str] | None = None) -> None:
-        self.store = store
+    def __init__(
+        self, records: Records, silence_s: float, incarnations: dict[int, str] | None = None
+    ) -> None:
+        self.records = records
         self.silence_s = silence_s
-        self.seen: dict[int, tuple[int, float]] = {}  # rank -> (counter, when it last moved)
+        self.seen: dict[int, tuple[Any, float]] = {}  # rank -> (beat, when it last moved)
         # rank -> "host:pid" of the process in the run (shared with the membership, not copied)
         self.incarnations = incarnations if incarnations is not None else {}
 
     def gone(self, rank: int) -> str | None:
         """Why ``rank`` counts as gone, or None while it may still be alive."""
-        where = self._registered(rank)
+        where = registered_process(self.records, rank)
         known = self.incarnations.get(rank)
         if where is not None and known is not None and f"{where[0]}:{where[1]}" != known:
             # A supervisor restarted it at once: the new process bumps the same heartbeat.
             return f"its process was replaced by a new one (pid {where[1]} on {where[0]})"
         if where is not None and where[0] == socket.gethostname() and not process_alive(where[1]):
             return f"its process (pid {where[1]}) exited"
-        counter = int(self.store.add(f"{PREFIX}beat/{rank}", 0))
+        beat = self._beat(rank)
         now = time.monotonic()
         last = self.seen.get(rank)
-        if last is None or last[0] != counter:
-            self.seen[rank] = (counter, now)
+        if last is None or _moved(beat, last[0]):
+            self.seen[rank] = (beat, now)
             return None
         if now - last[1] >= self.silence_s:
             return f"no heartbeat for {now - last[1]:.1f} s"
         return None
 
-    def _registered(self, rank: int) -> tuple[str, int] | None:
-        key = f"{PREFIX}process/{rank}"
-        if not self.store.check([key]):
-            return None
-        host, _, pid = self.store.get(key).decode().rpartition(":")
-        return host, int(pid)
+    def _beat(self, rank: int) -> Any:
+        """The member's last beat: its counter, or (signed) its process and count."""
+        key = f"{PREFIX}beat/{rank}"
+        if not self.records.signed:
+            return int(self.records.store.add(key, 0))
+        body = self.records.get(key, signer=rank)
+        process, _, count = (body or "").rpartition(" ")
+        return (process, int(count)) if count.isdigit() and len(count) < 19 else None
+
+
+def _moved(beat: Any, last: Any) -> bool:
+    """Whether a heartbeat moved on: a new counter, or a signed beat of another process or with
+    a larger count (an old signed beat written again is not a sign of life)."""
+    if beat is None or beat == last:
+        return False
+    if isinstance(beat, tuple) and isinstance(last, tuple) and beat[0] == last[0]:
+        return beat[1] > last[1]
+    return True
+
+
+def registered_process(records: Records, rank: int) -> tuple[str, int] | None:
+    """``(host, pid)`` that party ``rank`` registered (signed by it under a roster), or None."""
+    body = records.get(f"{PREFIX}process/{rank}", signer=rank if records.signed else None)
+    host, _, pid = (body or "").rpartition(":")
+    if not host or not pid.isdigit() or len(pid) > 10:
+        return None
+    return host, int(pid)
 
 
 class Membership:
     """This party's view of the run's membership, kept in agreement through the store.
 
     Args:
-        store: the rendezvous store (a client connection).
+        records: the rendezvous store's records (:class:`slate.engines.records.Records`).
         rank: this party's rank in the whole run (0..N-1), which never changes.
         members: the parties of the current generation, in rank order.
         timeout_s: ``--timeout``: how long to wait for a party that neither answers nor is gone.
     """
 
-    def __init__(self, store, rank: int, members: list[int], timeout_s: float) -> None:
-        self.store = store
+    def __init__(self, records: Records, rank: int, members: list[int], timeout_s: float) -> None:
+        self.records = records
+        self.store = records.store
+        self.nodes = records.nodes
         self.rank = rank
         self.members = tuple(members)
         self.generation = 0
@@ -211,33 +277,35 @@ class Membership:
         self.silence_s = max(3 * BEAT_SECONDS, min(MAX_SILENCE_SECONDS, timeout_s / 2))
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self._refuse_a_second_copy()
-        store.set(f"{PREFIX}process/{rank}", self.process)
+        records.put(f"{PREFIX}process/{rank}", self.process)
         self.incarnations: dict[int, str] = {}  # each member's process, once its group opened
         # Kept for the whole run: a member's heartbeat counter is compared with the value seen
         # last, whenever that was, so silence is measured from its last beat anyone saw.
-        self.liveness = _Liveness(store, self.silence_s, self.incarnations)
+        self.liveness = _Liveness(records, self.silence_s, self.incarnations)
+        self._requests_seen = -1  # the join-request counter at the last look
+        self._pending: list[int] = []  # requests seen but not admitted (their party not alive)
 
     def _refuse_a_second_copy(self) -> None:
         """Refuse to stand in for a process of this rank that is still running: one on this host
         whose pid is alive, or one elsewhere whose heartbeat moves (watched for
-        ``3 * BEAT_SECONDS``). A process that died or froze may be replaced."""
-        key = f"{PREFIX}process/{self.rank}"
-        if not self.store.check([key]):
+        ``3 * BEAT_SECONDS``). A process that died or froze may be replaced; a registration
+        that is not this site's (unsigned under a roster) is no process of this rank at all."""
+        running = registered_process(self.records, self.rank)
+        if running is None:
             return  # nobody has had this rank at this store yet
-        running = self.store.get(key).decode()
-        host, _, pid = running.rpartition(":")
+        host, pid = running
         if host == socket.gethostname():
-            alive = int(pid) != os.getpid() and process_alive(int(pid))
+            alive = pid != os.getpid() and process_alive(pid)
         else:
-            beat = f"{PREFIX}beat/{self.rank}"
-            before = int(self.store.add(beat, 0))
+            liveness = _Liveness(self.records, 3 * BEAT_SECONDS)
+            liveness.gone(self.rank)
             time.sleep(3 * BEAT_SECONDS)
-            alive = int(self.store.add(beat, 0)) != before
+            alive = liveness.gone(self.rank) is None
         if alive:
             raise PartyLost(
-                f"Party {self.rank} is already running at this rendezvous (process {running}), "
-                "so this second copy stops. Stop that process first, or give this one another "
-                "--rank."
+                f"Party {self.rank} is already running at this rendezvous (process "
+                f"{host}:{pid}), so this second copy stops. Stop that process first, or give "
+                "this one another --rank."
             )
 
     def note_incarnations(self) -> None:
@@ -246,9 +314,9 @@ class Membership:
         in the run, although it bumps the same heartbeat."""
         known = {}
         for member in self.members:  # a lost party is forgotten: it may come back as a new one
-            key = f"{PREFIX}process/{member}"
-            if self.store.check([key]):
-                known[member] = self.store.get(key).decode()
+            where = registered_process(self.records, member)
+            if where is not None:
+                known[member] = f"{where[0]}:{where[1]}"
         self.incarnations.clear()
         self.incarnations.update(known)
 
@@ -260,11 +328,19 @@ class Membership:
 
     def raise_failed_flag(self) -> None:
         """Tell every member that generation ``g`` is over (their waits stop within a poll)."""
-        self.store.set(self.key("failed"), str(self.rank))
+        self.records.put(self.key("failed"), str(self.rank), self.generation)
 
     def failed(self) -> bool:
         """Whether some member has left the current generation (a quick store lookup)."""
-        return bool(self.store.check([self.key("failed")]))
+        key = self.key("failed")
+        if not self.store.check([key]):
+            return False
+        found = self.records.get_signed(key, self.generation)
+        if found is None:
+            return False
+        signer, body = found
+        rank = parse_rank(body, self.nodes)
+        return rank is not None and rank in self.members and signer in (-1, rank)
 
     def silent_member(self, ranks: list[int]) -> tuple[int, str] | None:
         """The first of ``ranks`` (other than this party) that is gone, with why: its heartbeat
@@ -285,16 +361,26 @@ class Membership:
         new process group would hit again).
         """
         self.raise_failed_flag()
-        self.store.set(self.key(f"down/{self.rank}"), str(position))
+        self.records.put(self.key(f"down/{self.rank}"), str(position), self.generation)
         change = self._decide(self._loss_proposal)
         return self._adopt(change)
+
+    def _checked_in(self, member: int) -> int | None:
+        """The position ``member`` checked in with after leaving this generation, if it did."""
+        body = self.records.get(self.key(f"down/{member}"), self._signer(member), self.generation)
+        if body is None or not body.isdigit() or len(body) > 18:
+            return None
+        return int(body)
+
+    def _signer(self, rank: int) -> int | None:
+        return rank if self.records.signed else None
 
     def _loss_proposal(self, liveness: _Liveness, late: bool) -> Change | None:
         down, lost, reasons = {}, [], {}
         for member in self.members:
-            key = self.key(f"down/{member}")
-            if self.store.check([key]):
-                down[member] = int(self.store.get(key))
+            position = self._checked_in(member)
+            if position is not None:
+                down[member] = position
                 continue
             why = liveness.gone(member)
             if why is None and late:
@@ -315,40 +401,65 @@ class Membership:
 
     def agree_on_joins(self, iteration: int) -> Change | None:
         """At a checkpoint boundary: the agreed admission of returning parties, if any."""
-        liveness = _Liveness(self.store, self.silence_s, self.incarnations)
-        pending = [
-            rank
-            for rank in self._requests()
-            if rank not in self.members and liveness.gone(rank) is None
-        ]
-        proposal = json.dumps(pending)
-        agreed = json.loads(self.store.compare_set(self.key(f"joins/{iteration}"), "", proposal))
-        if not agreed:
+        liveness = _Liveness(self.records, self.silence_s, self.incarnations)
+        requests = self._requests()
+        pending = [rank for rank in requests if liveness.gone(rank) is None]
+        self._pending = sorted(requests)
+        agreed = self.records.first(
+            self.key(f"joins/{iteration}"), json.dumps(pending), self.generation,
+            valid=lambda text: self._ranks(text) is not None,
+        )  # fmt: skip
+        ranks = [r for r in self._ranks(agreed) or [] if r not in self.members]
+        if not ranks:
             return None
         change = Change(
             generation=self.generation + 1,
-            members=tuple(sorted({*self.members, *agreed})),
-            joined=tuple(agreed),
+            members=tuple(sorted({*self.members, *ranks})),
+            joined=tuple(ranks),
             position=2 * iteration + 1,
-            reasons={rank: self._join_reason(rank) for rank in agreed},
+            reasons={rank: requests.get(rank, {}).get("reason", "returned") for rank in ranks},
         )
-        winner = Change.from_text(self.store.compare_set(self.key("change"), "", change.to_text()))
-        for rank in winner.joined:
-            self.store.set(f"{PREFIX}admitted/{rank}", winner.to_text())
+        winner = self._first_change(change)
+        for rank in winner.joined:  # each admission answers the request it admits
+            request = requests.get(rank) or self._request_of(rank) or {"nonce": ""}
+            admitted = f"{PREFIX}admitted/{rank}/{request['nonce']}"
+            self.records.put(admitted, winner.to_text(), winner.generation)
         return self._adopt(winner)
 
-    def _join_reason(self, rank: int) -> str:
-        key = f"{PREFIX}join_reason/{rank}"
-        return self.store.get(key).decode() if self.store.check([key]) else "returned"
+    def _ranks(self, text: str) -> list[int] | None:
+        try:
+            ranks = decode(text.encode(), RANKS, "?", "list of ranks", RECORD_LIMIT)
+        except MalformedMessage:
+            return None
+        return ranks if all(0 <= r < self.nodes for r in ranks) else None
 
-    def _requests(self) -> list[int]:
+    def _requests(self) -> dict[int, dict[str, str]]:
+        """The valid join requests of parties outside the generation: rank -> its request. The
+        request counter only says when to look again."""
         count = int(self.store.add(f"{PREFIX}join_requests", 0))
-        ranks = []
-        for k in range(count):
-            key = f"{PREFIX}join_request/{k}"
-            if self.store.check([key]):
-                ranks.append(int(self.store.get(key)))
-        return sorted(set(ranks))
+        if count == self._requests_seen and not self._pending:
+            return {}
+        self._requests_seen = count
+        found = {}
+        for rank in range(self.nodes):
+            if rank in self.members:
+                continue
+            request = self._request_of(rank)
+            if request is not None:
+                found[rank] = request
+        return found
+
+    def _request_of(self, rank: int) -> dict[str, str] | None:
+        body = self.records.get(f"{PREFIX}join_request/{rank}", self._signer(rank))
+        try:
+            request = decode((body or "").encode(), REQUEST_SHAPE, rank, "join request", 4096)
+        except MalformedMessage:
+            return None
+        return request if request["process"] == self.incarnation_of(rank) else None
+
+    def incarnation_of(self, rank: int) -> str | None:
+        where = registered_process(self.records, rank)
+        return None if where is None else f"{where[0]}:{where[1]}"
 
     def request_join(self, reason: str = "restarted with --resume") -> Change:
         """Ask the running parties to admit this one and wait for their next checkpoint
@@ -359,21 +470,21 @@ class Membership:
         this party's rank, or when no other party's heartbeat moves (nobody is left to admit
         it: a full restart needs a fresh rendezvous store).
         """
-        registered = self.store.get(f"{PREFIX}process/{self.rank}").decode()
+        registered = self.incarnation_of(self.rank)
         if registered != self.process:
             raise PartyLost(
                 f"Party {self.rank} ({self.process}) was out of reach, and another process "
                 f"({registered}) has since taken its place in the run; this one stops."
             )
-        self.store.set(f"{PREFIX}join_reason/{self.rank}", reason)
-        admitted = f"{PREFIX}admitted/{self.rank}"
-        self.store.delete_key(admitted)
-        slot = int(self.store.add(f"{PREFIX}join_requests", 1)) - 1
-        self.store.set(f"{PREFIX}join_request/{slot}", str(self.rank))
-        liveness = _Liveness(self.store, self.silence_s, self.incarnations)
+        nonce = secrets.token_hex(8)  # the admission answers this request, not an older one
+        request = {"process": self.process, "reason": reason[:500], "nonce": nonce}
+        self.records.put(f"{PREFIX}join_request/{self.rank}", json.dumps(request))
+        self.store.add(f"{PREFIX}join_requests", 1)
+        admitted = f"{PREFIX}admitted/{self.rank}/{nonce}"
+        liveness = _Liveness(self.records, self.silence_s, self.incarnations)
         others = [rank for rank in self.members if rank != self.rank]
-        while not self.store.check([admitted]):
-            if self.store.check([FINAL_MEMBERS_KEY]):
+        while (change := self._admission(admitted)) is None:
+            if self.run_finished():
                 raise PartyLost(
                     f"Party {self.rank} cannot rejoin: the other parties have already finished "
                     "the run."
@@ -386,34 +497,65 @@ class Membership:
                     "--resume."
                 )
             time.sleep(POLL_SECONDS)
-        change = Change.from_text(self.store.get(admitted))
-        self.store.delete_key(f"{PREFIX}join_request/{slot}")
+        self.store.delete_key(f"{PREFIX}join_request/{self.rank}")
         self.generation = change.generation - 1
         return self._adopt(change)
 
+    def _admission(self, key: str) -> Change | None:
+        if not self.store.check([key]):
+            return None
+        found = self.records.get_signed(key)
+        change = None if found is None else Change.from_text(found[1], self.nodes)
+        return change if change is not None and self.rank in change.joined else None
+
+    def run_finished(self) -> bool:
+        """Whether the main party recorded that the run is over."""
+        return final_members(self.records) is not None
+
     def running_generation(self) -> int | None:
         """The generation of a run in progress at this store, or None before any started."""
-        key = f"{PREFIX}generation"
-        return int(self.store.get(key)) if self.store.check([key]) else None
+        body = self.records.get(f"{PREFIX}generation")
+        return int(body) if body is not None and body.isdigit() and len(body) < 10 else None
 
     def announce(self) -> None:
         """Record that the current generation's process group is open."""
-        self.store.set(f"{PREFIX}generation", str(self.generation))
+        self.records.put(f"{PREFIX}generation", str(self.generation), self.generation)
         self.note_incarnations()
 
     # -- shared -------------------------------------------------------------------------------
+
+    def _first_change(self, proposal: Change) -> Change:
+        """The first valid change proposed for the next generation (``proposal`` if none was)."""
+        text = self.records.first(
+            self.key("change"), proposal.to_text(), self.generation,
+            valid=lambda text: self._valid_change(Change.from_text(text, self.nodes)),
+        )  # fmt: skip
+        change = Change.from_text(text, self.nodes)
+        assert change is not None
+        return change
+
+    def _valid_change(self, change: Change | None) -> bool:
+        return change is not None and change.generation == self.generation + 1
 
     def _decide(self, propose: Callable[[_Liveness, bool], Change | None]) -> Change:
         liveness = self.liveness
         deadline = time.monotonic() + self.timeout_s
         while True:
-            if self.store.check([self.key("change")]):
-                return Change.from_text(self.store.get(self.key("change")))
+            agreed = self._proposed_change()
+            if agreed is not None:
+                return agreed
             proposal = propose(liveness, time.monotonic() > deadline)
             if proposal is not None:
-                text = self.store.compare_set(self.key("change"), "", proposal.to_text())
-                return Change.from_text(text)
+                return self._first_change(proposal)
             time.sleep(POLL_SECONDS)
+
+    def _proposed_change(self) -> Change | None:
+        key = self.key("change")
+        if not self.store.check([key]):
+            return None
+        body = self.records.get(key, generation=self.generation)
+        change = None if body is None else Change.from_text(body, self.nodes)
+        return change if self._valid_change(change) else None
 
     def _adopt(self, change: Change) -> Change:
         if self.rank not in change.members:
@@ -428,3 +570,13 @@ class Membership:
         self.generation, self.members = change.generation, change.members
         self.note_incarnations()  # a returning party is a new process
         return change
+
+
+REQUEST_SHAPE = {"process": str, "reason": str, "nonce": str}
+
+
+def final_members(records: Records) -> int | None:
+    """How many parties finished the run, as the main party recorded it; None before the end
+    (or when the record is not a valid one)."""
+    body = records.get(FINAL_MEMBERS_KEY)
+    return int(body) if body is not None and body.isdigit() and len(body) < 7 else None

@@ -1,0 +1,312 @@
+"""The run's coordination records in the rendezvous store: bounded, checked, and signed under a
+roster.
+
+torch's ``TCPStore`` authenticates nobody: any client that reaches its port can read, write and
+delete every key. Every record that a party acts on therefore goes through :class:`Records`:
+
+* **Without a roster** (a trusted network), a record is its plain text. What a party reads is
+  refused when it is longer than :data:`RECORD_LIMIT` bytes, and the ranks it names are checked
+  against ``--nodes`` by the reader (:func:`parse_rank`).
+* **With a roster** (``--roster``, ``--key``), a record is a signed *envelope*:
+  ``{"run", "key", "signer", "gen", "body", "sig"}``. ``sig`` is the signer's Ed25519 signature
+  (:class:`slate.security.SiteIdentity`) of the run id, the store key, the signer's rank, the
+  generation and the body together, so a record cannot be moved to another key, another run, or
+  passed off as another site's or another generation's. A record that does not verify, names a
+  rank off the roster, comes from another rank than the key belongs to, or carries an old
+  generation is ignored, as if it were absent; each party says once per claimed rank that it
+  ignored one.
+
+A record that the first writer wins (:meth:`Records.first`, the store's ``compare_set``) and
+that a stranger wrote first is replaced atomically by the honest proposal, so a forged record
+cannot block an agreement either.
+
+:class:`SigningStore` puts the same signatures on the records that ``torch.distributed`` itself
+keeps in the store when a process group opens (gloo's addresses of every party).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from slate.security.identity import Roster, SiteIdentity
+
+__all__ = ["RECORD_LIMIT", "Records", "SigningStore", "parse_rank"]
+
+RECORD_LIMIT = 64 * 1024  # bytes: every coordination record is far smaller
+FORMAT = "slate-record-1"
+POLL_SECONDS = 0.05
+
+
+def parse_rank(text: str | None, nodes: int) -> int | None:
+    """The rank in ``text`` if it is a decimal integer in ``0..nodes-1``, else None."""
+    if text is None or not 0 < len(text) <= 6 or not text.isascii() or not text.isdigit():
+        return None
+    rank = int(text)
+    return rank if rank < nodes else None
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class Records:
+    """Reads and writes coordination records for party ``rank`` of a run of ``nodes`` parties.
+
+    ``identity`` (this site's key and the roster) turns signatures on; ``roster`` alone checks
+    them without signing (``slate rendezvous``). ``say`` prints the once-per-rank notes about
+    ignored records.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        nodes: int,
+        identity: SiteIdentity | None = None,
+        say: Callable[[str], None] = _say,
+        roster: Roster | None = None,
+    ) -> None:
+        self.store = store
+        self.nodes = nodes
+        self.identity = identity
+        self.roster = identity.roster if identity is not None else roster
+        self.say = say
+        self._noted: set[str] = set()
+
+    @property
+    def signed(self) -> bool:
+        """Whether records are signed and checked (a roster is in force)."""
+        return self.roster is not None
+
+    def names_a_rank(self, body: str) -> bool:
+        """Whether ``body`` is a rank of this run (``0..nodes-1``)."""
+        return parse_rank(body, self.nodes) is not None
+
+    def with_store(self, store: Any) -> Records:
+        """The same records over another connection to the store (one per thread)."""
+        other = Records(store, self.nodes, self.identity, self.say, self.roster)
+        other._noted = self._noted
+        return other
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def seal(self, key: str, body: str, generation: int = 0) -> str:
+        """What is stored under ``key``: ``body`` itself, or its signed envelope."""
+        if self.identity is None:
+            if self.roster is not None:
+                raise RuntimeError("records are only checked here: this process holds no key")
+            return body
+        run, signer = self.identity.roster.run_id, self.identity.rank
+        signature = self.identity.sign(_signed_bytes(run, key, signer, generation, body))
+        return json.dumps(
+            {"run": run, "key": key, "signer": signer, "gen": generation, "body": body,
+             "sig": base64.b64encode(signature).decode("ascii")},
+            separators=(",", ":"),
+        )  # fmt: skip
+
+    def put(self, key: str, body: str, generation: int = 0) -> None:
+        """Store ``body`` under ``key`` (signed by this site under a roster)."""
+        self.store.set(key, self.seal(key, body, generation))
+
+    def first(
+        self,
+        key: str,
+        body: str,
+        generation: int = 0,
+        valid: Callable[[str], bool] | None = None,
+    ) -> str:
+        """The first valid record under ``key``: ``body`` if none was there. A record that does
+        not verify (a stranger's), or whose body ``valid`` refuses, is replaced by ``body``
+        atomically."""
+        mine = self.seal(key, body, generation)
+        expected = ""
+        while True:
+            current = _text(self.store.compare_set(key, expected, mine))
+            if current == mine:
+                return body
+            opened = self.open(key, current, generation=generation)
+            if opened is not None and (valid is None or valid(opened[1])):
+                return opened[1]
+            expected = current  # replace exactly the record that did not verify
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def get(self, key: str, signer: int | None = None, generation: int | None = None) -> str | None:
+        """The body stored under ``key``, or None when there is none or it is refused."""
+        if not self.store.check([key]):
+            return None
+        opened = self.open(key, _text(self.store.get(key)), signer, generation)
+        return None if opened is None else opened[1]
+
+    def get_signed(self, key: str, generation: int | None = None) -> tuple[int, str] | None:
+        """``(signer, body)`` of the record under ``key`` (signer -1 without a roster)."""
+        if not self.store.check([key]):
+            return None
+        return self.open(key, _text(self.store.get(key)), None, generation)
+
+    def open(
+        self, key: str, raw: str, signer: int | None = None, generation: int | None = None
+    ) -> tuple[int, str] | None:
+        """``(signer, body)`` of the stored text ``raw``, or None when it is refused: too long,
+        or (with a roster) not a valid envelope of this run and key, signed by ``signer`` (any
+        site on the roster when None) in ``generation`` (any when None)."""
+        if len(raw) > RECORD_LIMIT:
+            self._note(key, "?", f"{len(raw)} bytes, over the limit of {RECORD_LIMIT}")
+            return None
+        if self.roster is None:
+            return -1, raw
+        envelope, problem = self._verified(key, raw)
+        if envelope is None:
+            self._note(key, problem[0], problem[1])
+            return None
+        claimed = envelope["signer"]
+        if signer is not None and claimed != signer:
+            self._note(key, str(claimed), f"the record belongs to rank {signer}")
+            return None
+        if generation is not None and envelope["gen"] != generation:
+            why = f"it is of generation {envelope['gen']}, not {generation}"
+            self._note(key, str(claimed), why)
+            return None
+        return claimed, envelope["body"]
+
+    def _verified(self, key: str, raw: str) -> tuple[dict | None, tuple[str, str]]:
+        roster = self.roster
+        assert roster is not None
+        try:
+            envelope = json.loads(raw)
+        except ValueError:
+            return None, ("?", "it is not a signed record")
+        fields = {"run": str, "key": str, "signer": int, "gen": int, "body": str, "sig": str}
+        if not isinstance(envelope, dict) or set(envelope) != set(fields):
+            return None, ("?", "it is not a signed record")
+        if any(not _is(envelope[name], kind) for name, kind in fields.items()):
+            return None, ("?", "it is not a signed record")
+        claimed = str(envelope["signer"])
+        if envelope["run"] != roster.run_id:
+            return None, (claimed, "it belongs to another run id")
+        if envelope["key"] != key:
+            return None, (claimed, f"it was signed for another key ({envelope['key'][:60]})")
+        if not 0 <= envelope["signer"] < roster.n:
+            return None, (claimed, "that rank is not on the roster")
+        try:
+            signature = base64.b64decode(envelope["sig"], validate=True)
+        except (binascii.Error, ValueError):
+            return None, (claimed, "its signature is not base64")
+        signed = _signed_bytes(
+            envelope["run"], key, envelope["signer"], envelope["gen"], envelope["body"]
+        )
+        if not roster.verify(envelope["signer"], signed, signature):
+            return None, (claimed, "its signature does not verify with that rank's key")
+        return envelope, ("", "")
+
+    def _note(self, key: str, claimed: str, why: str) -> None:
+        """Say once per claimed rank that a record was ignored."""
+        if claimed in self._noted:
+            return
+        self._noted.add(claimed)
+        who = "no valid rank" if claimed == "?" else f"rank {claimed}"
+        self.say(
+            f"slate: warning: ignored a record in the rendezvous store under {key[:80]!r} that "
+            f"claims to come from {who}: {why}. Someone other than the sites on the roster may "
+            "be writing to the rendezvous (further such records from that rank are ignored "
+            "silently)."
+        )
+
+
+def _signed_bytes(run: str, key: str, signer: int, generation: int, body: str) -> bytes:
+    return json.dumps([FORMAT, run, key, signer, generation, body], separators=(",", ":")).encode()
+
+
+def _is(value: Any, kind: type) -> bool:
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def _text(value: bytes | str) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "\ufffd" * (RECORD_LIMIT + 1) if len(value) > RECORD_LIMIT else "\ufffd"
+
+
+_GROUP_RANK = re.compile(r"//\d+/(\d+)$")  # gloo's address key of group rank k ends in /k
+
+
+class SigningStore(dist.Store):
+    """A store for ``init_process_group`` whose records are signed and checked: every value
+    torch.distributed sets is sealed by this site, and every value it reads must be signed by a
+    member of the generation (by the member whose group rank the key names, for gloo's address
+    keys). A value that does not verify is waited past until a valid one replaces it, up to the
+    store's timeout."""
+
+    def __init__(self, inner: Any, records: Records, members: tuple[int, ...], timeout_s: float):
+        super().__init__()
+        self.inner, self.records, self.members = inner, records.with_store(inner), members
+        self.timeout_s = timeout_s
+
+    def _signer(self, key: str) -> int | None:
+        found = _GROUP_RANK.search(key)
+        if found is not None and int(found.group(1)) < len(self.members):
+            return self.members[int(found.group(1))]
+        return None
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self.inner.set(key, self._seal(key, value))
+
+    def _seal(self, key: str, value: bytes | str) -> str:
+        raw = value if isinstance(value, bytes) else value.encode()
+        return self.records.seal(key, base64.b64encode(raw).decode("ascii"))
+
+    def get(self, key: str) -> bytes:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            self.inner.wait([key])
+            value = self._open(key, _text(self.inner.get(key)))
+            if value is not None:
+                return value
+            if time.monotonic() > deadline:
+                raise dist.DistStoreError(f"no valid signed record under {key} in time")
+            time.sleep(POLL_SECONDS)
+
+    def _open(self, key: str, raw: str) -> bytes | None:
+        opened = self.records.open(key, raw, self._signer(key))
+        if opened is None or (opened[0] not in self.members and self.records.signed):
+            return None
+        try:
+            return base64.b64decode(opened[1], validate=True)
+        except (binascii.Error, ValueError):
+            return None
+
+    def add(self, key: str, amount: int) -> int:
+        return self.inner.add(key, amount)
+
+    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
+        return self.inner.compare_set(key, expected, self._seal(key, desired))
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        if timeout is None:
+            self.inner.wait(keys)
+        else:
+            self.inner.wait(keys, timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        return self.inner.check(keys)
+
+    def delete_key(self, key: str) -> bool:
+        return self.inner.delete_key(key)
+
+    def num_keys(self) -> int:
+        return self.inner.num_keys()
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        self.inner.set_timeout(timeout)
