@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.roster import roster_cost
+
 HERE = Path(__file__).resolve().parent
 
 NOTES = """
@@ -337,12 +339,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=("communication", "tables"),
+        choices=("communication", "tables", "roster"),
         help="run one section and update it in RESULTS.md",
     )
     args = parser.parse_args()
     if args.only == "tables":
         _update_section(_tables(args.quick))
+        return
+    if args.only == "roster":
+        _update_section(roster_cost(Path(args.data_dir), args.quick))
         return
     if args.only == "communication":
         w8a = ["--dataset", "w8a", "--data-dir", args.data_dir]
@@ -388,6 +393,8 @@ def main() -> None:
 
         lines += _distributed(w8a, args.quick)
         lines += _communication(w8a, args.quick)
+    if Path(args.data_dir, "w7a").exists():
+        lines += roster_cost(Path(args.data_dir), args.quick)
     lines += _tables(args.quick)
     lines += ["\n## Headline (w8a MLP, N = 20)\n", headline, NOTES]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")

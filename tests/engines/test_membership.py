@@ -131,7 +131,7 @@ def test_members_admit_a_returning_party_at_one_boundary(store_address):
     asked = threading.Thread(target=ask)
     asked.start()
     deadline = time.monotonic() + 10
-    while not members[0].store.add(f"{PREFIX}join_requests", 0) and time.monotonic() < deadline:
+    while not members[0].store.check([f"{PREFIX}join_request/1"]) and time.monotonic() < deadline:
         time.sleep(0.01)
     changes = [m.agree_on_joins(200) for m in members]
     asked.join(timeout=10)

@@ -9,11 +9,9 @@ with the simulator's ``--drop-party RANK@ITER`` at the iteration they recorded f
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.sites import SITE_FLAGS, free_port, start_party, write_sites
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
@@ -136,35 +136,6 @@ def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
 
 
 # --------------------------------------------------------------------------- separate sites
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def write_sites(root: Path, parties: int = 4, rows: int = 600) -> None:
-    """Site r gets every 4th line of the first lines of w7a and of w7a.t."""
-    for source, name in (("w7a.gz", "train.svm"), ("w7a.t.gz", "test.svm")):
-        with gzip.open(SHARED / "w7a" / source, "rt") as handle:
-            lines = [line for line, _ in zip(handle, range(parties * rows), strict=False)]
-        for r in range(parties):
-            (root / f"site{r}").mkdir(parents=True, exist_ok=True)
-            (root / f"site{r}" / name).write_text("".join(lines[r::parties]))
-
-
-SITE_FLAGS = ["--train", "train.svm", "--test", "test.svm", "--out", "run", "--dataset",
-              "libsvm", "--features", "300", "--seed", "1", "--no-progress", "--timeout", "30",
-              "--checkpoint-every", "100"]  # fmt: skip
-
-
-def start_party(root: Path, rank: int, port: int, *flags: str, kill: str = "") -> subprocess.Popen:
-    command = [sys.executable, "-m", "slate", "train", "--rank", str(rank), "--rendezvous",
-               f"127.0.0.1:{port}", *flags]  # fmt: skip
-    env = {**os.environ, "SLATE_KILL_AT": kill}
-    return subprocess.Popen(command, cwd=root / f"site{rank}", env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
 def kill_and_bring_back(tmp_path: Path, lost: int, at: int, iterations: int, check=None):

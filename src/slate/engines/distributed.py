@@ -52,11 +52,11 @@ from slate.engines.faults import (
 from slate.engines.local import MESSAGE_LIMIT, Engine
 from slate.engines.membership import (
     FINAL_MEMBERS_KEY,
-    LEFT_KEY,
     Change,
     Heartbeat,
     Membership,
     PartyLost,
+    leave_run,
     registered_process,
 )
 from slate.engines.records import Records, SigningStore
@@ -322,9 +322,10 @@ class DistributedEngine(Engine):
         global _OPENED
         _OPENED = True
         assert self.rendezvous is not None
-        prefix = dist.PrefixStore(f"slate/pg{generation}", self.rendezvous.store)
+        scope = f"slate/pg{generation}"
+        prefix = dist.PrefixStore(scope, self.rendezvous.store)
         if self.records.signed:  # gloo's addresses signed by each member, checked by the others
-            prefix = SigningStore(prefix, self.records, self.members, self.timeout_s)
+            prefix = SigningStore(prefix, self.records, self.members, self.timeout_s, scope)
         try:
             dist.init_process_group(
                 self.backend,
@@ -575,7 +576,7 @@ class DistributedEngine(Engine):
             try:
                 if self.is_main:
                     self.records.put(FINAL_MEMBERS_KEY, str(self.n_parties))
-                self.rendezvous.store.add(LEFT_KEY, 1)
+                leave_run(self.records, self.rank)
             except (RuntimeError, dist.DistStoreError):
                 pass  # the store's host is gone; the results are written
 

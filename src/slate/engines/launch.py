@@ -20,11 +20,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch.distributed as dist
 
 from slate.engines.distributed import Rendezvous
-from slate.engines.membership import BEATS_KEY, FINAL_MEMBERS_KEY, LEFT_KEY, final_members
+from slate.engines.membership import (
+    BEATS_KEY,
+    FINAL_MEMBERS_KEY,
+    final_members,
+    parties_left,
+    signed_beats,
+)
 from slate.engines.records import Records
 from slate.errors import ConfigError
 from slate.security.identity import Roster, SiteIdentity
@@ -356,8 +363,8 @@ def serve_rendezvous(
         f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
         f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
     )
-    watch = _Activity(store, idle_timeout)
-    records = Records(store, roster.n if roster else 1 << 16, roster=roster)
+    records = Records(store, roster.n if roster else 1 << 16, say=say, roster=roster)
+    watch = _Activity(records, idle_timeout)
     try:
         while not _run_over(records):
             if watch.idle():
@@ -377,14 +384,17 @@ def serve_rendezvous(
 
 
 class _Activity:
-    """When the parties' heartbeats (:data:`BEATS_KEY`) last moved."""
+    """When the parties' heartbeats (:data:`BEATS_KEY`, or under a roster their signed beat
+    records) last moved."""
 
-    def __init__(self, store, idle_timeout: float) -> None:
-        self.store, self.idle_timeout = store, idle_timeout
-        self.beats, self.since = -1, time.monotonic()
+    def __init__(self, records: Records, idle_timeout: float) -> None:
+        self.records, self.idle_timeout = records, idle_timeout
+        self.beats: Any = -1
+        self.since = time.monotonic()
 
     def idle(self) -> bool:
-        beats = int(self.store.add(BEATS_KEY, 0))
+        records = self.records
+        beats = signed_beats(records) if records.signed else int(records.store.add(BEATS_KEY, 0))
         if beats != self.beats:
             self.beats, self.since = beats, time.monotonic()
         return self.idle_timeout > 0 and time.monotonic() - self.since > self.idle_timeout
@@ -392,4 +402,4 @@ class _Activity:
 
 def _run_over(records: Records) -> bool:
     finished = final_members(records)
-    return finished is not None and int(records.store.add(LEFT_KEY, 0)) >= finished
+    return finished is not None and parties_left(records) >= finished

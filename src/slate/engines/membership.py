@@ -44,8 +44,11 @@ __all__ = [
     "Membership",
     "PartyLost",
     "final_members",
+    "leave_run",
+    "parties_left",
     "process_alive",
     "registered_process",
+    "signed_beats",
 ]
 
 PREFIX = "slate/"
@@ -168,11 +171,11 @@ class Heartbeat:
 
     def _beat(self, records: Records) -> None:
         key = f"{PREFIX}beat/{self._rank}"
-        if records.signed:
-            self._count += 1
+        if records.signed:  # no counter: a stranger's text under a counter's key would make
+            self._count += 1  # the store close the connection of the next party that adds
             records.put(key, f"{self._identity or '?'} {self._count}")
-        else:
-            records.store.add(key, 1)
+            return
+        records.store.add(key, 1)
         records.store.add(BEATS_KEY, 1)
 
     def _run(self) -> None:
@@ -231,7 +234,10 @@ class _Liveness:
         """The member's last beat: its counter, or (signed) its process and count."""
         key = f"{PREFIX}beat/{rank}"
         if not self.records.signed:
-            return int(self.records.store.add(key, 0))
+            try:
+                return int(self.records.store.add(key, 0))
+            except ValueError:  # not a counter (an in-memory store says so; TCPStore hangs up)
+                return None
         body = self.records.get(key, signer=rank)
         process, _, count = (body or "").rpartition(" ")
         return (process, int(count)) if count.isdigit() and len(count) < 19 else None
@@ -282,8 +288,6 @@ class Membership:
         # Kept for the whole run: a member's heartbeat counter is compared with the value seen
         # last, whenever that was, so silence is measured from its last beat anyone saw.
         self.liveness = _Liveness(records, self.silence_s, self.incarnations)
-        self._requests_seen = -1  # the join-request counter at the last look
-        self._pending: list[int] = []  # requests seen but not admitted (their party not alive)
 
     def _refuse_a_second_copy(self) -> None:
         """Refuse to stand in for a process of this rank that is still running: one on this host
@@ -340,7 +344,10 @@ class Membership:
             return False
         signer, body = found
         rank = parse_rank(body, self.nodes)
-        return rank is not None and rank in self.members and signer in (-1, rank)
+        if rank is None or rank not in self.members or signer not in (-1, rank):
+            self.records.note(key, str(signer), "it raises the flag for another party")
+            return False
+        return True
 
     def silent_member(self, ranks: list[int]) -> tuple[int, str] | None:
         """The first of ``ranks`` (other than this party) that is gone, with why: its heartbeat
@@ -404,7 +411,6 @@ class Membership:
         liveness = _Liveness(self.records, self.silence_s, self.incarnations)
         requests = self._requests()
         pending = [rank for rank in requests if liveness.gone(rank) is None]
-        self._pending = sorted(requests)
         agreed = self.records.first(
             self.key(f"joins/{iteration}"), json.dumps(pending), self.generation,
             valid=lambda text: self._ranks(text) is not None,
@@ -434,12 +440,8 @@ class Membership:
         return ranks if all(0 <= r < self.nodes for r in ranks) else None
 
     def _requests(self) -> dict[int, dict[str, str]]:
-        """The valid join requests of parties outside the generation: rank -> its request. The
-        request counter only says when to look again."""
-        count = int(self.store.add(f"{PREFIX}join_requests", 0))
-        if count == self._requests_seen and not self._pending:
-            return {}
-        self._requests_seen = count
+        """The valid join requests of parties outside the generation: rank -> its request (one
+        lookup per party outside it; none while every party is in)."""
         found = {}
         for rank in range(self.nodes):
             if rank in self.members:
@@ -479,7 +481,6 @@ class Membership:
         nonce = secrets.token_hex(8)  # the admission answers this request, not an older one
         request = {"process": self.process, "reason": reason[:500], "nonce": nonce}
         self.records.put(f"{PREFIX}join_request/{self.rank}", json.dumps(request))
-        self.store.add(f"{PREFIX}join_requests", 1)
         admitted = f"{PREFIX}admitted/{self.rank}/{nonce}"
         liveness = _Liveness(self.records, self.silence_s, self.incarnations)
         others = [rank for rank in self.members if rank != self.rank]
@@ -573,6 +574,27 @@ class Membership:
 
 
 REQUEST_SHAPE = {"process": str, "reason": str, "nonce": str}
+
+
+def signed_beats(records: Records) -> tuple[Any, ...]:
+    """Every party's last signed heartbeat (None where there is none): what moves while the
+    parties of a run under a roster are alive."""
+    return tuple(records.get(f"{PREFIX}beat/{r}", signer=r) for r in range(records.nodes))
+
+
+def leave_run(records: Records, rank: int) -> None:
+    """Record that party ``rank`` finished the run and left."""
+    if records.signed:
+        records.put(f"{LEFT_KEY}/{rank}", str(rank))
+    else:
+        records.store.add(LEFT_KEY, 1)
+
+
+def parties_left(records: Records) -> int:
+    """How many parties recorded that they left (under a roster: distinct signed records)."""
+    if not records.signed:
+        return int(records.store.add(LEFT_KEY, 0))
+    return sum(records.get(f"{LEFT_KEY}/{r}", signer=r) is not None for r in range(records.nodes))
 
 
 def final_members(records: Records) -> int | None:

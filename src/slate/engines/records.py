@@ -160,21 +160,21 @@ class Records:
         or (with a roster) not a valid envelope of this run and key, signed by ``signer`` (any
         site on the roster when None) in ``generation`` (any when None)."""
         if len(raw) > RECORD_LIMIT:
-            self._note(key, "?", f"{len(raw)} bytes, over the limit of {RECORD_LIMIT}")
+            self.note(key, "?", f"{len(raw)} bytes, over the limit of {RECORD_LIMIT}")
             return None
         if self.roster is None:
             return -1, raw
         envelope, problem = self._verified(key, raw)
         if envelope is None:
-            self._note(key, problem[0], problem[1])
+            self.note(key, problem[0], problem[1])
             return None
         claimed = envelope["signer"]
         if signer is not None and claimed != signer:
-            self._note(key, str(claimed), f"the record belongs to rank {signer}")
+            self.note(key, str(claimed), f"the record belongs to rank {signer}")
             return None
         if generation is not None and envelope["gen"] != generation:
             why = f"it is of generation {envelope['gen']}, not {generation}"
-            self._note(key, str(claimed), why)
+            self.note(key, str(claimed), why)
             return None
         return claimed, envelope["body"]
 
@@ -208,7 +208,7 @@ class Records:
             return None, (claimed, "its signature does not verify with that rank's key")
         return envelope, ("", "")
 
-    def _note(self, key: str, claimed: str, why: str) -> None:
+    def note(self, key: str, claimed: str, why: str) -> None:
         """Say once per claimed rank that a record was ignored."""
         if claimed in self._noted:
             return
@@ -249,10 +249,18 @@ class SigningStore(dist.Store):
     keys). A value that does not verify is waited past until a valid one replaces it, up to the
     store's timeout."""
 
-    def __init__(self, inner: Any, records: Records, members: tuple[int, ...], timeout_s: float):
+    def __init__(
+        self,
+        inner: Any,
+        records: Records,
+        members: tuple[int, ...],
+        timeout_s: float,
+        scope: str = "",
+    ) -> None:
         super().__init__()
         self.inner, self.records, self.members = inner, records.with_store(inner), members
         self.timeout_s = timeout_s
+        self.scope = scope  # signed with each key: a record of another group does not verify
 
     def _signer(self, key: str) -> int | None:
         found = _GROUP_RANK.search(key)
@@ -265,7 +273,7 @@ class SigningStore(dist.Store):
 
     def _seal(self, key: str, value: bytes | str) -> str:
         raw = value if isinstance(value, bytes) else value.encode()
-        return self.records.seal(key, base64.b64encode(raw).decode("ascii"))
+        return self.records.seal(self.scope + key, base64.b64encode(raw).decode("ascii"))
 
     def get(self, key: str) -> bytes:
         deadline = time.monotonic() + self.timeout_s
@@ -279,7 +287,7 @@ class SigningStore(dist.Store):
             time.sleep(POLL_SECONDS)
 
     def _open(self, key: str, raw: str) -> bytes | None:
-        opened = self.records.open(key, raw, self._signer(key))
+        opened = self.records.open(self.scope + key, raw, self._signer(key))
         if opened is None or (opened[0] not in self.members and self.records.signed):
             return None
         try:
