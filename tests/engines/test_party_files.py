@@ -7,10 +7,8 @@ AP, agree with the simulator on the same ``{rank}`` files, and never open anothe
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ import pytest
 
 from slate.config import TrainConfig
 from slate.train import train
+from tests.sites import free_port, write_sites
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 PARTIES = 4
@@ -37,20 +36,9 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def write_shards(root: Path, rows: int = 1200) -> None:
     """Site r gets every 4th line of the first ``4 * rows`` lines of w7a and of w7a.t."""
-    for source, name in (("w7a.gz", "train.svm"), ("w7a.t.gz", "test.svm")):
-        with gzip.open(SHARED / "w7a" / source, "rt") as handle:
-            lines = [line for line, _ in zip(handle, range(PARTIES * rows), strict=False)]
-        for r in range(PARTIES):
-            (root / f"site{r}").mkdir(parents=True, exist_ok=True)
-            (root / f"site{r}" / name).write_text("".join(lines[r::PARTIES]))
+    write_sites(root, PARTIES, rows)
 
 
 TRAIN_FLAGS = ["--dataset", "libsvm", "--features", "300", "--iterations", "300",

@@ -45,6 +45,7 @@ __all__ = ["RECORD_LIMIT", "Records", "SigningStore", "parse_rank"]
 RECORD_LIMIT = 64 * 1024  # bytes: every coordination record is far smaller
 FORMAT = "slate-record-1"
 POLL_SECONDS = 0.05
+MAX_REPLACEMENTS = 100  # forged records replaced under one key before giving up
 
 
 def parse_rank(text: str | None, nodes: int) -> int | None:
@@ -129,7 +130,7 @@ class Records:
         atomically."""
         mine = self.seal(key, body, generation)
         expected = ""
-        while True:
+        for _ in range(MAX_REPLACEMENTS):
             current = _text(self.store.compare_set(key, expected, mine))
             if current == mine:
                 return body
@@ -137,6 +138,10 @@ class Records:
             if opened is not None and (valid is None or valid(opened[1])):
                 return opened[1]
             expected = current  # replace exactly the record that did not verify
+        raise dist.DistStoreError(
+            f"the record {key} was overwritten {MAX_REPLACEMENTS} times with records that do not "
+            "verify: someone other than the sites is writing to the rendezvous"
+        )
 
     # -- reading ------------------------------------------------------------------------------
 

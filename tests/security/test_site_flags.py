@@ -1,0 +1,150 @@
+"""``--roster`` and ``--key`` on the command line: bad files and mismatched sites get one
+paragraph naming the file or the rank and exit 2, before any data is read or any site is
+reached."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.sites import (
+    HAVE_W7A,
+    SITE_FLAGS,
+    free_port,
+    identity_flags,
+    make_roster,
+    serve,
+    start_party,
+    write_sites,
+)
+
+
+def train(cwd: Path, *flags: str) -> subprocess.CompletedProcess:
+    """One site of three at a rendezvous nobody serves; its --train file does not exist, so an
+    error about anything but the identity would name the data instead."""
+    command = [sys.executable, "-m", "slate", "train", "--nodes", "3", "--rendezvous",
+               f"127.0.0.1:{free_port()}", "--train", "missing.svm", "--dataset", "libsvm",
+               "--timeout", "5", *flags]  # fmt: skip
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("sites")
+    return root, make_roster(root, 3)
+
+
+def one_paragraph(done: subprocess.CompletedProcess, *names: str) -> str:
+    err = done.stderr.strip()
+    assert done.returncode == 2, err
+    assert err.startswith("slate: error:") and "\n" not in err and "Traceback" not in err, err
+    for name in names:
+        assert name in err, err
+    assert "missing.svm" not in err, err
+    return err
+
+
+def test_a_missing_key_file(keys):
+    root, roster = keys
+    done = train(root / "site0", "--rank", "0", "--roster", str(roster), "--key", "nope.key")
+    one_paragraph(done, "nope.key")
+
+
+def test_a_key_file_others_can_read(keys, tmp_path):
+    root, roster = keys
+    loose = tmp_path / "loose.key"
+    loose.write_bytes((root / "site0" / "site0.key").read_bytes())
+    loose.chmod(0o644)
+    done = train(root / "site0", "--rank", "0", "--roster", str(roster), "--key", str(loose))
+    one_paragraph(done, str(loose), "chmod 600")
+
+
+def test_a_key_that_is_not_on_the_roster(keys, tmp_path):
+    root, roster = keys
+    subprocess.run([sys.executable, "-m", "slate", "keygen", "--out", str(tmp_path / "other")],
+                   check=True, capture_output=True)  # fmt: skip
+    done = train(root, "--rank", "0", "--roster", str(roster), "--key", str(tmp_path / "other.key"))
+    one_paragraph(done, "other.key", str(roster))
+
+
+def test_a_key_of_another_rank(keys):
+    root, roster = keys
+    done = train(root / "site0", "--rank", "1", *identity_flags(roster, 0))
+    one_paragraph(done, "Rank 1", "rank 0")
+
+
+def test_a_roster_with_one_key_twice(keys, tmp_path):
+    root, roster = keys
+    raw = json.loads(roster.read_text())
+    raw["sites"][2]["public_key"] = raw["sites"][0]["public_key"]
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps(raw))
+    done = train(root / "site0", "--rank", "0", "--roster", str(twice), "--key", "site0.key")
+    one_paragraph(done, str(twice), "rank")
+
+
+def test_a_roster_with_one_rank_twice(keys, tmp_path):
+    root, roster = keys
+    raw = json.loads(roster.read_text())
+    raw["sites"][2]["rank"] = 1
+    twice = tmp_path / "rank-twice.json"
+    twice.write_text(json.dumps(raw))
+    done = train(root / "site0", "--rank", "0", "--roster", str(twice), "--key", "site0.key")
+    one_paragraph(done, str(twice), "1")
+
+
+def test_a_roster_for_another_number_of_sites(keys):
+    root, roster = keys
+    done = train(root / "site0", "--rank", "0", *identity_flags(roster, 0), "--nodes", "4")
+    one_paragraph(done, "4", "3 sites")
+
+
+def test_one_flag_without_the_other(keys):
+    root, roster = keys
+    one_paragraph(train(root / "site0", "--rank", "0", "--key", "site0.key"), "--roster")
+    one_paragraph(train(root / "site0", "--rank", "0", "--roster", str(roster)), "--key")
+
+
+def test_the_local_launcher_takes_no_roster(keys):
+    root, roster = keys
+    done = subprocess.run(
+        [sys.executable, "-m", "slate", "train", "--dataset", "digits", "--engine",
+         "distributed", "--nodes", "3", *identity_flags(roster, 0)],
+        cwd=root / "site0", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--rank" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared")
+def test_sites_with_different_rosters_are_named(tmp_path):
+    """Two sites whose rosters list the same keys under different run ids: neither can verify
+    the other, and each names the other and its roster within --timeout."""
+    write_sites(tmp_path, parties=2, rows=100)
+    first = make_roster(tmp_path, 2, run_id="run-a")
+    second = tmp_path / "roster-run-b.json"
+    raw = json.loads(first.read_text())
+    second.write_text(json.dumps({**raw, "run_id": "run-b"}))
+    port = free_port()
+    server = serve(port, "--idle-timeout", "0")
+    flags = ["--nodes", "2", "--external-store", *SITE_FLAGS, "--timeout", "5"]
+    started = time.monotonic()
+    try:
+        parties = [
+            start_party(tmp_path, 0, port, *flags, *identity_flags(first, 0)),
+            start_party(tmp_path, 1, port, *flags, *identity_flags(second, 1)),
+        ]
+        outputs = [p.communicate(timeout=90) for p in parties]
+    finally:
+        server.kill()
+    assert time.monotonic() - started < 60
+    for rank, (process, (_, err)) in enumerate(zip(parties, outputs, strict=True)):
+        other = 1 - rank
+        assert process.returncode == 2, err
+        assert f"party {other} holds another roster" in err, err
+        assert "Traceback" not in err
+    assert "roster-run-a.json" in outputs[0][1] and "roster-run-b.json" in outputs[1][1]
