@@ -53,7 +53,12 @@ class Payload:
     def __reduce__(self):
         return (os.system, ("touch " + {marker!r},))
 
-engine.encode = lambda value: pickle.dumps(Payload())  # every fact it sends is a pickle
+PAYLOADS = {{
+    "pickle": lambda value: pickle.dumps(Payload()),
+    "shape": lambda value: b'[{{"rank": "two"}}]',
+    "size": lambda value: b"[" + b"0," * (33 << 20) + b"0]",  # 66 MB, over the 64 MiB limit
+}}
+engine.encode = PAYLOADS[{payload!r}]  # what it sends instead of every fact
 from slate.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -91,12 +96,17 @@ def wait_for(condition, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_a_pickled_schema_runs_nothing_and_names_its_sender(tmp_path):
-    """Before, all_gather_object unpickled it: the command ran inside parties 0 and 1."""
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [("pickle", "not JSON"), ("shape", "lacks the fields"), ("size", "(limit 67108864)")],
+)
+def test_a_malformed_schema_runs_nothing_and_names_its_sender(tmp_path, payload, problem):
+    """A pickle, JSON of another shape, or a message over the size limit instead of a schema.
+    Before, all_gather_object unpickled the pickle: its command ran inside parties 0 and 1."""
     write_sites(tmp_path, parties=3, rows=200)
     marker = tmp_path / "the-payload-ran"
     attacker = tmp_path / "attacker.py"
-    attacker.write_text(ATTACKER.format(marker=str(marker)))
+    attacker.write_text(ATTACKER.format(marker=str(marker), payload=payload))
     port = free_port()
     flags = ["--nodes", "3", *SITE_FLAGS, "--iterations", "50"]
     parties = [
@@ -109,7 +119,7 @@ def test_a_pickled_schema_runs_nothing_and_names_its_sender(tmp_path):
     for rank in (0, 1):
         err = outputs[rank][1]
         assert parties[rank].returncode == 2, err
-        assert "Party 2 sent a malformed" in err and "not JSON" in err, err
+        assert "Party 2 sent a malformed schema" in err and problem in err, err
         assert "Traceback" not in err
 
 

@@ -148,3 +148,58 @@ def test_sites_with_different_rosters_are_named(tmp_path):
         assert f"party {other} holds another roster" in err, err
         assert "Traceback" not in err
     assert "roster-run-a.json" in outputs[0][1] and "roster-run-b.json" in outputs[1][1]
+
+
+@pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared")
+@pytest.mark.parametrize("rendezvous_has_roster", [False, True], ids=["plain-rdv", "roster-rdv"])
+def test_a_site_and_its_rendezvous_must_share_the_roster(tmp_path, rendezvous_has_roster):
+    """A rendezvous without the roster could not see a roster run end (it would exit after
+    --idle-timeout mid-run); a site without it at a roster rendezvous would be ignored."""
+    write_sites(tmp_path, parties=2, rows=100)
+    roster = make_roster(tmp_path, 2)
+    port = free_port()
+    server = serve(port, *(["--roster", str(roster)] if rendezvous_has_roster else []))
+    flags = ["--nodes", "2", "--external-store", *SITE_FLAGS]
+    try:
+        wait = time.monotonic() + 60
+        while server.poll() is None and time.monotonic() < wait:
+            done = subprocess.run(
+                [sys.executable, "-m", "slate", "train", "--rank", "0", "--rendezvous",
+                 f"127.0.0.1:{port}", *flags,
+                 *([] if rendezvous_has_roster else identity_flags(roster, 0))],
+                cwd=tmp_path / "site0", capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            if "could not reach" not in done.stderr:  # (the rendezvous had not started yet)
+                break
+    finally:
+        server.kill()
+    err = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in err and "Traceback" not in err, err
+    expected = "serves a run with a roster" if rendezvous_has_roster else "without --roster"
+    assert expected in err, err
+
+
+@pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared")
+def test_a_site_without_the_roster_is_named_by_both_sides(tmp_path):
+    """Party 0 hosts the store (no 'slate rendezvous'), with the roster; party 1 has none. Party
+    1 must not read party 0's signed address as an address (gloo once aborted on it)."""
+    write_sites(tmp_path, parties=2, rows=100)
+    roster = make_roster(tmp_path, 2)
+    port = free_port()
+    flags = ["--nodes", "2", *SITE_FLAGS, "--timeout", "5"]
+    parties = [start_party(tmp_path, 0, port, *flags, *identity_flags(roster, 0))]
+    parties.append(start_party(tmp_path, 1, port, *flags))
+    outputs = [p.communicate(timeout=90) for p in parties]
+    for process, (_, err) in zip(parties, outputs, strict=True):
+        assert process.returncode == 2 and "Traceback" not in err, err
+    assert "party 1 runs without --roster" in outputs[0][1], outputs[0][1]
+    assert "party 0 holds another roster" in outputs[1][1], outputs[1][1]
+
+
+def test_roster_show_prints_the_digest_every_site_compares(keys):
+    from slate.security import Roster
+
+    _, roster = keys
+    done = subprocess.run([sys.executable, "-m", "slate", "roster", "--show", str(roster)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and f"sha256: {Roster.read(roster).digest}" in done.stdout

@@ -1,5 +1,6 @@
-"""The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, and
-``predict``, ``evaluate``, ``export``, ``calibrate`` for a trained run.
+"""The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, ``rendezvous``,
+``keygen`` and ``roster`` for multi-site runs, and ``predict``, ``evaluate``, ``export``,
+``calibrate`` for a trained run.
 
 Errors caused by the user's input (:class:`slate.errors.SlateError`) are printed as one paragraph
 with exit code 2; an interrupted run exits with 130. No traceback reaches the user for either.

@@ -323,9 +323,11 @@ class DistributedEngine(Engine):
         _OPENED = True
         assert self.rendezvous is not None
         scope = f"slate/pg{generation}"
-        prefix = dist.PrefixStore(scope, self.rendezvous.store)
-        if self.records.signed:  # gloo's addresses signed by each member, checked by the others
-            prefix = SigningStore(prefix, self.records, self.members, self.timeout_s, scope)
+        # gloo's addresses signed by each member and checked by the others (under a roster)
+        prefix = SigningStore(
+            dist.PrefixStore(scope, self.rendezvous.store), self.records, self.members,
+            self.timeout_s, scope,
+        )  # fmt: skip
         try:
             dist.init_process_group(
                 self.backend,

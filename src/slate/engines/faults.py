@@ -129,7 +129,7 @@ def default_store():
 class _Background:
     """One daemon thread that runs blocking waits for the training thread.
 
-    gloo's point-to-point waits and object collectives cannot be waited for in slices (a
+    gloo's point-to-point waits cannot be waited for in slices (a
     timed-out receive closes its connection), so :class:`Waiter` hands them to this thread and
     watches the run while it blocks. A wait given up on (its party counted as lost) keeps this
     thread until the abandoned group times out; the waiter then starts a new one.
@@ -172,7 +172,8 @@ class Waiter:
     raised the generation's failed flag, or as soon as a member it waits for is gone (its
     heartbeat silent for the membership's ``silence_s``, or its process exited), and a failure
     is :class:`ExchangeFailed`. Collectives are waited for in slices; point-to-point waits and
-    object collectives block a background thread (:class:`_Background`) instead.
+    posting of point-to-point messages block a background thread (:class:`_Background`)
+    instead.
     """
 
     def __init__(self, guard: FailureGuard, membership: Membership | None) -> None:
@@ -200,7 +201,7 @@ class Waiter:
 
     def post(self, action: Callable[[], Any], suspects: list[int]) -> Any:
         """Start communication (posting sends and receives can fail on a closed connection),
-        or run an object collective."""
+        in the background, watched like a point-to-point wait."""
         if self.membership is None:
             return self.guard.run(action, suspects)
         return self._in_background(action, suspects)

@@ -199,7 +199,8 @@ INSECURE_WARNING = (
 )
 SIGNED_NOTE = (
     "note: the rendezvous {host}:{port} is not a loopback address: only the sites on the "
-    "--roster take part, and every record there is signed; parameters and counts still travel "
+    "--roster take part, and every record a site acts on is signed; parameters, counts and the "
+    "store's contents still travel "
     "unencrypted, so connect sites outside one trusted network through a VPN or SSH tunnels "
     "(docs/security.md)."
 )
@@ -250,6 +251,8 @@ def party_rendezvous(
             f"Party {rank} could not {what} at {rendezvous} within --timeout {timeout_s:g} s "
             f"({str(err).splitlines()[0][:160]}). {hint}"
         ) from None
+    if external:
+        _check_rendezvous_roster(store, rendezvous, port, identity)
     return Rendezvous(
         store=store,
         connect=lambda: _client(host, port, timeout_s),
@@ -257,6 +260,40 @@ def party_rendezvous(
         world=world,
         outside=not hosts and external,
         identity=identity,
+    )
+
+
+RENDEZVOUS_ROSTER_KEY = "slate/rendezvous_roster"  # the digest 'slate rendezvous' checks with
+
+
+def _check_rendezvous_roster(
+    store: Any, rendezvous: str, port: int, identity: SiteIdentity | None
+) -> None:
+    """Refuse a ``slate rendezvous`` that checks records with another roster than this site's
+    (or with one where this site has none, or none where it has one): it could not tell the
+    run's end, or this site's records would all be ignored."""
+    if not store.check([RENDEZVOUS_ROSTER_KEY]):
+        return  # an older rendezvous, or not yet written: nothing to compare
+    theirs = store.get(RENDEZVOUS_ROSTER_KEY).decode(errors="replace")[:64]
+    mine = identity.roster.digest if identity is not None else "none"
+    if theirs == mine:
+        return
+    if identity is not None and theirs == "none":
+        raise ConfigError(
+            f"The rendezvous at {rendezvous} was started without --roster, while this site has "
+            f"the roster {identity.roster.path}: it could not check the sites' records nor see "
+            f"the run end. Restart it as 'slate rendezvous --port {port} --roster "
+            f"{identity.roster.path}'."
+        )
+    if identity is None:
+        raise ConfigError(
+            f"The rendezvous at {rendezvous} serves a run with a roster (sha256 {theirs[:16]}...): "
+            "start this site with that --roster and its own --key (docs/security.md)."
+        )
+    raise ConfigError(
+        f"The rendezvous at {rendezvous} checks records with another roster (sha256 "
+        f"{theirs[:16]}...) than this site's {identity.roster.path} (sha256 {mine[:16]}...): "
+        "every site and the rendezvous need the same roster file."
     )
 
 
@@ -363,6 +400,7 @@ def serve_rendezvous(
         f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
         f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
     )
+    store.set(RENDEZVOUS_ROSTER_KEY, roster.digest if roster else "none")
     records = Records(store, roster.n if roster else 1 << 16, say=say, roster=roster)
     watch = _Activity(records, idle_timeout)
     try:

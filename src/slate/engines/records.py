@@ -45,6 +45,7 @@ __all__ = ["RECORD_LIMIT", "Records", "SigningStore", "parse_rank"]
 RECORD_LIMIT = 64 * 1024  # bytes: every coordination record is far smaller
 FORMAT = "slate-record-1"
 POLL_SECONDS = 0.05
+ENVELOPE_START = b'{"run":'  # how every signed record begins
 MAX_REPLACEMENTS = 100  # forged records replaced under one key before giving up
 
 
@@ -248,11 +249,15 @@ _GROUP_RANK = re.compile(r"//\d+/(\d+)$")  # gloo's address key of group rank k 
 
 
 class SigningStore(dist.Store):
-    """A store for ``init_process_group`` whose records are signed and checked: every value
-    torch.distributed sets is sealed by this site, and every value it reads must be signed by a
-    member of the generation (by the member whose group rank the key names, for gloo's address
-    keys). A value that does not verify is waited past until a valid one replaces it, up to the
-    store's timeout."""
+    """The store that ``init_process_group`` uses for the records torch.distributed keeps.
+
+    Under a roster, every value torch sets is sealed by this site, and every value it reads must
+    be signed by a member of the generation (by the member whose group rank the key names, for
+    gloo's address keys); a value that does not verify is waited past until a valid one replaces
+    it, up to the store's timeout. Without a roster, values pass as they are, except a signed
+    envelope (a party of a roster run), which is refused: read as an address, it would make gloo
+    allocate at random.
+    """
 
     def __init__(
         self,
@@ -276,11 +281,20 @@ class SigningStore(dist.Store):
     def set(self, key: str, value: bytes | str) -> None:
         self.inner.set(key, self._seal(key, value))
 
-    def _seal(self, key: str, value: bytes | str) -> str:
+    def _seal(self, key: str, value: bytes | str) -> bytes | str:
+        if not self.records.signed:
+            return value
         raw = value if isinstance(value, bytes) else value.encode()
         return self.records.seal(self.scope + key, base64.b64encode(raw).decode("ascii"))
 
     def get(self, key: str) -> bytes:
+        if not self.records.signed:
+            value = self.inner.get(key)
+            if value.startswith(ENVELOPE_START):
+                raise dist.DistStoreError(
+                    f"the record {key} is signed: its party runs with a --roster, this one without"
+                )
+            return value
         deadline = time.monotonic() + self.timeout_s
         while True:
             self.inner.wait([key])

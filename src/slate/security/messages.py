@@ -181,9 +181,11 @@ def _record_mismatch(value: Any, shape: dict, where: str, depth: int) -> str | N
     if not isinstance(value, dict):
         return f"{where} is {_kind(value)}, expected an object"
     if set(value) != set(shape):
-        extra = sorted(set(value) - set(shape))[:3]
+        extra = [key[:40] for key in sorted(set(value) - set(shape))[:3]]
         missing = sorted(set(shape) - set(value))[:3]
-        return f"{where} has fields {extra} it should not have and lacks {missing}"
+        if extra:
+            return f"{where} has the unexpected fields {extra}"
+        return f"{where} lacks the fields {missing}"
     for key, item_shape in shape.items():
         problem = _mismatch(value[key], item_shape, f"{where}.{key}", depth + 1)
         if problem is not None:
