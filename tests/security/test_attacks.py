@@ -63,6 +63,15 @@ from slate.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
+STRANGER = """
+import sys
+import slate.engines.launch as launch
+
+launch._check_rendezvous_roster = lambda *args: None  # an attacker's copy skips the check
+from slate.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
 AUDITED = """
 import sys
 
@@ -136,7 +145,9 @@ def run_with_roster(root: Path, roster: Path, stranger: bool) -> list[tuple[str,
         (root / "stranger").mkdir()
         (root / "stranger" / "train.svm").write_text(made_up_rows(600, seed=7))
         (root / "stranger" / "test.svm").write_text(made_up_rows(200, seed=8))
-        intruder = start_party(root, 2, port, *flags, program=None, site="stranger")
+        (root / "stranger.py").write_text(STRANGER)
+        program = [sys.executable, str(root / "stranger.py")]
+        intruder = start_party(root, 2, port, *flags, program=program, site="stranger")
         store = client(port)
         wait_for(lambda: store.check(["slate/process/2", "slate/pg0/0//cpu//0/2"]),
                  "the stranger's registration and address")  # fmt: skip
