@@ -140,3 +140,24 @@ def test_per_party_files_read_their_test_files_after_training(tmp_path, audit):
 def test_early_stopping_without_validation_is_refused(capsys):
     assert main(["train", "--early-stopping", "3", "--no-progress"]) == 2
     assert "--early-stopping needs --validation-fraction" in capsys.readouterr().err
+
+
+def test_summary_describes_the_test_rows_not_the_validation_rows(tmp_path):
+    """Issue 32: with --validation-fraction, summary.json's test_split (and the PR curve's
+    title, made from it) described the validation split while the AP was the test set's."""
+    _write(tmp_path / "train.csv", 600, 0)
+    _write(tmp_path / "test.csv", 300, 1)
+    for rank in range(3):
+        _write(tmp_path / f"train{rank}.csv", 300, rank)
+    cases = {
+        "a test file": (dict(test=str(tmp_path / "test.csv")), f"test file {tmp_path}/test.csv"),
+        "a test split": ({}, "seeded stratified 25% split of"),
+        "own files": (dict(train=str(tmp_path / "train{rank}.csv")),
+                      "seeded stratified split of each party's own file"),
+    }  # fmt: skip
+    for name, (flags, expected) in cases.items():
+        config = _config(tmp_path / name, **{"train": str(tmp_path / "train.csv"), **flags})
+        summary = train(config, progress=False, log=lambda _: None).summary
+        assert expected in summary["test_split"], (name, summary["test_split"])
+        assert "validation" not in summary["test_split"], name
+        assert summary["n_validation"] > 0

@@ -345,6 +345,7 @@ class Run:
         self.data = dataclasses.replace(
             self.data, x_test=held.x, y_test=held.y, test_parts=held.parts, n_test=held.rows,
             held_out="test", final_test=None, test_positives=held.positives,
+            test_split=held.split or self.data.test_split,
         )  # fmt: skip
         self.evaluator.use_rows(held.x, held.y, held.parts)
 

@@ -54,6 +54,7 @@ class Dataset:
     parts: list[np.ndarray] | None = None  # each party's training rows; None: --partition cuts
     # With --validation-fraction: the test rows (x, y), read and transformed only when called.
     final_test: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
+    final_test_split: str = ""  # how the rows of final_test were made
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -44,6 +44,7 @@ class HeldOut:
     parts: list[np.ndarray] | None
     rows: int
     positives: int
+    split: str = ""  # how these rows were made, for summary.json's test_split
 
 
 @dataclass

@@ -61,6 +61,7 @@ class _PartyFiles:
     train: Part
     held: Part
     held_split: str
+    test_split: str  # how the test rows were made (held_split describes the validation rows)
     schema: Schema
     test_later: Callable[[], Part] | None = None
 
@@ -164,6 +165,7 @@ def _read_party(config: TrainConfig, options: TableOptions | None, rank: int) ->
         test_later = lambda: read(test_path)  # noqa: E731  (read once training is over)
     else:
         held, held_split = read(test_path), OWN_TEST_FILE
+    test_split = held_split
     if validating:
         train, held = _split(
             train, config.validation_fraction, config.split_seed,
@@ -174,7 +176,7 @@ def _read_party(config: TrainConfig, options: TableOptions | None, rank: int) ->
             f"(--validation-fraction, seed {config.split_seed})"
         )
     schema = _schema(rank, options, train, held)
-    return _PartyFiles(rank, train, held, held_split, schema, test_later)
+    return _PartyFiles(rank, train, held, held_split, test_split, schema, test_later)
 
 
 def _split(part: Part, fraction: float, seed: int, what: str, flag: str) -> tuple[Part, Part]:
@@ -281,5 +283,5 @@ def _final_test(
     check_both_test_classes(rows, positives)
     return HeldOut(
         np.concatenate([x for x, _ in tests]), np.concatenate([y for _, y in tests]),
-        row_blocks([len(y) for _, y in tests]), sum(rows), sum(positives),
+        row_blocks([len(y) for _, y in tests]), sum(rows), sum(positives), files[0].test_split,
     )  # fmt: skip

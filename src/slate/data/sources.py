@@ -146,6 +146,7 @@ def validation_split(data: Dataset, fraction: float, seed: int, keep_test: bool 
         data.name, data.x_train[kept], data.y_train[kept], data.x_train[held],
         data.y_train[held], validation_label(fraction, seed), notes=list(data.notes),
         held_out="validation", parts=None, final_test=final if keep_test else None,
+        final_test_split=(data.final_test_split or data.test_split) if keep_test else "",
     )  # fmt: skip
 
 
@@ -245,6 +246,7 @@ def _read_csv_files(config: TrainConfig, validation: float | None, validation_se
     )
     later: Callable[[], Any] = (lambda: options.read(test_path)) if test_path else lambda: test
     data.final_test = lambda: _encoded(data.encoder, later())
+    data.final_test_split = split
     return data
 
 
@@ -340,15 +342,18 @@ def _partitioned_data(config: TrainConfig, local_parties: list[int], data: Datas
         preprocessing=transform,
         notes=list(data.notes),
         held_out=data.held_out,
-        final_test=_final_test(data.final_test, None if data.encoder else transform),
+        final_test=_final_test(
+            data.final_test, None if data.encoder else transform, data.final_test_split
+        ),
     )
 
 
 def _final_test(
-    read: Callable[[], tuple[np.ndarray, np.ndarray]] | None, transform: Any
+    read: Callable[[], tuple[np.ndarray, np.ndarray]] | None, transform: Any, split: str
 ) -> Callable[[], HeldOut] | None:
     """The whole test set as :class:`HeldOut`, through ``transform`` (a run that validates;
-    ``None`` where the test rows come encoded already, as a table's do)."""
+    ``None`` where the test rows come encoded already, as a table's do); ``split`` says how
+    its rows were made."""
     if read is None:
         return None
 
@@ -361,7 +366,7 @@ def _final_test(
                 f"The test set holds only {'positive' if y[0] == 1 else 'negative'} examples "
                 f"({len(y)} rows); AP needs both classes."
             )
-        return HeldOut(x, y, None, len(y), int(y.sum()))
+        return HeldOut(x, y, None, len(y), int(y.sum()), split)
 
     return final
 
