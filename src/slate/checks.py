@@ -172,6 +172,23 @@ def check_config(config: TrainConfig) -> None:
     _check_party_loss(config)
     check_gossip_flags(config)
     _check_validation(config)
+    _check_positive_label(config)
+
+
+def _check_positive_label(config: TrainConfig) -> None:
+    """``--positive-label``: a column value for csv, -1/0/+1 for libsvm, and nothing for the
+    named datasets, whose positive class is fixed (it used to be ignored there)."""
+    if config.positive_label is None or config.dataset == "csv":
+        return
+    if config.dataset == "libsvm":
+        from slate.data.readers.libsvm import positive_value
+
+        positive_value(config.positive_label)
+        return
+    raise ConfigError(
+        f"--positive-label applies to --dataset csv and libsvm; --dataset {config.dataset} has "
+        "a fixed positive class (docs/data.md)."
+    )
 
 
 def _check_validation(config: TrainConfig) -> None:

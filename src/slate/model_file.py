@@ -117,11 +117,13 @@ def _input_description(config: Any, input_shape: Sequence[int]) -> dict[str, Any
         return {"format": "csv", **options}
     if config.dataset in IMAGE_SETS:
         return {"format": "images", "dataset": config.dataset}
-    return {
+    described = {
         "format": "libsvm",
         "n_features": int(math.prod(input_shape)),
         "zero_based": bool(getattr(config, "zero_based", False)),
     }
+    positive = getattr(config, "positive_label", None)
+    return described if positive is None else {**described, "positive_label": positive}
 
 
 def _label_mapping(config: Any) -> dict[str, Any]:
@@ -146,6 +148,11 @@ def _label_mapping(config: Any) -> dict[str, Any]:
             "positive_classes": [half, classes - 1],
             "meaning": f"classes {half}-{classes - 1} positive (1), 0-{half - 1} negative (0)",
         }
+    positive = getattr(config, "positive_label", None)
+    if config.dataset == "libsvm" and positive is not None and positive.strip() in ("-1", "0"):
+        return {"kind": "binary", "positive_label": positive.strip(),
+                "meaning": f"LIBSVM label {positive.strip()} positive (--positive-label), the "
+                "other label negative"}  # fmt: skip
     return {"kind": "binary", "meaning": "LIBSVM labels +1 or 1 positive, -1 or 0 negative"}
 
 

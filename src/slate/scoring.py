@@ -85,7 +85,8 @@ def _read_libsvm(pre: Preprocessing, path: str, run: str) -> InputFile:
     if path.endswith(".npy"):
         return _from_array(pre, path, _load_npy(path), run)
     try:
-        x, y = read_libsvm(path, n_features=d, zero_based=bool(pre.input.get("zero_based")))
+        x, y = read_libsvm(path, n_features=d, zero_based=bool(pre.input.get("zero_based")),
+                           positive=pre.input.get("positive_label"))  # fmt: skip
     except DataError as err:
         raise DataError(
             f"{err} The model of {run} takes {d} features (LIBSVM indices 1 to {d}); a file "

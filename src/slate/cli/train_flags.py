@@ -98,7 +98,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--zero-based", action="store_true", help="libsvm: feature indices start at 0"
     )
     data.add_argument("--label-column", help="csv: the label column (name or 0-based index)")
-    data.add_argument("--positive-label", help="csv: the label value of the positive class")
+    data.add_argument(
+        "--positive-label",
+        help="csv: the label value of the positive class; libsvm: -1 (or 0) to make that class "
+        "positive (default +1)",
+    )
     data.add_argument(
         "--n-features",
         "--features",

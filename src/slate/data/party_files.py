@@ -208,7 +208,7 @@ def _read_libsvm(config: TrainConfig, path: str) -> tuple[np.ndarray, np.ndarray
     # float64 when standardised (scaled, then cast to float32), float32 otherwise
     dtype = np.float64 if config.standardize else np.float32
     return read_libsvm(path, n_features=config.n_features, zero_based=config.zero_based,
-                       dtype=dtype)  # fmt: skip
+                       dtype=dtype, positive=config.positive_label)  # fmt: skip
 
 
 def _transform_all(files, transform, width, exchange: Exchange) -> list[tuple[Any, Any]]:

@@ -173,7 +173,7 @@ def _read_libsvm_files(
     def read(path: str) -> tuple[np.ndarray, np.ndarray]:
         read = read_libsvm_file(
             path, n_features=config.n_features, zero_based=config.zero_based,
-            dtype=read_dtype(config),
+            dtype=read_dtype(config), positive=config.positive_label,
         )  # fmt: skip
         if read.note:
             notes.append(read.note)

@@ -26,7 +26,7 @@ import numpy as np
 from slate.data.readers.files import MAX_ELEMENTS, read_text
 from slate.errors import DataError
 
-__all__ = ["LibsvmFile", "read_libsvm", "read_libsvm_file"]
+__all__ = ["LibsvmFile", "positive_value", "read_libsvm", "read_libsvm_file"]
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -69,6 +69,7 @@ def read_libsvm(
     *,
     zero_based: bool = False,
     dtype: type[np.floating] = np.float32,
+    positive: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read a binary-classification LIBSVM file into dense arrays.
 
@@ -97,7 +98,9 @@ def read_libsvm(
             value that is not a finite number representable as float32, an index repeated
             within a line), or if the dense matrix would exceed :data:`MAX_ELEMENTS` elements.
     """
-    result = read_libsvm_file(path, n_features, zero_based=zero_based, dtype=dtype)
+    result = read_libsvm_file(
+        path, n_features, zero_based=zero_based, dtype=dtype, positive=positive
+    )
     return result.x, result.y
 
 
@@ -107,6 +110,7 @@ def read_libsvm_file(
     *,
     zero_based: bool = False,
     dtype: type[np.floating] = np.float32,
+    positive: str | None = None,
 ) -> LibsvmFile:
     """Read a binary-classification LIBSVM file, saying what was skipped.
 
@@ -156,7 +160,7 @@ def read_libsvm_file(
             f"LIBSVM file {name} contains no data lines (it is empty or holds only blank and "
             "comment lines). Expected lines of the form '<label> <index>:<value> ...'."
         )
-    y = _map_labels(name, label_tokens, line_numbers)
+    y = _map_labels(name, label_tokens, line_numbers, positive)
     n_rows = len(label_tokens)
 
     if not feature_tokens:
@@ -206,8 +210,11 @@ def read_libsvm_file(
     return LibsvmFile(name, X, y, qid_fields)
 
 
-def _map_labels(name: str, label_tokens: list[str], line_numbers: list[int]) -> np.ndarray:
-    """Map label tokens to 0/1, or raise a DataError naming the first offending line."""
+def _map_labels(
+    name: str, label_tokens: list[str], line_numbers: list[int], positive: str | None = None
+) -> np.ndarray:
+    """Map label tokens to 0/1 (1 for ``positive``, by default +1 or 1), or raise a DataError
+    naming the first offending line."""
     values: dict[str, float | None] = {}
     for tok in dict.fromkeys(label_tokens):
         try:
@@ -232,8 +239,28 @@ def _map_labels(name: str, label_tokens: list[str], line_numbers: list[int]) -> 
             "Expected labels -1/+1 or 0/1 only; multi-class or regression files must be "
             "converted to a binary task first."
         )
-    mapping = {tok: int(v is not None and v > 0) for tok, v in values.items()}
+    chosen = positive_value(positive)
+    if chosen not in distinct and len(distinct) > 1:
+        raise DataError(
+            f"LIBSVM file {name}: --positive-label {positive} never occurs; its labels are "
+            f"{', '.join(sorted(values)[:_MAX_LISTED_LABELS])}."
+        )
+    mapping = {tok: int(v == chosen or (chosen == 1.0 and v is not None and v > 0))
+               for tok, v in values.items()}  # fmt: skip
     return np.fromiter((mapping[t] for t in label_tokens), dtype=np.int64, count=len(label_tokens))
+
+
+def positive_value(positive: str | None) -> float:
+    """The label value of the positive class of a LIBSVM file: +1 (or 1) unless
+    ``--positive-label`` names -1 or 0, the other class of a binary file."""
+    if positive is None or positive.strip() in ("+1", "1"):
+        return 1.0
+    if positive.strip() in ("-1", "0"):
+        return float(positive.strip())
+    raise DataError(
+        f"--positive-label {positive!r} cannot name a class of a LIBSVM file, whose labels are "
+        "-1/+1 or 0/1: give +1 (the default), -1 or 0."
+    )
 
 
 def _parse_tokens(
