@@ -12,6 +12,7 @@ import json
 import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -164,7 +165,7 @@ def test_defaults_are_slate_trains_for_a_table() -> None:
         elif hasattr(resolved, field):
             assert value == getattr(resolved, field), name
         else:
-            assert name == "verbose"
+            assert name in ("verbose", "pos_label")
     config = SlateClassifier(n_parties=6, lr=0.3).train_config()
     assert (config.nodes, config.lr, config.eval_every, config.party_ap) == (6, 0.3, 2000, False)
 
@@ -290,3 +291,26 @@ def test_import_slate_leaves_the_estimator_unloaded() -> None:
         "assert 'SlateClassifier' in slate.__all__"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pos_label_ranks_the_named_class_first(imbalanced) -> None:
+    """Issue 32, item 2: with labels cancer/normal, classes_[1] = 'normal' (the majority) was
+    the positive class, silently. The reference: the same rows with cancer as 1."""
+    X, y = imbalanced  # class 1 is the 10% minority
+    names = np.where(y == 1, "cancer", "normal")
+    small = dict(n_parties=4, iterations=200, threads=1)
+    with pytest.warns(UserWarning, match="majority class"):
+        default = SlateClassifier(**small).fit(X, names)
+    assert default.pos_label_ == "normal"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        named = SlateClassifier(pos_label="cancer", **small).fit(X, names)
+        reference = SlateClassifier(**small).fit(X, (y == 1).astype(int))
+    assert named.pos_label_ == "cancer" and list(named.classes_) == ["cancer", "normal"]
+    # The same model: its logit ranks cancer first; scikit-learn's sign points to 'normal'.
+    np.testing.assert_array_equal(named.decision_function(X), -reference.decision_function(X))
+    np.testing.assert_array_equal(named.predict(X) == "cancer", reference.predict(X) == 1)
+    minority_ap = average_precision_score(names == "cancer", -named.decision_function(X))
+    assert minority_ap > average_precision_score(names == "cancer", -default.decision_function(X))
+    with pytest.raises(ValueError, match="pos_label='benign' is not a class of y"):
+        SlateClassifier(pos_label="benign", **small).fit(X, names)

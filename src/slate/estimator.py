@@ -125,9 +125,16 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         compile: ``torch.compile`` the parties' steps: ``auto``, ``on`` or ``off``.
         verbose: show the progress bar and ``slate train``'s console lines (their "test" rows
             are the training rows).
+        pos_label: the class whose AP is maximised, as ``slate train --positive-label``
+            (``None``: ``classes_[1]``, scikit-learn's positive class; a warning says when that
+            is the majority class, whose AP is rarely what an imbalanced task wants).
 
     Attributes:
-        classes_: the two labels, sorted; ``classes_[1]`` is the positive class.
+        classes_: the two labels, sorted; :meth:`decision_function` is positive towards
+            ``classes_[1]``, as scikit-learn expects of a binary classifier.
+        pos_label_: the class the model was trained to rank first (``pos_label``, or
+            ``classes_[1]``); when it is ``classes_[0]``, :meth:`decision_function` is minus
+            the model's logit.
         n_features_in_: the number of features seen in ``fit``.
         feature_names_in_: the column names, when ``X`` had string column names.
         n_parties_: the number of parties that trained.
@@ -167,6 +174,7 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         threads: int | None = None,
         compile: str = "auto",
         verbose: bool = False,
+        pos_label: Any = None,
     ) -> None:
         self.n_parties = n_parties
         self.algorithm = algorithm
@@ -196,6 +204,7 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         self.threads = threads
         self.compile = compile
         self.verbose = verbose
+        self.pos_label = pos_label
 
     def __sklearn_tags__(self):
         """Binary only; no missing values, sparse input or sample weights. ``poor_score``: the
@@ -233,8 +242,8 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
 
         Args:
             X: ``(n_samples, n_features)`` numbers, finite.
-            y: ``(n_samples,)`` labels of exactly two classes; ``classes_[1]``, the larger in
-                sorted order, is the positive class.
+            y: ``(n_samples,)`` labels of exactly two classes; ``pos_label`` (by default
+                ``classes_[1]``, the larger in sorted order) is the positive class.
             parties: which party holds each row. ``None``: ``n_parties`` parties cut by
                 ``partition`` with ``seed``, as ``slate train`` cuts them. Or one party id per
                 row (any sortable values; party ``k`` holds the rows of the ``k``-th id in
@@ -260,7 +269,8 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
                 f"SlateClassifier needs both classes in y, but y holds one class only "
                 f"({classes[0]!r}); average precision needs positives and negatives."
             )
-        labels = (y == classes[1]).astype(np.int64)
+        positive = self._positive_class(classes, y)
+        labels = (y == positive).astype(np.int64)
         parts, ids = party_rows(parties, len(labels))
         features = _float32(X)
         standardizer = Standardizer.fit([features]) if self.standardize else None
@@ -282,27 +292,52 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         parameters = result.parameters.detach().to("cpu")
         self.model_ = averaged_model(config, features.shape[1:], parameters)
         self.classes_ = classes
+        self.pos_label_ = positive
         self.standardizer_ = standardizer
         self.n_parties_ = config.nodes
         self.party_sizes_ = _party_sizes(parts, labels, config)
         self.history_ = result.history
         return self
 
+    def _positive_class(self, classes: np.ndarray, y: np.ndarray) -> Any:
+        """``pos_label``, checked to be a class of ``y``; by default ``classes_[1]``, with one
+        warning line when it is the majority class."""
+        if self.pos_label is not None:
+            matches = [c for c in classes if c == self.pos_label]
+            if not matches:
+                raise ValueError(
+                    f"pos_label={self.pos_label!r} is not a class of y; y holds "
+                    f"{classes.tolist()!r}."
+                )
+            return matches[0]
+        share = float(np.mean(y == classes[1]))
+        if share > 0.5:
+            warnings.warn(
+                f"SlateClassifier maximises the AP of classes_[1] = {classes[1].item()!r}, the "
+                f"majority class ({share:.0%} of the rows); pass "
+                f"pos_label={classes[0].item()!r} to rank the minority class first.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return classes[1]
+
     # ------------------------------------------------------------------------------ predicting
 
     def decision_function(self, X: Any) -> np.ndarray:
         """The averaged model's logit of every row of ``X``: float64 ``(n_samples,)``.
 
-        Positive means the positive class ``classes_[1]`` at the threshold 0. These are the
-        logits that ``slate predict`` computes from ``slate train``'s ``model.pt`` (the same
-        float32 forward pass, in chunks of 256 rows).
+        Positive means ``classes_[1]`` at the threshold 0. These are the logits that ``slate
+        predict`` computes from ``slate train``'s ``model.pt`` (the same float32 forward pass,
+        in chunks of 256 rows), negated when ``pos_label_`` is ``classes_[0]`` (the model then
+        ranks ``classes_[0]`` first, and scikit-learn reads the sign towards ``classes_[1]``).
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         features = _float32(X)
         if self.standardizer_ is not None:
             features = self.standardizer_.apply(features)
-        return logits_of(self.model_, features).numpy().astype(np.float64)
+        logits = logits_of(self.model_, features).numpy().astype(np.float64)
+        return logits if self.pos_label_ == self.classes_[1] else -logits
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """``(n_samples, 2)``: column 1 is the sigmoid of the logit, column 0 one minus it.
@@ -319,7 +354,7 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[positive.astype(np.intp)]
 
 
-_ESTIMATOR_ONLY = ("standardize", "verbose")
+_ESTIMATOR_ONLY = ("standardize", "verbose", "pos_label")
 
 
 def party_rows(parties: Any, n_rows: int) -> tuple[list[np.ndarray] | None, np.ndarray | None]:
