@@ -131,11 +131,12 @@ def test_sites_with_different_rosters_are_named(tmp_path):
     raw = json.loads(first.read_text())
     second.write_text(json.dumps({**raw, "run_id": "run-b"}))
     port = free_port()
-    flags = ["--nodes", "2", *SITE_FLAGS, "--timeout", "5"]
+    flags = ["--nodes", "2", *SITE_FLAGS]
     started = time.monotonic()
+    # Party 1 gives up first: party 0 hosts the store, and once it has left, the store has too.
     parties = [
-        start_party(tmp_path, 0, port, *flags, *identity_flags(first, 0)),
-        start_party(tmp_path, 1, port, *flags, *identity_flags(second, 1)),
+        start_party(tmp_path, 0, port, *flags, "--timeout", "15", *identity_flags(first, 0)),
+        start_party(tmp_path, 1, port, *flags, "--timeout", "5", *identity_flags(second, 1)),
     ]
     outputs = [p.communicate(timeout=90) for p in parties]
     assert time.monotonic() - started < 60
