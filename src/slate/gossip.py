@@ -97,6 +97,13 @@ def check_gossip_flags(config) -> None:
             "(docs/algorithms.md)."
         )
     compressor = parse_compressor(config.compress)
+    if compressor.name != "none" and config.gradient_tracking:
+        raise ConfigError(
+            f"--gradient-tracking cannot be combined with --compress {config.compress}: CHOCO "
+            "gossip keeps one set of public copies per party, and the tracker (Alg. 1 line 8) "
+            "would be mixed through the parameters' copies, each overwriting the other's (on a "
+            "quadratic the error grew 47x). Use one of the two (docs/algorithms.md)."
+        )
     if config.consensus_step is not None and compressor.name == "none":
         raise ConfigError(
             "--consensus-step sets CHOCO's gamma for compressed gossip; it needs --compress "

@@ -230,6 +230,8 @@ def test_exact_gossip_consensus_error_is_lambda_to_the_power_2t():
         (["--topology", "one-peer-exponential", "--nodes", "20"], "power of 2"),
         (["--gossip-every", "0"], "--gossip-every"),
         (["--gossip-every", "2", "--gradient-tracking"], "K-GT"),
+        (["--compress", "sign", "--gradient-tracking"], "public copies"),
+        (["--compress", "topk:0.1", "--gradient-tracking"], "--compress topk:0.1"),
         (["--consensus-step", "0.5"], "--compress"),
         (["--compress", "int8", "--consensus-step", "2"], "(0, 1]"),
         (["--wan", "80"], "RTT_MS,MBIT_S"),
