@@ -35,6 +35,21 @@ def store_address():
     del master
 
 
+@pytest.fixture
+def heartbeat(store_address):
+    """Start heartbeats at the test's store; each is stopped before the store goes away (a
+    heartbeat left reconnecting to a dead store can abort the interpreter at exit)."""
+    started: list[Heartbeat] = []
+
+    def start(rank: int) -> Heartbeat:
+        started.append(Heartbeat(lambda: client(store_address), rank, Records(None, 8)))
+        return started[-1]
+
+    yield start
+    for beat in started:
+        beat.stop()
+
+
 def client(port: int):
     return dist.TCPStore("127.0.0.1", port, is_master=False,
                          timeout=datetime.timedelta(seconds=30))  # fmt: skip
@@ -99,10 +114,10 @@ def test_a_dead_local_process_is_seen_at_once(store_address):
     assert change.lost == (1,) and "exited" in change.reasons[1]
 
 
-def test_a_party_that_checks_in_too_late_learns_it_was_counted_as_lost(store_address):
+def test_a_party_that_checks_in_too_late_learns_it_was_counted_as_lost(store_address, heartbeat):
     port = store_address
     a, b = (Membership(records(port), rank, [0, 1], timeout_s=2.0) for rank in (0, 1))
-    Heartbeat(lambda: client(port), 1, Records(None, 8))  # alive, never checks in in time
+    heartbeat(1)  # alive, never checks in in time
     change = a.agree_on_loss(5)
     assert change.lost == (1,) and "did not answer" in change.reasons[1]
     with pytest.raises(PartyLost, match="counted as lost"):
@@ -117,11 +132,11 @@ def test_a_failure_where_every_party_is_alive_is_a_network_fault(store_address):
         assert isinstance(result, PartyLost) and "network fault" in str(result)
 
 
-def test_members_admit_a_returning_party_at_one_boundary(store_address):
+def test_members_admit_a_returning_party_at_one_boundary(store_address, heartbeat):
     port = store_address
     members = [Membership(records(port), rank, [0, 2], timeout_s=10.0) for rank in (0, 2)]
     returning = Membership(records(port), 1, [0, 1, 2], timeout_s=10.0)
-    Heartbeat(lambda: client(port), 1, Records(None, 8))
+    heartbeat(1)
     assert members[0].agree_on_joins(100) is None  # nobody asked yet: no change
     assert members[1].agree_on_joins(100) is None
 

@@ -196,7 +196,11 @@ class Heartbeat:
         return records if registered == self._identity else None
 
     def stop(self) -> None:
+        """Stop beating, and wait briefly for a beat in progress (a thread left inside a store
+        call when the interpreter exits can abort it)."""
         self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=4 * BEAT_SECONDS)
 
 
 class _Liveness:
