@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from benchmarks.roster import roster_cost
+from benchmarks.wan import add_options as add_wan_options
+from benchmarks.wan import run_from_options as wan_section
 
 HERE = Path(__file__).resolve().parent
 
@@ -339,10 +341,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=("communication", "tables", "roster"),
+        choices=("communication", "tables", "roster", "wan"),
         help="run one section and update it in RESULTS.md",
     )
+    add_wan_options(parser)
     args = parser.parse_args()
+    if args.only == "wan":
+        wan = wan_section(args, Path(args.data_dir), args.quick)
+        if wan is not None:
+            _update_section(wan)
+        return
     if args.only == "tables":
         _update_section(_tables(args.quick))
         return
@@ -395,6 +403,7 @@ def main() -> None:
         lines += _communication(w8a, args.quick)
     if Path(args.data_dir, "w7a").exists():
         lines += roster_cost(Path(args.data_dir), args.quick)
+        lines += wan_section(args, Path(args.data_dir), args.quick) or []  # root only
     lines += _tables(args.quick)
     lines += ["\n## Headline (w8a MLP, N = 20)\n", headline, NOTES]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,363 @@
+"""What slate's distributed engine costs over a wide-area network: 4 sites on w7a, each a
+``slate train --rank R`` in its own network namespace, joined by an emulated WAN
+(:class:`benchmarks.wan_testbed.WanTestbed`: one-way delay 40 ms, so RTT 80 ms, and 10 Mbit/s
+on every site's uplink, by default).
+
+For each setting it records the training time (``wall_seconds``), the whole command's time, the
+bytes that really crossed each site's ``wan0`` (IP headers, acknowledgements, rendezvous,
+heartbeats and evaluations included) against slate's own count (``comm_bytes_per_party``), and
+the ``--wan`` estimates of the distributed run and of a simulator run with the same flags.
+
+``python -m benchmarks.wan [--iterations T] [--sites N] [--delay-ms D] [--rate-mbit R]
+[--settings ring,base-2,...] [--json FILE]`` prints the section's markdown lines;
+``python -m benchmarks --only wan`` puts them into RESULTS.md. Root and iproute2 are needed;
+without them it prints one line and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.wan_testbed import RDV, RDV_ADDRESS, WanTestbed, counter_deltas, site_address
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA_DIR = HERE.parent.parent / "shared" / "data"
+ITERATIONS, SITES, DELAY_MS, RATE_MBIT = 2000, 4, 40.0, 10.0
+#: Setting key -> (label, the flags it adds to every site's and the simulator's command).
+SETTINGS: dict[str, tuple[str, list[str]]] = {
+    "ring": ("ring (the paper)", []),
+    "base-2": ("base-2, H = 25, int8",
+               ["--topology", "base-2", "--gossip-every", "25", "--compress", "int8"]),
+    "base-2-stop": ("base-2, H = 25, int8, `--on-party-loss stop`",
+                    ["--topology", "base-2", "--gossip-every", "25", "--compress", "int8",
+                     "--on-party-loss", "stop"]),
+}  # fmt: skip
+DEFAULT_SETTINGS = ("ring", "base-2", "base-2-stop")
+#: Every site's flags (and the simulator's, with ``{rank}`` in the paths), setting apart.
+FLAGS = ["--dataset", "libsvm", "--features", "300", "--seed", "1", "--no-progress"]
+PORT = 29600
+
+
+def skip_reason() -> str | None:
+    """Why this machine cannot run the benchmark (not root, no ``ip``, no TUN), or None."""
+    if os.geteuid() != 0:
+        return "wan benchmark skipped: it builds network namespaces, which needs root"
+    if shutil.which("ip") is None:
+        return "wan benchmark skipped: iproute2's `ip` is not installed"
+    if not Path("/dev/net/tun").exists():
+        return "wan benchmark skipped: no /dev/net/tun"
+    return None
+
+
+def write_shards(root: Path, w7a: Path, sites: int) -> int:
+    """Site r gets lines r, r + sites, ... of w7a (``train.svm``) and of w7a.t (``test.svm``)
+    in ``root/site{r}``; returns the training rows of site 0."""
+    for source, name in (("w7a.gz", "train.svm"), ("w7a.t.gz", "test.svm")):
+        with gzip.open(w7a / source, "rt") as handle:
+            lines = handle.readlines()
+        for r in range(sites):
+            (root / f"site{r}").mkdir(parents=True, exist_ok=True)
+            (root / f"site{r}" / name).write_text("".join(lines[r::sites]))
+    return len((root / "site0" / "train.svm").read_text().splitlines())
+
+
+def slate(*args: str) -> list[str]:
+    """``python -m slate ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "slate", *args]
+
+
+def wan_flag(delay_ms: float, rate_mbit: float) -> str:
+    """``--wan``'s value for this link: ``RTT_MS,MBIT_S``."""
+    return f"{2 * delay_ms:g},{rate_mbit:g}"
+
+
+def _stop(processes: Sequence[subprocess.Popen]) -> None:
+    """Kill those of ``processes`` still running (inside a namespace too), and reap them."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _failure(label: str, logs: dict[str, Path], codes: list[int | None]) -> str:
+    parts = [f"the WAN run {label!r} failed:"]
+    for (name, log), code in zip(logs.items(), codes, strict=True):
+        parts.append(f"--- {name}: exit code {code}\n{log.read_text()}")
+    return "\n".join(parts)
+
+
+def distributed_run(
+    bed: WanTestbed, root: Path, key: str, flags: list[str], iterations: int, port: int,
+    wan: str, limit: float,
+) -> dict[str, Any]:  # fmt: skip
+    """One run over the testbed: ``slate rendezvous`` in the rendezvous namespace, then every
+    site's ``slate train --rank R --external-store``, all started at once. Returns the whole
+    command's time (start of the rendezvous to the exit of the last site), every site's
+    summary, and each namespace's ``wan0`` counter deltas; raises ``RuntimeError`` with every
+    process's stderr if one fails or the run takes over ``limit`` seconds."""
+    sites = len(bed.addresses) - 1
+    env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}  # slate picks wan0
+    logs = {"slate rendezvous": root / f"{key}-rendezvous.err"}
+    logs |= {f"site {r}": root / f"site{r}" / f"{key}.err" for r in range(sites)}
+    processes: list[subprocess.Popen] = []
+    before = bed.counters()
+    try:
+        start = time.perf_counter()
+        serve = slate("rendezvous", "--host", RDV_ADDRESS, "--port", str(port))
+        with open(logs["slate rendezvous"], "w") as err:
+            processes.append(bed.exec(RDV, serve, stdout=subprocess.DEVNULL, stderr=err, env=env))
+        for r in range(sites):
+            command = slate("train", "--rank", str(r), "--nodes", str(sites), "--rendezvous",
+                            f"{RDV_ADDRESS}:{port}", "--external-store", "--train", "train.svm",
+                            "--test", "test.svm", *FLAGS, "--iterations", str(iterations),
+                            "--wan", wan, *flags, "--out", key)  # fmt: skip
+            with open(logs[f"site {r}"], "w") as err:
+                processes.append(bed.exec(f"site{r}", command, cwd=root / f"site{r}", env=env,
+                                          stdout=subprocess.DEVNULL, stderr=err))  # fmt: skip
+        deadline = start + limit
+        for site in processes[1:]:
+            site.wait(timeout=max(1.0, deadline - time.perf_counter()))
+        wall = time.perf_counter() - start
+        processes[0].wait(timeout=60)  # the rendezvous leaves once every site has left
+    except subprocess.TimeoutExpired:
+        _stop(processes)
+        codes = [p.returncode for p in processes]
+        raise RuntimeError(_failure(f"{key} (timed out)", logs, codes)) from None
+    finally:
+        _stop(processes)
+    codes = [p.returncode for p in processes]
+    if any(code != 0 for code in codes):
+        raise RuntimeError(_failure(key, logs, codes))
+    summaries = [json.loads((root / f"site{r}" / key / "summary.json").read_text())
+                 for r in range(sites)]  # fmt: skip
+    return {"whole_seconds": wall, "summaries": summaries,
+            "wire": counter_deltas(before, bed.counters())}  # fmt: skip
+
+
+def simulator_run(root: Path, key: str, flags: list[str], iterations: int, sites: int,
+                  wan: str) -> dict[str, Any]:  # fmt: skip
+    """The same setting in one process (``--engine simulator``), each party reading its site's
+    files (``{rank}`` in the paths); returns its summary."""
+    out = root / f"sim-{key}"
+    command = slate("train", "--engine", "simulator", "--nodes", str(sites),
+                    "--train", str(root / "site{rank}" / "train.svm"),
+                    "--test", str(root / "site{rank}" / "test.svm"), *FLAGS,
+                    "--iterations", str(iterations), "--wan", wan, *flags,
+                    "--out", str(out))  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr}")
+    return json.loads((out / "summary.json").read_text())
+
+
+def result_row(label: str, run: dict[str, Any], simulated: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of one setting, from its distributed run and its simulator run."""
+    summaries, wire = run["summaries"], run["wire"]
+    sites = [wire[ns] for ns in wire if ns != RDV]
+    first = summaries[0]
+    slowest = max(summaries, key=lambda s: s["wall_seconds"])
+    evaluation = [s.get("eval_bytes_per_party") for s in summaries]
+    return {
+        "setting": label,
+        "training_seconds": slowest["wall_seconds"],
+        "evaluation_seconds": slowest["evaluation_seconds"],
+        "whole_seconds": run["whole_seconds"],
+        "wire_tx_per_site": sum(s["tx_bytes"] for s in sites) / len(sites),
+        "wire_rx_per_site": sum(s["rx_bytes"] for s in sites) / len(sites),
+        "wire_tx_rendezvous": wire[RDV]["tx_bytes"] if RDV in wire else None,
+        "wire": wire,
+        "comm_bytes_per_party": first["comm_bytes_per_party"],
+        "eval_bytes_per_party": None if None in evaluation else max(evaluation),
+        "rounds": first.get("rounds"),
+        "estimated_wan_seconds": first["estimated_wan_seconds"],
+        "simulator_estimated_wan_seconds": simulated["estimated_wan_seconds"],
+        "simulator_comm_bytes_per_party": simulated["comm_bytes_per_party"],
+        "simulator_wall_seconds": simulated["wall_seconds"],
+        "simulator_evaluation_seconds": simulated["evaluation_seconds"],
+        "simulator_test_ap": simulated["test_ap"],
+        "test_ap": [s["test_ap"] for s in summaries],
+    }
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    """``a / b`` as ``1.23x``, or ``n/a`` when either is missing or ``b`` is 0."""
+    return f"{a / b:.2f}x" if a is not None and b else "n/a"
+
+
+def megabytes(value: float | None) -> str:
+    """Bytes as MB (10^6 bytes), two decimals, or ``n/a``."""
+    return f"{value / 1e6:.2f}" if value is not None else "n/a"
+
+
+def ap_cell(aps: Sequence[float]) -> str:
+    """Every site's test AP: one value when they all agree (federated), else each."""
+    if max(aps) - min(aps) < 5e-5:
+        return f"{aps[0]:.4f} (every site)"
+    return " / ".join(f"{ap:.4f}" for ap in aps)
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The markdown table of the settings, then the first setting against each other one."""
+    lines = ["| setting | training (s) | of which evaluations (s) | whole command (s) | "
+             "wire tx per site (MB) | wire rx per site (MB) | slate's bytes per party (MB) | "
+             "evaluation bytes per party (MB) | wire tx / slate's | `--wan` estimate, "
+             "distributed (s) | `--wan` estimate, simulator (s) | simulator estimate / "
+             "training | simulator estimate / training less evaluations | test AP |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row in rows:
+        computing = row["training_seconds"] - row["evaluation_seconds"]
+        lines.append(
+            f"| {row['setting']} | {row['training_seconds']:.1f} | "
+            f"{row['evaluation_seconds']:.1f} | {row['whole_seconds']:.1f} | "
+            f"{megabytes(row['wire_tx_per_site'])} | {megabytes(row['wire_rx_per_site'])} | "
+            f"{megabytes(row['comm_bytes_per_party'])} | "
+            f"{megabytes(row['eval_bytes_per_party'])} | "
+            f"{ratio(row['wire_tx_per_site'], row['comm_bytes_per_party'])} | "
+            f"{row['estimated_wan_seconds']:.1f} | "
+            f"{row['simulator_estimated_wan_seconds']:.1f} | "
+            f"{ratio(row['simulator_estimated_wan_seconds'], row['training_seconds'])} | "
+            f"{ratio(row['simulator_estimated_wan_seconds'], computing)} | "
+            f"{ap_cell(row['test_ap'])} |"
+        )
+    if len(rows) > 1:
+        base = rows[0]
+        lines += ["", f"| {base['setting']} against | training time | whole command | "
+                  "wire tx per site |", "|---|---|---|---|"]  # fmt: skip
+        for row in rows[1:]:
+            lines.append(
+                f"| {row['setting']} | "
+                f"{ratio(base['training_seconds'], row['training_seconds'])} | "
+                f"{ratio(base['whole_seconds'], row['whole_seconds'])} | "
+                f"{ratio(base['wire_tx_per_site'], row['wire_tx_per_site'])} |"
+            )
+    return lines
+
+
+def section(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """The RESULTS.md section: heading, table, and what was run."""
+    command = "python -m benchmarks --only wan" + "".join(
+        f" --{flag} {meta[key]}" for flag, key, default in (
+            ("iterations", "iterations", ITERATIONS), ("sites", "sites", SITES),
+            ("delay-ms", "delay_ms", DELAY_MS), ("rate-mbit", "rate_mbit", RATE_MBIT))
+        if meta[key] != default
+    )  # fmt: skip
+    if meta["settings"] != list(DEFAULT_SETTINGS):
+        command += f" --settings {','.join(meta['settings'])}"
+    late = meta.get("emulator") or {}
+    lateness = (f" The emulator delivered packets {late['late_mean_ms']:.1f} ms late on average "
+                f"(at most {late['late_max_ms']:.0f} ms) and dropped {late['dropped']}."
+                if late else "")  # fmt: skip
+    rtt = 2 * meta["delay_ms"]
+    return [
+        "\n## Over an emulated WAN (one network namespace per site, w7a)\n",
+        *table(rows),
+        f"\n`{command}`: {meta['sites']} sites ({meta['rows']:,} w7a training rows each, "
+        f"every {meta['sites']}th line of w7a and of w7a.t), each a `slate train --rank R "
+        "--external-store` in its own network namespace, the `slate rendezvous` in another, "
+        f"joined by `benchmarks/wan_testbed.py`: one-way delay {meta['delay_ms']:g} ms (RTT "
+        f"{rtt:g} ms) and {meta['rate_mbit']:g} Mbit/s on every namespace's uplink. Every site: "
+        f"`{' '.join(FLAGS)} --iterations {meta['iterations']} --wan "
+        f"{wan_flag(meta['delay_ms'], meta['rate_mbit'])}` and the setting's flags. *Training* is "
+        "the largest `wall_seconds` of the sites' `summary.json` (of which that site's "
+        "`evaluation_seconds`, its federated test evaluations); *whole command* runs from "
+        "starting the rendezvous to the exit of the last site. *Wire* bytes are the deltas of "
+        "each namespace's `wan0` counters over the run (IP headers, TCP acknowledgements, the "
+        "rendezvous, heartbeats and evaluations included), a mean over the sites; *slate's "
+        "bytes* are `comm_bytes_per_party`. The distributed run's `--wan` estimate adds the "
+        "modelled RTTs and transfer to a training time that already waited for the real ones; "
+        "the simulator's (the same flags, `--engine simulator`, each party on its site's files) "
+        "is the prediction to compare with the measured training time (it leaves evaluations "
+        f"out, so the last ratio is the like-for-like one).{lateness} "
+        "All processes share the machine's cores.",
+    ]
+
+
+def wan_benchmark(
+    data_dir: Path, iterations: int = ITERATIONS, sites: int = SITES,
+    delay_ms: float = DELAY_MS, rate_mbit: float = RATE_MBIT,
+    settings: Sequence[str] = DEFAULT_SETTINGS, raw_json: Path | None = None,
+) -> list[str] | None:  # fmt: skip
+    """Run every setting over a fresh testbed and return the section's lines; None (after
+    printing one line) where this machine cannot build the testbed."""
+    reason = skip_reason()
+    if reason is not None:
+        print(reason, flush=True)
+        return None
+    unknown = [key for key in settings if key not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"unknown settings {unknown}; choose from {', '.join(SETTINGS)}")
+    site_address(sites - 1)  # at most 253 sites
+    wan = wan_flag(delay_ms, rate_mbit)
+    limit = 600 + 2.0 * iterations  # seconds before a run counts as stuck
+    rows: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {"iterations": iterations, "sites": sites, "delay_ms": delay_ms,
+                            "rate_mbit": rate_mbit, "settings": list(settings)}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="slate-wan-") as tmp:
+        root = Path(tmp)
+        meta["rows"] = write_shards(root, Path(data_dir) / "w7a", sites)
+        with WanTestbed(sites, delay_ms, rate_mbit) as bed:
+            for k, key in enumerate(settings):
+                label, flags = SETTINGS[key]
+                run = distributed_run(bed, root, key, flags, iterations, PORT + k, wan, limit)
+                simulated = simulator_run(root, key, flags, iterations, sites, wan)
+                rows.append(result_row(label, run, simulated))
+                print(table(rows[-1:])[-1], file=sys.stderr, flush=True)
+            meta["emulator"] = bed.stats()
+    lines = section(rows, meta)
+    if raw_json is not None:
+        raw_json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return lines
+
+
+def _terminate_gracefully() -> None:
+    """SIGTERM raises SystemExit, so the testbed is taken down as after Ctrl-C."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (also those of ``python -m benchmarks --only wan``)."""
+    group = parser.add_argument_group("wan (root only)")
+    group.add_argument("--iterations", type=int, default=None, help=f"default {ITERATIONS}")
+    group.add_argument("--sites", type=int, default=SITES)
+    group.add_argument("--delay-ms", type=float, default=DELAY_MS, help="one way")
+    group.add_argument("--rate-mbit", type=float, default=RATE_MBIT, help="per site's uplink")
+    group.add_argument("--settings", default=",".join(DEFAULT_SETTINGS),
+                       help=f"comma-separated, of: {', '.join(SETTINGS)}")  # fmt: skip
+    group.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
+
+
+def run_from_options(args: argparse.Namespace, data_dir: Path, quick: bool) -> list[str] | None:
+    """:func:`wan_benchmark` with parsed options (``--quick``: 400 iterations by default)."""
+    _terminate_gracefully()
+    iterations = args.iterations or (400 if quick else ITERATIONS)
+    settings = [key.strip() for key in args.settings.split(",") if key.strip()]
+    return wan_benchmark(data_dir, iterations, args.sites, args.delay_ms, args.rate_mbit,
+                         settings, args.json)  # fmt: skip
+
+
+def main() -> None:
+    """``python -m benchmarks.wan [options]``: print the section's lines."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.wan")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--quick", action="store_true", help="400 iterations")
+    add_options(parser)
+    args = parser.parse_args()
+    lines = run_from_options(args, args.data_dir, args.quick)
+    if lines is not None:
+        print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()
