@@ -50,6 +50,7 @@ HISTORY_COLUMNS = [
     "parties_alive",
     "rounds",
     "comm_bytes_per_party",
+    "eval_bytes_per_party",
     "estimated_wan_seconds",
 ]
 

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
-from slate.histogram_metrics import BinnedMetrics, bin_index, binned_counts, metrics_from_counts
+from slate.histogram_metrics import (
+    BinnedMetrics,
+    SegmentTable,
+    bin_index,
+    binned_counts,
+    metrics_from_counts,
+    positive_bins_bitmap,
+)
 
 
 @st.composite
@@ -69,6 +76,66 @@ def test_binned_pr_curve_is_sklearns_on_the_bin_indices(case):
     np.testing.assert_allclose(precision, expected[0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(recall, expected[1], rtol=0, atol=1e-12)
     np.testing.assert_array_equal(thresholds, expected[2])
+
+
+def _exchanged(case):
+    """What the parties' exchange gives: the OR of their bitmaps, then their summed counts."""
+    bins, blocks = case
+    words = [positive_bins_bitmap(torch.tensor(s), torch.tensor(y), bins) for s, y in blocks]
+    union = words[0]
+    for w in words[1:]:
+        union = union | w
+    table = SegmentTable(union, bins)
+    counts = sum(table.counts(torch.tensor(s), torch.tensor(y)) for s, y in blocks)
+    return table, counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(scored_parties())
+def test_the_segment_exchange_gives_the_dense_tables_metrics_exactly(case):
+    _, labels, index, dense = _pooled(case)
+    table, counts = _exchanged(case)
+    found = metrics_from_counts(counts, table.row_bins)
+    expected = metrics_from_counts(dense)
+    for key, value in expected.items():
+        assert found[key] == pytest.approx(value, abs=1e-12), key
+    assert found["test_ap"] == pytest.approx(average_precision_score(labels, index), abs=1e-12)
+    # The end bins are rows of their own, with the dense table's counts.
+    np.testing.assert_array_equal(counts[:, 0].numpy(), dense[:, 0].numpy())
+    np.testing.assert_array_equal(counts[:, -1].numpy(), dense[:, -1].numpy())
+    assert int(counts.sum()) == len(labels)
+
+
+@settings(max_examples=80, deadline=None)
+@given(scored_parties())
+def test_each_segment_curve_point_flags_the_rows_of_a_dense_curve_point(case):
+    """Every point of the exchanged curve is a point of scikit-learn's curve on the bin
+    indices: the rows at or above its threshold are those of one of sklearn's thresholds, with
+    its precision and recall. Only points of negatives between two positive bins are left
+    out, so every recall level is still there."""
+    _, labels, index, _ = _pooled(case)
+    table, counts = _exchanged(case)
+    precision, recall, thresholds = BinnedMetrics(counts, table.row_bins).precision_recall_curve()
+    ref_p, ref_r, ref_t = precision_recall_curve(labels, index)
+    for p, r, t in zip(precision[:-1], recall[:-1], thresholds, strict=True):
+        flagged = index >= t
+        # sklearn's point whose threshold flags the same rows: the lowest bin at or above t.
+        k = int(np.searchsorted(ref_t, index[flagged].min()))
+        assert ref_t[k] >= t and not ((index >= t) & (index < ref_t[k])).any()
+        assert p == pytest.approx(ref_p[k], abs=1e-12) and r == pytest.approx(ref_r[k], abs=1e-12)
+    assert set(np.round(recall, 12)) == set(np.round(ref_r, 12))
+
+
+def test_the_exchange_is_a_16_kib_bitmap_and_a_few_counts():
+    rng = np.random.default_rng(0)
+    labels = torch.from_numpy((rng.random(5000) < 0.03).astype(np.int64))
+    logits = torch.from_numpy(rng.normal(0, 3, 5000))
+    words = positive_bins_bitmap(logits, labels)
+    assert words.dtype == torch.int64 and words.numel() * 8 == 16 * 1024
+    table = SegmentTable(words)
+    counts = table.counts(logits, labels)
+    assert counts.shape[1] <= 2 * (int(labels.sum()) + 2) - 1
+    assert int(counts[1].sum()) == int(labels.sum()) and int(counts.sum()) == 5000
 
 
 def test_bound_is_zero_when_every_bin_holds_one_class():

@@ -42,8 +42,9 @@ from slate.histogram_metrics import (
     DEFAULT_BINS,
     LOGIT_RANGE,
     BinnedMetrics,
-    binned_counts,
+    SegmentTable,
     metrics_from_counts,
+    positive_bins_bitmap,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +69,11 @@ __all__ = [
 
 END_BIN_SHARE = 0.01  # warn when more of the test scores than this fall in an end bin
 SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
+
+
+def _same(value: Tensor) -> Tensor:
+    """One process's reduction: the value itself."""
+    return value
 
 
 @dataclass
@@ -96,8 +102,11 @@ class Evaluation(ABC):
     name: str
 
     @abstractmethod
-    def score(self, logits: Tensor, labels: Tensor, total, is_main: bool) -> TestScores:
-        """Metrics of the whole test set; ``total`` sums a tensor over all processes."""
+    def score(
+        self, logits: Tensor, labels: Tensor, total, is_main: bool, union=_same
+    ) -> TestScores:
+        """Metrics of the whole test set; ``total`` sums a tensor over all processes and
+        ``union`` ORs ``int64`` words over them."""
 
     def party_test_aps(self, logits: Tensor, labels: Tensor) -> list[float | None]:
         """Each local party's AP on its own test rows; empty when the test set is one pool."""
@@ -113,8 +122,10 @@ class PooledEvaluation(Evaluation):
 
     name = "pooled"
 
-    def score(self, logits: Tensor, labels: Tensor, total, is_main: bool) -> TestScores:
-        del total
+    def score(
+        self, logits: Tensor, labels: Tensor, total, is_main: bool, union=_same
+    ) -> TestScores:
+        del total, union
         if not is_main:
             return TestScores({"test_ap": math.nan, "test_auroc": math.nan})
         precision, recall, thresholds = metrics.precision_recall_curve(logits, labels)
@@ -127,7 +138,12 @@ class PooledEvaluation(Evaluation):
 
 
 class FederatedEvaluation(Evaluation):
-    """Metrics of the union of the parties' test sets from summed per-bin class counts."""
+    """Metrics of the union of the parties' test sets from summed per-bin class counts.
+
+    Two exchanges (:class:`slate.histogram_metrics.SegmentTable`): the OR of the bitmaps of
+    the bins that hold positives (16 KiB), then the sum of the counts per such bin and per
+    segment between them; the metrics are exactly those of the summed dense table.
+    """
 
     name = "federated"
 
@@ -135,13 +151,17 @@ class FederatedEvaluation(Evaluation):
         self.test_parts = test_parts
         self.bins = bins
 
-    def score(self, logits: Tensor, labels: Tensor, total, is_main: bool) -> TestScores:
+    def score(
+        self, logits: Tensor, labels: Tensor, total, is_main: bool, union=_same
+    ) -> TestScores:
         del is_main
-        counts = total(binned_counts(logits, labels, self.bins))
-        binned = BinnedMetrics(counts)
+        table = SegmentTable(union(positive_bins_bitmap(logits, labels, self.bins)), self.bins)
+        counts = total(table.counts(logits, labels)).to(torch.float64)
+        rows = table.row_bins
+        binned = BinnedMetrics(counts, rows)
         precision, recall, bins = binned.precision_recall_curve()
         edges = np.append(bin_edges(bins, self.bins), np.inf)
-        values = metrics_from_counts(counts)
+        values = metrics_from_counts(counts, rows)
         warning = end_bin_warning(counts, values["test_ap"], values["test_ap_error_bound"])
         return TestScores(values, (precision, recall), edges, warning)
 
@@ -237,6 +257,7 @@ class Evaluator:
         self.use_rows(*rows)
         self.learning_warning: str | None = None  # set once, when the run stops learning
         self.seconds = 0.0  # wall time spent in evaluate() and party_aps()
+        self.sent_bytes = 0.0  # what this process sent in them (Engine.collective_bytes)
         # The iteration and averaged model of the last evaluation.
         self._previous_average: tuple[int, Tensor] | None = None
 
@@ -285,8 +306,9 @@ class Evaluator:
         return logits, self._score(logits)
 
     def _score(self, logits: Tensor) -> TestScores:
+        engine = self.engine
         return self.evaluation.score(
-            logits, self.test_labels, self.engine.total, self.engine.is_main
+            logits, self.test_labels, engine.total, engine.is_main, engine.union
         )
 
     def evaluate(self, x: Tensor, iteration: int) -> dict[str, float]:
@@ -374,17 +396,19 @@ class Evaluator:
 
     @contextlib.contextmanager
     def _timing(self) -> Iterator[None]:
-        """Add the wall time of the enclosed evaluation to ``seconds``.
+        """Add the wall time of the enclosed evaluation to ``seconds``, and the bytes this
+        process sent in it to ``sent_bytes``.
 
         On CUDA, queued training kernels are waited for first, so that they are not counted.
         """
         _synchronize(self.device)
-        started = time.perf_counter()
+        started, sent = time.perf_counter(), self.engine.collective_bytes
         try:
             yield
         finally:
             _synchronize(self.device)
             self.seconds += time.perf_counter() - started
+            self.sent_bytes += self.engine.collective_bytes - sent
 
 
 def _synchronize(device: torch.device) -> None:

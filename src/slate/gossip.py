@@ -34,10 +34,21 @@ class WanLink:
     rtt_ms: float
     mbit_s: float
 
-    def seconds(self, compute_seconds: float, rounds: float, bytes_sent: float) -> float:
-        """Estimated wall time: compute, plus one RTT per round, plus the bytes' transfer."""
+    def seconds(
+        self, compute_seconds: float, rounds: float, bytes_sent: float, round_trips: float = 0.0
+    ) -> float:
+        r"""Estimated wall time of one party:
+
+        .. math::
+
+            T = T_{\text{compute}} + \text{RTT}\,(R + Q) + 8 B / \text{bandwidth},
+
+        with :math:`R` gossip rounds (each one sequential exchange), :math:`Q` further round
+        trips waited for one after the other (evaluations, checkpoint boundaries: a ring
+        all-reduce over :math:`N` parties is :math:`N - 1` of them) and :math:`B` the bytes of
+        the busiest party (docs/communication.md, "The estimate")."""
         transfer = 8.0 * bytes_sent / (self.mbit_s * 1e6)
-        return compute_seconds + rounds * self.rtt_ms / 1e3 + transfer
+        return compute_seconds + (rounds + round_trips) * self.rtt_ms / 1e3 + transfer
 
     def __str__(self) -> str:
         return f"{self.rtt_ms:g} ms RTT, {self.mbit_s:g} Mbit/s"

@@ -38,12 +38,14 @@ __all__ = [
     "DEFAULT_BINS",
     "LOGIT_RANGE",
     "BinnedMetrics",
+    "SegmentTable",
     "bin_index",
     "binned_counts",
     "metrics_from_counts",
+    "positive_bins_bitmap",
 ]
 
-DEFAULT_BINS = 1 << 17  # 131 072 bins: a 2 MiB all-reduce per evaluation
+DEFAULT_BINS = 1 << 17  # 131 072 bins, exchanged as a 16 KiB bitmap and segment counts
 # The bins cover logits in [-LOGIT_RANGE, LOGIT_RANGE]. The float32 sigmoid is exactly 1 from a
 # logit of about +16.6 up, but not 0 below -17: sigmoid(-17) = 4.1e-8 and sigmoid(-20) = 2.1e-9;
 # torch's float32 sigmoid gives 0 only below about -88.7. The range is not where scores vanish: it
@@ -73,15 +75,19 @@ def binned_counts(
 class BinnedMetrics:
     """The ranking metrics of the rows counted in a ``(2, bins)`` table (see the module doc)."""
 
-    def __init__(self, counts: Tensor) -> None:
+    def __init__(self, counts: Tensor, bins: Tensor | np.ndarray | None = None) -> None:
+        """``counts[:, j]``: negatives and positives of row ``j``, rows in increasing score
+        order; ``bins[j]`` is the bin whose lower edge is row ``j``'s threshold (by default
+        row ``j`` is bin ``j``: a dense table)."""
         counts = counts.detach().to(torch.float64).cpu()
         if counts.ndim != 2 or counts.shape[0] != 2:
             raise ValueError(f"counts must have shape (2, bins), got {tuple(counts.shape)}")
-        # Decreasing score order, empty bins dropped: each remaining bin is one threshold.
+        row_bin = torch.arange(counts.shape[1]) if bins is None else torch.as_tensor(bins)
+        # Decreasing score order, empty rows dropped: each remaining row is one threshold.
         flipped = torch.flip(counts, (1,))
         keep = flipped.sum(0) > 0
         self.negatives, self.positives = flipped[0, keep], flipped[1, keep]
-        self.bin = torch.arange(counts.shape[1] - 1, -1, -1)[keep]  # bin index, decreasing
+        self.bin = torch.flip(row_bin.to(torch.int64), (0,))[keep]  # bin index, decreasing
         self.n_pos = float(self.positives.sum())
         self.n_neg = float(self.negatives.sum())
         self.tp = torch.cumsum(self.positives, 0)  # after each bin
@@ -132,9 +138,10 @@ class BinnedMetrics:
         )
 
 
-def metrics_from_counts(counts: Tensor) -> dict[str, float]:
-    """AP, AUROC and their bounds from a summed ``(2, bins)`` table."""
-    binned = BinnedMetrics(counts)
+def metrics_from_counts(counts: Tensor, bins: np.ndarray | None = None) -> dict[str, float]:
+    """AP, AUROC and their bounds from a summed ``(2, bins)`` table (or the rows of a
+    :class:`SegmentTable`, with their ``bins``)."""
+    binned = BinnedMetrics(counts, bins)
     ap, ap_bound = binned.average_precision()
     auc, auc_bound = binned.auroc()
     return {
@@ -143,3 +150,69 @@ def metrics_from_counts(counts: Tensor) -> dict[str, float]:
         "test_auroc": auc,
         "test_auroc_error_bound": auc_bound,
     }
+
+
+# -- the exchange: a bitmap of the bins that hold positives, then counts per segment -----------
+
+
+def positive_bins_bitmap(scores: Tensor, labels: Tensor, bins: int = DEFAULT_BINS) -> Tensor:
+    """The bins holding at least one positive, as bits of ``int64`` words (bit ``k % 64`` of
+    word ``k // 64`` is bin ``k``): ``ceil(bins / 64)`` words, 16 KiB for the default bins.
+    A bitwise OR over the parties gives the union (:class:`SegmentTable`)."""
+    held = np.zeros(-(-bins // 64) * 64, dtype=bool)
+    index = bin_index(scores, bins)[labels.to(torch.bool)].cpu().numpy()
+    held[index] = True
+    words = np.packbits(held, bitorder="little").view("<i8")
+    return torch.from_numpy(words.copy())
+
+
+class SegmentTable:
+    r"""The rows of a federated evaluation: every bin holding a positive, and between two such
+    bins one row of the negatives in the bins strictly between (a *segment*).
+
+    The binned AP, AUROC and their bounds (module doc) read the counts of the bins that hold
+    positives, and of the negatives only how many lie above each of those bins. Summing the
+    negatives of a segment therefore changes none of them: the metrics of these rows are
+    *exactly* those of the dense ``(2, bins)`` table. A segment row's threshold is the lower
+    edge of the bin just above the positive bin below it, which flags the same rows as the
+    dense curve's point at the segment's lowest non-empty bin; the dense curve's other points
+    inside a segment (same recall, lower precision) are left out. The end bins ``0`` and
+    ``bins - 1`` are always rows of their own, for :func:`slate.evaluation.end_bin_warning`.
+
+    The exchange is a bitwise OR of :func:`positive_bins_bitmap` (16 KiB) and a sum of
+    :meth:`counts` (``2 (2K - 1)`` integers for ``K`` boundaries): no party learns more than
+    the union of the bins that hold positives and the summed counts, instead of a 2 MiB
+    float64 table.
+    """
+
+    def __init__(self, union: Tensor, bins: int = DEFAULT_BINS) -> None:
+        """``union``: the OR of every party's :func:`positive_bins_bitmap`."""
+        self.n_bins = bins
+        words = union.detach().cpu().numpy().astype("<i8")
+        held = np.unpackbits(words.view(np.uint8), bitorder="little")[:bins].astype(bool)
+        held[[0, bins - 1]] = True
+        self.bounds = np.flatnonzero(held)  # increasing bin indices of the boundary rows
+
+    @property
+    def row_bins(self) -> np.ndarray:
+        """The threshold bin of each row: a boundary's own bin, or for the segment above
+        boundary ``i`` the bin just above it (``bounds[i] + 1``)."""
+        rows = np.empty(2 * len(self.bounds) - 1, dtype=np.int64)
+        rows[0::2] = self.bounds
+        rows[1::2] = self.bounds[:-1] + 1
+        return rows
+
+    def counts(self, scores: Tensor, labels: Tensor) -> Tensor:
+        """This party's ``(2, 2K - 1)`` ``int64`` counts: row 0 negatives, row 1 positives,
+        per boundary bin and per segment, in increasing score order."""
+        index = bin_index(scores, self.n_bins).cpu().numpy()
+        bounds = self.bounds
+        at = np.searchsorted(bounds, index)  # the first boundary >= the bin
+        on_bound = bounds[np.minimum(at, len(bounds) - 1)] == index
+        rows = np.where(on_bound, 2 * at, 2 * at - 1)
+        y = labels.detach().cpu().numpy().astype(np.int64)
+        if bool((y[~on_bound] != 0).any()):
+            raise ValueError("a positive lies outside the bins of the bitmap it was counted in")
+        width = 2 * len(bounds) - 1
+        flat = np.bincount(y * width + rows, minlength=2 * width)
+        return torch.from_numpy(flat.reshape(2, width).astype(np.int64))

@@ -54,6 +54,7 @@ HISTORY_COLUMNS = (
     "parties_alive",
     "rounds",
     "comm_bytes_per_party",
+    "eval_bytes_per_party",
     "estimated_wan_seconds",
 )
 
@@ -163,7 +164,7 @@ def build_summary(
         "engine": run.engine.name,
         "topology": config.topology,
         "nodes": config.nodes,
-        "lambda": run.base_topology.lam,
+        "lambda": getattr(run.base_topology, "applied_lambda", run.base_topology.lam),
         "spectral_gap": run.base_topology.spectral_gap,
         "iterations": run.iteration,
         "test_ap": final["test_ap"],
@@ -172,7 +173,10 @@ def build_summary(
         "party_ap_max": max(party_aps, default=None),
         "consensus_distance": final["consensus_distance"],
         "wall_seconds": wall,
+        "compute_seconds": run.compute_seconds(wall),  # one party's, without network waits
+        "wait_seconds": run.network_state()[2],  # this process's waits for communication
         "evaluation_seconds": run.evaluator.seconds,
+        "eval_bytes_per_party": run.evaluator.sent_bytes,
         "load_seconds": run.load_seconds,
         "learning_warning": run.evaluator.learning_warning,
         "test_split": run.data.test_split,

@@ -266,6 +266,8 @@ class Run:
             "loss_sum": self.loss_sum.cpu(),
             "loss_steps": self.loss_steps,
             "evaluation_seconds": self.evaluator.seconds,
+            "evaluation_bytes": self.evaluator.sent_bytes,
+            "network": self.network_state(),
             "traffic": list(self.comm.counters()),
             "communicator": self.comm.state_dict(),
             "config": self.config.to_dict(),
@@ -293,6 +295,8 @@ class Run:
         self.loss_sum = state["loss_sum"].to(self.device)
         self.loss_steps = state["loss_steps"]
         self.evaluator.seconds = state.get("evaluation_seconds", 0.0)
+        self.evaluator.sent_bytes = state.get("evaluation_bytes", 0.0)
+        self.start_network_clock(state.get("network"))
         self.comm.restore_counters(state["traffic"])
         self.comm.load_state_dict(state.get("communicator", {}))
         self.party_set.party_events = list(state.get("party_events", []))
@@ -357,13 +361,37 @@ class Run:
         names = ("comm_bytes_per_party", "messages_per_party", "rounds")
         return dict(zip(names, local.tolist(), strict=True))
 
+    def start_network_clock(self, recorded: list[float] | None = None) -> None:
+        """From now on, count the training's collectives (bytes, round trips) and waits
+        (``recorded``: those of the run before a resume, from :meth:`network_state`)."""
+        engine = self.engine
+        now = (engine.collective_bytes, engine.collective_round_trips, engine.wait_seconds)
+        before = recorded or [0.0, 0.0, 0.0]
+        self._network_start = [a - b for a, b in zip(now, before, strict=True)]
+
+    def network_state(self) -> list[float]:
+        """The training's collective bytes, their round trips and its communication waits."""
+        engine = self.engine
+        now = (engine.collective_bytes, engine.collective_round_trips, engine.wait_seconds)
+        start = getattr(self, "_network_start", [0.0, 0.0, 0.0])
+        return [a - b for a, b in zip(now, start, strict=True)]
+
+    def compute_seconds(self, elapsed: float) -> float:
+        """One party's compute in ``elapsed`` seconds of training: its wall time less its
+        waits for communication, shared among the parties this process runs (the simulator
+        runs all N: one party's share is ``1 / N`` of its time)."""
+        waits = self.network_state()[2]
+        return max(0.0, elapsed - waits) / len(self.engine.local_parties)
+
     def estimated_wan_seconds(self, elapsed: float, traffic: dict[str, float]) -> float:
-        """``--wan``: training time without evaluations, plus one RTT per round and the bytes'
-        transfer (:class:`slate.gossip.WanLink`); NaN without ``--wan``."""
+        """``--wan``: one party's compute, plus one RTT per gossip round and per round trip of
+        the other collectives, plus the busiest party's bytes at the link's bandwidth
+        (:meth:`slate.gossip.WanLink.seconds`); NaN without ``--wan``."""
         if self.wan is None:
             return math.nan
-        compute = max(0.0, elapsed - self.evaluator.seconds)
-        return self.wan.seconds(compute, traffic["rounds"], traffic["comm_bytes_per_party"])
+        collective_bytes, round_trips, _ = self.network_state()
+        sent = traffic["comm_bytes_per_party"] * self.comm.busiest_share + collective_bytes
+        return self.wan.seconds(self.compute_seconds(elapsed), traffic["rounds"], sent, round_trips)
 
     def take_mean_loss(self) -> float:
         """Mean training loss of all parties since the last call (collective), then reset."""

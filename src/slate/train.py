@@ -75,6 +75,7 @@ def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
         "parties_alive": run.engine.n_parties,
         "rounds": traffic["rounds"],
         "comm_bytes_per_party": traffic["comm_bytes_per_party"],
+        "eval_bytes_per_party": run.evaluator.sent_bytes,
         "estimated_wan_seconds": run.estimated_wan_seconds(elapsed, traffic),
     }
 
@@ -112,6 +113,17 @@ def _chunk_length(run: Run) -> int:
         config.eval_every - t % config.eval_every,
         config.checkpoint_every - t % config.checkpoint_every,
         *drops,
+    )
+
+
+def _lambda_text(topology) -> str:
+    """The mixing rate of what the run applies: a cycle of one-peer rounds reports its
+    per-round rate over one cycle (0 when the cycle averages exactly), not its union's."""
+    if getattr(topology, "rounds", None) is None:
+        return f"lambda = {topology.lam:.4f}"
+    return (
+        f"a cycle of {topology.cycle_length} one-peer rounds, per-round lambda "
+        f"{topology.applied_lambda:.4f}"
     )
 
 
@@ -246,13 +258,17 @@ class _Loop:
         """A stop is honoured after this iteration's evaluation, so none is ever skipped;
         returning parties are admitted after a checkpoint."""
         run, t = self.run, self.run.iteration
-        stopping = run.engine.any(run.stop_requested)
-        if stopping or (t > 0 and t % run.config.checkpoint_every == 0):
+        boundary = t > 0 and t % run.config.checkpoint_every == 0
+        # One small exchange: a stop asked anywhere, and whether any party's lookout saw a
+        # returning party ask to join (only then do the parties agree through the store).
+        asked = boundary and run.engine.joins_requested()
+        stopping, admitting = run.engine.any_of([run.stop_requested, asked])
+        if stopping or boundary:
             _save(run, self.out, self.elapsed(), self.bar.enabled)
         if stopping:
             raise RunInterrupted(_interrupted_message(run, self.out))
-        if t > 0 and t % run.config.checkpoint_every == 0:
-            self._admit_returning()
+        if boundary:
+            self._admit_returning(admitting)
 
     def _finish(self) -> _Final:
         run = self.run
@@ -284,11 +300,11 @@ class _Loop:
         for rank in change.lost:
             self._announce_loss(rank, change.reasons.get(rank, "lost"))
 
-    def _admit_returning(self) -> None:
+    def _admit_returning(self, asked: bool) -> None:
         engine = self.run.engine
         if not getattr(engine, "recovers", False):
             return
-        change = engine.admit_returning(self.run.iteration)
+        change = engine.admit_returning(self.run.iteration, asked)
         if engine.store_out_of_reach and not self.said_store_lost:
             self.said_store_lost = True
             self.note(
@@ -435,11 +451,12 @@ def train(
     network = (
         "no network"  # one party: nothing to gossip, the topology and its lambda mean nothing
         if config.nodes == 1
-        else f"topology {config.topology} (lambda = {run.topology.lam:.4f})"
+        else f"topology {config.topology} ({_lambda_text(run.topology)})"
     )
     say(f"{config.algorithm} on {parties(config.nodes)} ({run.engine.name}), {network}, "
         f"{config.iterations} iterations")  # fmt: skip
     offset = 0.0
+    run.start_network_clock()
     if returning:
         run.party_set.admit(run.engine.rejoin(), own)
         log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")

@@ -6,6 +6,7 @@ worker process per party on the loopback interface.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -69,6 +70,7 @@ def test_distributed_engine_equals_simulator(case, tmp_path):
     # What the simulator says it would send is what the processes sent.
     assert distributed["comm_bytes_per_party"] == simulated["comm_bytes_per_party"]
     assert distributed["messages_per_party"] == simulated["messages_per_party"]
+    assert distributed["eval_bytes_per_party"] == simulated["eval_bytes_per_party"] > 0
     # Ranks other than 0 print nothing but errors; rank 0 prints the result.
     assert "test AP" in done.stdout and done.stderr.strip() == ""
 
@@ -114,8 +116,8 @@ def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_pat
         slate_command("train", "--dataset", "digits", "--nodes", "3", "--iterations", "1000000",
                       "--eval-every", "1000", "--no-progress", "--engine", "distributed",
                       "--timeout", str(timeout), "--out", str(tmp_path / "run"),
-                      "--on-party-loss", "stop"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                      "--on-party-loss", "stop", "--checkpoint-every", "50"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -125,14 +127,17 @@ def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_pat
                 break
             time.sleep(0.5)
         assert len(ranks) == 3, "the three workers did not start"
-        time.sleep(12)  # let them get into the training loop
+        # Once party 1 wrote a checkpoint, every party is in the training loop.
+        while not list((tmp_path / "run").glob("checkpoint-rank1-*.pt")):
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.05)
         os.kill(ranks[1], signal.SIGKILL)
         killed_at = time.monotonic()
         _, stderr = launcher.communicate(timeout=timeout + 30)
         elapsed = time.monotonic() - killed_at
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
+        with contextlib.suppress(ProcessLookupError):  # the workers too, whatever happened
+            os.killpg(launcher.pid, signal.SIGKILL)
     assert launcher.returncode != 0
     assert elapsed < timeout + 10
     assert "Traceback" not in stderr

@@ -13,6 +13,8 @@ import time
 import pytest
 import torch.distributed as dist
 
+from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter
+from slate.engines.lookout import LOOK_SECONDS, Lookout, Sighting
 from slate.engines.membership import (
     FINAL_MEMBERS_KEY,
     PREFIX,
@@ -216,21 +218,60 @@ def test_a_process_restarted_under_the_same_rank_is_told_apart(store_address):
 
 def test_a_silent_member_is_named_on_the_heartbeat_timer_not_after_timeout(store_address):
     """Issue 23: a wait ends once the member it waits for is silent for silence_s (here
-    min(10, 4 / 2) = 2 s), long before --timeout."""
+    min(10, 4 / 2) = 2 s), long before --timeout. Issue 29: the lookout thread finds it."""
     a = Membership(records(store_address), 0, [0, 1], timeout_s=4.0)
     Membership(records(store_address), 1, [0, 1], timeout_s=4.0)  # registers party 1 (alive)
     assert a.silence_s == 2.0
     a.store.add(f"{PREFIX}beat/1", 1)
-    started = time.monotonic()
-    assert a.silent_member([0, 1]) is None  # first look: the counter is new
-    a.store.add(f"{PREFIX}beat/1", 1)  # it beats once more, then falls silent
-    found = None
-    while found is None and time.monotonic() - started < 10:
-        found = a.silent_member([0, 1])
-        time.sleep(0.05)
-    elapsed = time.monotonic() - started
-    assert found is not None and found[0] == 1 and "no heartbeat" in found[1]
-    assert 2.0 <= elapsed < 3.0
+    lookout = Lookout(lambda: client(store_address), a, records(store_address))
+    try:
+        started = time.monotonic()
+        while lookout.sighting() is None:  # the first look: the counter is new
+            assert time.monotonic() - started < 5
+            time.sleep(0.02)
+        assert lookout.sighting().gone == {} and not lookout.sighting().failed
+        a.store.add(f"{PREFIX}beat/1", 1)  # it beats once more, then falls silent
+        moved = time.monotonic()
+        while 1 not in (lookout.sighting() or Sighting(0, (), ())).gone:
+            assert time.monotonic() - started < 10
+            time.sleep(0.02)
+        elapsed = time.monotonic() - moved
+        assert "no heartbeat" in lookout.sighting().gone[1]
+        assert 2.0 - LOOK_SECONDS <= elapsed < 2.0 + 3 * LOOK_SECONDS
+    finally:
+        lookout.stop()
+
+
+class _NoStore:
+    """A store connection that fails the test on any use."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the training thread called the store ({name})")
+
+
+def test_a_watched_wait_reads_the_lookouts_sighting_and_never_the_store(store_address):
+    """Issue 29: with --on-party-loss continue a wait longer than POLL_SECONDS made round trips
+    to the rendezvous on the training thread (63 calls, 38.7 s over an 80 ms link). Now it
+    reads what the lookout saw: with the training thread's store connection unusable, a wait
+    still ends, naming the party the lookout saw gone, and the flag another party raised."""
+    a = Membership(records(store_address), 0, [0, 1, 2], timeout_s=60.0)
+    lookout = Lookout(lambda: client(store_address), a, records(store_address))
+    waiter = Waiter(FailureGuard(0), lookout)
+    try:
+        a.records.store = a.store = _NoStore()  # the training thread's own connection
+        waiter._watch([1, 2])  # no sighting yet: the wait goes on
+        gone = {2: "its process (pid 1) exited"}
+        lookout._sighting = Sighting(0, (0, 1, 2), (), gone=gone)
+        waiter._watch([1])  # party 1 is not gone
+        with pytest.raises(ExchangeFailed, match="party 2 is gone: its process"):
+            waiter._watch([1, 2])
+        lookout._sighting = Sighting(1, (0, 1, 2), (), failed=True)  # of another generation
+        waiter._watch([1, 2])
+        lookout._sighting = Sighting(0, (0, 1, 2), (), failed=True)
+        with pytest.raises(ExchangeFailed, match="another party left"):
+            waiter._watch([1])
+    finally:
+        lookout.stop()
 
 
 def test_a_party_whose_rank_a_newer_process_took_does_not_rejoin(store_address):

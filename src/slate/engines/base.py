@@ -83,7 +83,11 @@ class Communicator(ABC):
         self.bytes_sent = 0.0
         self.messages_sent = 0.0
         self.rounds = 0.0
-        self._round_exchanges: dict[int, bool] = {}
+        # Per gossip round: the mean and the largest number of messages a party sends (the
+        # busiest party's bytes are the mean's times peak_messages / mean_messages).
+        self.mean_messages = 0.0
+        self.peak_messages = 0.0
+        self._round_degrees: dict[int, tuple[float, float]] = {}
 
     def set_iteration(self, t: int) -> None:
         """Tell the communicator which iteration comes next."""
@@ -135,10 +139,19 @@ class Communicator(ABC):
         """A gossip round is one sequential exchange of the network when any party of it
         exchanges (the same count at every party, also one idle in this round)."""
         key = r % max(1, self.topology.cycle_length)
-        if key not in self._round_exchanges:
-            self._round_exchanges[key] = any(self.topology.degrees_at(r))
-        if self._round_exchanges[key]:
+        if key not in self._round_degrees:
+            degrees = [float(d) for d in self.topology.degrees_at(r)]
+            self._round_degrees[key] = (sum(degrees) / len(degrees), max(degrees))
+        mean, peak = self._round_degrees[key]
+        if peak > 0:
             self.rounds += 1
+            self.mean_messages += mean
+            self.peak_messages += peak
+
+    @property
+    def busiest_share(self) -> float:
+        """The busiest party's gossip bytes over the mean party's (1 on regular graphs)."""
+        return self.peak_messages / self.mean_messages if self.mean_messages > 0 else 1.0
 
     def _count(self, payload_bytes: float, messages: float, rounds: float = 0.0) -> None:
         self.bytes_sent += payload_bytes

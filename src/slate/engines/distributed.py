@@ -50,6 +50,7 @@ from slate.engines.faults import (
     first_line,
 )
 from slate.engines.local import MESSAGE_LIMIT, Engine
+from slate.engines.lookout import Lookout
 from slate.engines.membership import (
     FINAL_MEMBERS_KEY,
     Change,
@@ -121,7 +122,7 @@ class DistributedCommunicator(Communicator):
         self.waiter = waiter or Waiter(FailureGuard(rank), None)
         # With recovery, every gossip message carries a last element: 1 (parameters) or 0 (the
         # sender has left this generation), so that a blocked receiver wakes up at once.
-        self.signals_leaving = self.waiter.membership is not None
+        self.signals_leaving = self.waiter.watches
         self._message: tuple[int, torch.dtype] | None = None  # the size and type of a message
         self._unwaited: list[Any] = []  # leave messages are never waited for
         self.choco: ChocoGossip | None = None
@@ -234,6 +235,7 @@ class DistributedEngine(Engine):
         self._aborted: list[Any] = []  # process groups left behind, never destroyed
         self._communicator: DistributedCommunicator | None = None
         self._heartbeat: Heartbeat | None = None
+        self._lookout: Lookout | None = None
         self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
         self.guard = FailureGuard(self.rank)
         self.records = self.guard.records() or Records(None, dist.get_world_size())
@@ -269,12 +271,13 @@ class DistributedEngine(Engine):
         membership = Membership(records, rendezvous.rank, list(engine.members), timeout_s)
         engine.membership = membership if recover else None
         engine.guard = FailureGuard(engine.rank, records)
-        engine.waiter = Waiter(engine.guard, engine.membership)
-        engine._heartbeat = (
-            Heartbeat(rendezvous.connect, engine.rank, records, membership.process)
-            if recover
-            else None
-        )
+        engine._heartbeat = engine._lookout = None
+        if recover:
+            engine._heartbeat = Heartbeat(
+                rendezvous.connect, engine.rank, records, membership.process
+            )
+            engine._lookout = Lookout(rendezvous.connect, membership, records)
+        engine.waiter = Waiter(engine.guard, engine._lookout)
         engine.store_out_of_reach = False
         engine.returning = recover and membership.running_generation() is not None
         if not engine.returning:
@@ -424,10 +427,16 @@ class DistributedEngine(Engine):
         self._open_group(change.generation)
         return change
 
-    def admit_returning(self, iteration: int) -> Change | None:
-        """At a checkpoint boundary: admit the parties that asked to return, if any."""
+    def admit_returning(self, iteration: int, asked: bool = True) -> Change | None:
+        """At a checkpoint boundary: admit the parties that asked to return, if any (``asked``:
+        some member's lookout saw a join request; without one the store is not asked)."""
         membership = self.membership
         if membership is None or self.store_out_of_reach:
+            return None
+        if self._lookout is not None and self._lookout.out_of_reach():
+            self.store_out_of_reach = True  # (the lookout's own connection gets no answer)
+            return None
+        if not asked:
             return None
         try:
             change = membership.agree_on_joins(iteration)
@@ -492,18 +501,32 @@ class DistributedEngine(Engine):
         return self.total(x.sum(dim=0)) / self.n_parties
 
     def total(self, value: Tensor) -> Tensor:
-        out = value.clone()
-        self.waiter.collective(lambda: dist.all_reduce(out, async_op=True), self._everyone())
-        return out
+        return self._all_reduce(value.clone(), dist.ReduceOp.SUM)
 
     def minimum(self, value: Tensor) -> Tensor:
-        out = value.to(self.device).clone()
-        op = dist.ReduceOp.MIN
+        return self._all_reduce(value.to(self.device).clone(), dist.ReduceOp.MIN)
+
+    def union(self, words: Tensor) -> Tensor:
+        return self._all_reduce(words.clone(), dist.ReduceOp.BOR)
+
+    def _all_reduce(self, out: Tensor, op: Any) -> Tensor:
+        self.count_collective(out)
         self.waiter.collective(lambda: dist.all_reduce(out, op=op, async_op=True), self._everyone())
         return out
 
     def any(self, flag: bool) -> bool:
         return bool(self.total(torch.tensor(float(flag), device=self.device)) > 0)
+
+    def any_of(self, flags: list[bool]) -> list[bool]:
+        summed = self.total(torch.tensor([float(f) for f in flags], device=self.device))
+        return [bool(v > 0) for v in summed]
+
+    def joins_requested(self) -> bool:
+        return self._lookout is not None and self._lookout.joins_requested()
+
+    @property
+    def wait_seconds(self) -> float:
+        return self.waiter.seconds
 
     def gather_json(
         self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
@@ -549,6 +572,8 @@ class DistributedEngine(Engine):
                 raise MalformedMessage(member, what, problem)
 
     def _all_gather(self, value: Tensor) -> list[Tensor]:
+        self.collective_bytes += (self.n_parties - 1) * value.numel() * value.element_size()
+        self.collective_round_trips += (self.n_parties - 1) / 2
         parts = [torch.empty_like(value) for _ in range(self.n_parties)]
         self.waiter.collective(
             lambda: dist.all_gather(parts, value, async_op=True), self._everyone()
@@ -561,10 +586,7 @@ class DistributedEngine(Engine):
         )
 
     def gather(self, x: Tensor) -> Tensor | None:
-        parts = [torch.empty_like(x) for _ in range(self.n_parties)]
-        self.waiter.collective(
-            lambda: dist.all_gather(parts, x.contiguous(), async_op=True), self._everyone()
-        )
+        parts = self._all_gather(x.contiguous())
         return torch.cat(parts) if self.is_main else None
 
     def leave(self) -> None:
@@ -572,8 +594,9 @@ class DistributedEngine(Engine):
         talks to it; a party lost at this point no longer matters."""
         with contextlib.suppress(PartyLost):
             self.waiter.collective(lambda: dist.barrier(async_op=True), self._everyone())
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
+        for daemon in (self._heartbeat, self._lookout):
+            if daemon is not None:
+                daemon.stop()
         if self.rendezvous is not None:
             try:
                 if self.is_main:

@@ -8,18 +8,20 @@ failed flag (``continue``): the survivors then agree on the next generation
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.distributed as dist
 
-from slate.engines.membership import Membership, PartyLost, process_alive, registered_process
+from slate.engines.lookout import Lookout
+from slate.engines.membership import PartyLost, process_alive, registered_process
 from slate.engines.records import Records, parse_rank
 
 __all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_line"]
@@ -28,7 +30,6 @@ LOST_KEY = "slate/lost_rank"
 PROC_KEY = "slate/process"
 LOOKUP_SECONDS = 3.0
 POLL_SECONDS = 0.2  # a wait looks this often whether another member left the generation
-LOOK_SECONDS = 1.0  # and this often whether a member it waits for has fallen silent
 
 
 class ExchangeFailed(PartyLost):
@@ -167,23 +168,42 @@ class _Background:
 class Waiter:
     """Waits for this process's communication, failing in the way the loss policy asks.
 
-    ``stop``: one blocking wait; a failure is :class:`PartyLost` naming the lost rank.
-    ``continue``: every wait is watched every ``POLL_SECONDS``: it stops as soon as any member
-    raised the generation's failed flag, or as soon as a member it waits for is gone (its
-    heartbeat silent for the membership's ``silence_s``, or its process exited), and a failure
-    is :class:`ExchangeFailed`. Collectives are waited for in slices; point-to-point waits and
-    posting of point-to-point messages block a background thread (:class:`_Background`)
-    instead.
+    ``stop`` (no ``lookout``): one blocking wait; a failure is :class:`PartyLost` naming the
+    lost rank. ``continue``: every wait is watched every ``POLL_SECONDS``: it stops as soon as
+    the :class:`~slate.engines.lookout.Lookout` (a daemon thread that reads the store) saw any
+    member raise the generation's failed flag, or saw a member it waits for gone (its heartbeat
+    silent for the membership's ``silence_s``, or its process exited), and a failure is
+    :class:`ExchangeFailed`. A watch reads the lookout's last sighting only: no round trip to
+    the store is ever on the training thread's path. Collectives are waited for in slices;
+    point-to-point waits and posting of point-to-point messages block a background thread
+    (:class:`_Background`) instead.
     """
 
-    def __init__(self, guard: FailureGuard, membership: Membership | None) -> None:
+    def __init__(self, guard: FailureGuard, lookout: Lookout | None = None) -> None:
         self.guard = guard
-        self.membership = membership
+        self.lookout = lookout
         self._background: _Background | None = None
-        self._next_look = 0.0
+        self.seconds = 0.0  # wall time this process spent waiting for communication
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    @property
+    def watches(self) -> bool:
+        """Whether waits are watched (``--on-party-loss continue``)."""
+        return self.lookout is not None
 
     def collective(self, start: Callable[[], Any], suspects: list[int]) -> None:
-        if self.membership is None:
+        with self._timed():
+            self._collective(start, suspects)
+
+    def _collective(self, start: Callable[[], Any], suspects: list[int]) -> None:
+        if self.lookout is None:
             self.guard.run(lambda: start().wait(), suspects)
             return
         try:
@@ -202,15 +222,17 @@ class Waiter:
     def post(self, action: Callable[[], Any], suspects: list[int]) -> Any:
         """Start communication (posting sends and receives can fail on a closed connection),
         in the background, watched like a point-to-point wait."""
-        if self.membership is None:
-            return self.guard.run(action, suspects)
-        return self._in_background(action, suspects)
+        with self._timed():
+            if self.lookout is None:
+                return self.guard.run(action, suspects)
+            return self._in_background(action, suspects)
 
     def point_to_point(self, work: Any, peer: int) -> None:
-        if self.membership is None:
-            self.guard.run(work.wait, [peer])
-            return
-        self._in_background(work.wait, [peer])
+        with self._timed():
+            if self.lookout is None:
+                self.guard.run(work.wait, [peer])
+                return
+            self._in_background(work.wait, [peer])
 
     def _in_background(self, action: Callable[[], Any], suspects: list[int]) -> Any:
         if self._background is None:
@@ -226,25 +248,19 @@ class Waiter:
 
     def _watch(self, suspects: list[int]) -> None:
         """Give up on a wait once another member left this generation, or once a member it
-        waits for (``suspects``: indices among the generation's members) is gone."""
-        membership = self.membership
-        assert membership is not None
-        try:
-            if membership.failed():
-                raise ExchangeFailed("another party left this generation")
-            now = time.monotonic()
-            if now < self._next_look:
-                return
-            self._next_look = now + LOOK_SECONDS
-            members = membership.members
-            gone = membership.silent_member([members[i] for i in suspects if i < len(members)])
-        except (RuntimeError, dist.DistStoreError):
-            # The store is out of reach (the rendezvous is gone, or this site is cut off): the
-            # wait goes on, bounded by --timeout, as without recovery.
+        waits for (``suspects``: indices among the generation's members) is gone, as the
+        lookout last saw them. Without a sighting (the store is out of reach: the rendezvous
+        is gone, or this site is cut off) the wait goes on, bounded by --timeout."""
+        assert self.lookout is not None
+        seen = self.lookout.sighting()
+        if seen is None:
             return
-        if gone is not None:
-            rank, why = gone
-            raise ExchangeFailed(f"party {rank} is gone: {why}")
+        if seen.failed:
+            raise ExchangeFailed("another party left this generation")
+        for i in suspects:
+            rank = seen.members[i] if i < len(seen.members) else None
+            if rank in seen.gone:
+                raise ExchangeFailed(f"party {rank} is gone: {seen.gone[rank]}")
 
 
 def first_line(err: Exception) -> str:

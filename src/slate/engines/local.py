@@ -68,6 +68,40 @@ class Engine(ABC):
     def any(self, flag: bool) -> bool:
         """True on every process if ``flag`` is true on any."""
 
+    def any_of(self, flags: list[bool]) -> list[bool]:
+        """For each flag, True on every process if it is true on any (one exchange)."""
+        self.count_collective(torch.zeros(len(flags)))
+        return list(flags)
+
+    def joins_requested(self) -> bool:
+        """Whether a party outside the run asks to join (the distributed engine's lookout)."""
+        return False
+
+    def union(self, words: Tensor) -> Tensor:
+        """The bitwise OR over all processes of local ``int64`` words (one process: itself)."""
+        self.count_collective(words)
+        return words
+
+    #: Bytes this process sent in collectives besides gossip and exact averages (evaluations,
+    #: stop checks, set-up facts): as a ring all-reduce of each tensor sends them, in both
+    #: engines, so that the simulator reports what one process of a distributed run sends.
+    collective_bytes: float = 0.0
+    #: Round trips those collectives wait for, one after the other: a ring all-reduce passes
+    #: ``2 (N - 1)`` messages in turn (``N - 1`` round trips), an all-gather ``N - 1``.
+    collective_round_trips: float = 0.0
+
+    @property
+    def wait_seconds(self) -> float:
+        """Wall time this process spent waiting for communication (none in one process)."""
+        return 0.0
+
+    def count_collective(self, value: Tensor) -> None:
+        """Count one ring all-reduce of ``value``: ``2 (N - 1) / N`` of its bytes."""
+        n = self.n_parties
+        if n > 1:
+            self.collective_bytes += 2 * (n - 1) / n * value.numel() * value.element_size()
+            self.collective_round_trips += n - 1
+
     @abstractmethod
     def gather_json(
         self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
@@ -106,18 +140,22 @@ class SimulatorEngine(Engine):
         return SimulatorCommunicator(topology, device, torch.float32, settings, x0)
 
     def mean(self, x: Tensor) -> Tensor:
+        self.count_collective(x[0])
         return x.mean(dim=0)
 
     def total(self, value: Tensor) -> Tensor:
+        self.count_collective(value)
         return value
 
     def gather(self, x: Tensor) -> Tensor:
         return x
 
     def minimum(self, value: Tensor) -> Tensor:
+        self.count_collective(value)
         return value
 
     def any(self, flag: bool) -> bool:
+        self.count_collective(torch.zeros(1))
         return flag
 
     def gather_json(

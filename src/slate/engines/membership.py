@@ -217,14 +217,31 @@ class _Liveness:
 
     def gone(self, rank: int) -> str | None:
         """Why ``rank`` counts as gone, or None while it may still be alive."""
-        where = registered_process(self.records, rank)
+        return self._verdict(rank, registered_process(self.records, rank), self._beat(rank))
+
+    def gone_of(self, ranks: list[int]) -> dict[int, str]:
+        """:meth:`gone` of several ranks, their records read together (two round trips)."""
+        keys, signers = [], []
+        for rank in ranks:
+            signer = rank if self.records.signed else None
+            keys += [f"{PREFIX}process/{rank}", f"{PREFIX}beat/{rank}"]
+            signers += [signer, signer]
+        bodies = self.records.get_many(keys, signers)
+        found = {}
+        for i, rank in enumerate(ranks):
+            where, beat = _process_of(bodies[2 * i]), self._beat_of(bodies[2 * i + 1])
+            why = self._verdict(rank, where, beat)
+            if why is not None:
+                found[rank] = why
+        return found
+
+    def _verdict(self, rank: int, where: tuple[str, int] | None, beat: Any) -> str | None:
         known = self.incarnations.get(rank)
         if where is not None and known is not None and f"{where[0]}:{where[1]}" != known:
             # A supervisor restarted it at once: the new process bumps the same heartbeat.
             return f"its process was replaced by a new one (pid {where[1]} on {where[0]})"
         if where is not None and where[0] == socket.gethostname() and not process_alive(where[1]):
             return f"its process (pid {where[1]}) exited"
-        beat = self._beat(rank)
         now = time.monotonic()
         last = self.seen.get(rank)
         if last is None or _moved(beat, last[0]):
@@ -242,7 +259,13 @@ class _Liveness:
                 return int(self.records.store.add(key, 0))
             except ValueError:  # not a counter (an in-memory store says so; TCPStore hangs up)
                 return None
-        body = self.records.get(key, signer=rank)
+        return self._beat_of(self.records.get(key, signer=rank))
+
+    def _beat_of(self, body: str | None) -> Any:
+        """A beat from its stored text: a counter, or (signed) its process and count."""
+        if not self.records.signed:
+            text = (body or "").strip()
+            return int(text) if text.isdigit() and len(text) < 19 else None
         process, _, count = (body or "").rpartition(" ")
         return (process, int(count)) if count.isdigit() and len(count) < 19 else None
 
@@ -259,7 +282,12 @@ def _moved(beat: Any, last: Any) -> bool:
 
 def registered_process(records: Records, rank: int) -> tuple[str, int] | None:
     """``(host, pid)`` that party ``rank`` registered (signed by it under a roster), or None."""
-    body = records.get(f"{PREFIX}process/{rank}", signer=rank if records.signed else None)
+    return _process_of(
+        records.get(f"{PREFIX}process/{rank}", signer=rank if records.signed else None)
+    )
+
+
+def _process_of(body: str | None) -> tuple[str, int] | None:
     host, _, pid = (body or "").rpartition(":")
     if not host or not pid.isdigit() or len(pid) > 10:
         return None
@@ -338,31 +366,23 @@ class Membership:
         """Tell every member that generation ``g`` is over (their waits stop within a poll)."""
         self.records.put(self.key("failed"), str(self.rank), self.generation)
 
-    def failed(self) -> bool:
-        """Whether some member has left the current generation (a quick store lookup)."""
-        key = self.key("failed")
-        if not self.store.check([key]):
+    def failed(self, records: Records | None = None, generation: int | None = None) -> bool:
+        """Whether some member has left the current generation (a quick store lookup), through
+        ``records`` (another thread's connection) when given."""
+        records = records or self.records
+        generation = self.generation if generation is None else generation
+        key = self.key("failed", generation)
+        if not records.store.check([key]):
             return False
-        found = self.records.get_signed(key, self.generation)
+        found = records.get_signed(key, generation)
         if found is None:
             return False
         signer, body = found
         rank = parse_rank(body, self.nodes)
         if rank is None or rank not in self.members or signer not in (-1, rank):
-            self.records.note(key, str(signer), "it raises the flag for another party")
+            records.note(key, str(signer), "it raises the flag for another party")
             return False
         return True
-
-    def silent_member(self, ranks: list[int]) -> tuple[int, str] | None:
-        """The first of ``ranks`` (other than this party) that is gone, with why: its heartbeat
-        has not moved for ``silence_s`` seconds, or its process exited or was replaced. A wait
-        for such a member ends on this timer, long before ``--timeout``."""
-        for rank in ranks:
-            if rank != self.rank:
-                why = self.liveness.gone(rank)
-                if why is not None:
-                    return rank, why
-        return None
 
     def agree_on_loss(self, position: int) -> Change:
         """Leave the current generation at ``position`` and return the agreed next one.
@@ -443,28 +463,34 @@ class Membership:
             return None
         return ranks if all(0 <= r < self.nodes for r in ranks) else None
 
-    def _requests(self) -> dict[int, dict[str, str]]:
+    def _requests(self, records: Records | None = None) -> dict[int, dict[str, str]]:
         """The valid join requests of parties outside the generation: rank -> its request (one
-        lookup per party outside it; none while every party is in)."""
+        lookup per party outside it; none while every party is in), read through ``records``
+        (another thread's connection) when given."""
         found = {}
         for rank in range(self.nodes):
             if rank in self.members:
                 continue
-            request = self._request_of(rank)
+            request = self._request_of(rank, records)
             if request is not None:
                 found[rank] = request
         return found
 
-    def _request_of(self, rank: int) -> dict[str, str] | None:
-        body = self.records.get(f"{PREFIX}join_request/{rank}", self._signer(rank))
+    def joins_requested(self, records: Records) -> bool:
+        """Whether a party outside the generation asks to join (for the lookout)."""
+        return bool(self._requests(records))
+
+    def _request_of(self, rank: int, records: Records | None = None) -> dict[str, str] | None:
+        records = records or self.records
+        body = records.get(f"{PREFIX}join_request/{rank}", self._signer(rank))
         try:
             request = decode((body or "").encode(), REQUEST_SHAPE, rank, "join request", 4096)
         except MalformedMessage:
             return None
-        return request if request["process"] == self.incarnation_of(rank) else None
+        return request if request["process"] == self.incarnation_of(rank, records) else None
 
-    def incarnation_of(self, rank: int) -> str | None:
-        where = registered_process(self.records, rank)
+    def incarnation_of(self, rank: int, records: Records | None = None) -> str | None:
+        where = registered_process(records or self.records, rank)
         return None if where is None else f"{where[0]}:{where[1]}"
 
     def request_join(self, reason: str = "restarted with --resume") -> Change:

@@ -153,6 +153,19 @@ class Records:
         opened = self.open(key, _text(self.store.get(key)), signer, generation)
         return None if opened is None else opened[1]
 
+    def get_many(self, keys: list[str], signers: list[int | None]) -> list[str | None]:
+        """:meth:`get` of each key, in two round trips to the store when all of them exist
+        (``check``, then ``multi_get``); one key at a time otherwise."""
+        if not keys:
+            return []
+        if not self.store.check(keys):
+            return [self.get(key, signer) for key, signer in zip(keys, signers, strict=True)]
+        found = []
+        for key, raw, signer in zip(keys, self.store.multi_get(keys), signers, strict=True):
+            opened = self.open(key, _text(raw), signer)
+            found.append(None if opened is None else opened[1])
+        return found
+
     def get_signed(self, key: str, generation: int | None = None) -> tuple[int, str] | None:
         """``(signer, body)`` of the record under ``key`` (signer -1 without a roster)."""
         if not self.store.check([key]):

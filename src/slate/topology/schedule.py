@@ -340,6 +340,13 @@ class Topology:
             product = self.matrix_at(t) @ product
         return mixing_rate(product) ** (1.0 / self.period)
 
+    @property
+    def applied_lambda(self) -> float:
+        """The mixing rate of the matrices a run applies: :attr:`effective_lambda` for a cycle
+        of one-peer rounds (whose union's :attr:`lam` is never applied), :attr:`lam`
+        otherwise."""
+        return self.effective_lambda if self.rounds is not None else self.lam
+
     @cached_property
     def cycle_product(self) -> np.ndarray:
         r"""The product :math:`\mathbf{M}_{L-1} \cdots \mathbf{M}_0` of one cycle's matrices,
