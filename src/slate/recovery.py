@@ -5,11 +5,13 @@ needs for that lives here:
 
 * :class:`Snapshots`: the last few states of this process, by *position*. Position ``2 t`` is
   iteration ``t`` before its evaluation and checkpoint, ``2 t + 1`` after them, ready for step
-  ``t``. A distributed party that detects a loss has usually finished a step or two more than a
-  party farther away in the graph (a step needs only the neighbours' messages); the survivors
-  agree to resume from the smallest position any of them holds, and each rolls back to it.
-  Every saved tensor is replaced (never written in place) by the steps, so a snapshot holds
-  references, not copies.
+  ``t``. A distributed party that detects a loss may be some gossip rounds ahead of a party
+  farther away in the graph (a step needs only the neighbours' messages, and a local step none);
+  the survivors agree to resume from the smallest position any of them holds, and each rolls
+  back to it. Only the positions where such a rollback can land are kept: before each gossip
+  round's step and around each chunk's end (:meth:`PartySet.snapshot_before_step`), as many as
+  :func:`snapshot_depth` says. Every saved tensor is replaced (never written in place) by the
+  steps, so a snapshot holds references, not copies.
 * :func:`parse_drops`: the simulator's ``--drop-party RANK@ITER`` schedule, the same event
   injected deterministically.
 * :func:`party_event`: the records of ``summary.json``'s ``party_events``.
@@ -23,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -30,7 +33,7 @@ from slate.engines.local import MESSAGE_LIMIT
 from slate.engines.membership import Change, PartyLost
 from slate.errors import ConfigError
 from slate.security.messages import ANY, ListOf, MapOf
-from slate.topology import diameter, surviving_topology
+from slate.topology import Topology, surviving_topology
 
 if TYPE_CHECKING:
     from slate.run import Run
@@ -40,15 +43,26 @@ __all__ = [
     "RecordedExchange",
     "Snapshot",
     "Snapshots",
+    "drift_rounds",
     "parse_drops",
     "party_event",
+    "rollback_rounds",
     "snapshot_depth",
 ]
+
+#: Snapshots kept around the chunk boundaries in the rollback window (:func:`snapshot_depth`).
+BOUNDARY_SNAPSHOTS = 3
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything a party needs to resume from one position (references, not copies)."""
+    """Everything a party needs to resume from one position (references, not copies).
+
+    The communicator's state (compressed gossip's public copies, :mod:`slate.engines.choco`) is
+    not in it: every rollback is followed by a change of the party set, which gives every
+    survivor a new communicator whose public copies restart at zero
+    (:meth:`PartySet.change_parties`), the same on both sides of every edge.
+    """
 
     position: int
     x: Tensor
@@ -67,7 +81,7 @@ class Snapshot:
 
 
 class Snapshots:
-    """The newest ``depth`` snapshots, one per position."""
+    """The newest ``depth`` snapshots, one per position, in increasing positions."""
 
     def __init__(self, depth: int) -> None:
         self._items: deque[Snapshot] = deque(maxlen=depth)
@@ -82,7 +96,9 @@ class Snapshots:
         self._items = deque(self._items, maxlen=depth)
 
     def add(self, snapshot: Snapshot) -> None:
-        if self._items and self._items[-1].position == snapshot.position:
+        """Keep ``snapshot``; one held at its position or later is replaced (it belongs to a
+        course the party left by rolling back, or by being admitted at an earlier iteration)."""
+        while self._items and self._items[-1].position >= snapshot.position:
             self._items.pop()
         self._items.append(snapshot)
 
@@ -102,11 +118,123 @@ class Snapshots:
             "there; it stops. Restart it with --resume to rejoin at the next checkpoint."
         )
 
+    def rollback(self, position: int) -> Snapshot:
+        """The snapshot of ``position`` (:meth:`at`); the newer ones are dropped."""
+        snapshot = self.at(position)
+        while self._items[-1].position > position:
+            self._items.pop()
+        return snapshot
 
-def snapshot_depth(diameter: int) -> int:
-    """Positions to keep: a party can be ahead of another by at most one step per hop between
-    them (two positions each), plus the evaluation positions around a chunk's end."""
-    return 2 * diameter + 6
+
+def _round_links(topology: Topology, r: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Who hears from whom in gossip round ``r``: ``None`` for an exact average (everyone),
+    else slots ``(nodes, others)``: node ``nodes[i]`` exchanges with ``others[i]``, each node at
+    most once per slot."""
+    if topology.is_full_average_at(r):
+        return None
+    M = topology.matrix_at(r)
+    linked = (M > 0) | (M.T > 0)
+    np.fill_diagonal(linked, False)
+    peers = [np.flatnonzero(row) for row in linked]
+    slots = []
+    for k in range(max((len(p) for p in peers), default=0)):
+        nodes = np.array([v for v, p in enumerate(peers) if len(p) > k])
+        slots.append((nodes, np.array([peers[v][k] for v in nodes])))
+    return slots
+
+
+def rollback_rounds(topology: Topology) -> tuple[bool, ...]:
+    """For each round of the topology's cycle (one for a static graph): whether any party
+    exchanges in it (an edge, or an exact average). A rollback can land only before such a
+    round's step, or around a chunk's end."""
+    return tuple(
+        topology.is_full_average_at(r) or any(topology.degrees_at(r))
+        for r in range(topology.cycle_length)
+    )
+
+
+def drift_rounds(topology: Topology) -> int:
+    r"""The most gossip rounds one party can be ahead of another: the *temporal diameter*.
+
+    Party ``p`` can finish round ``r`` only once every neighbour of round ``r`` has started it
+    (sent its message, or entered the exact average). So if party ``q`` has started round
+    :math:`\rho` and no later one, a neighbour that meets it next in round :math:`r > \rho` cannot
+    finish :math:`r`: it has started round :math:`r` at most. Along a path of the time-varying
+    graph this repeats hop after hop, one hop per round, each hop in the next round that has its
+    edge; a party is therefore at most :math:`\Delta` rounds ahead of any other, where
+    :math:`\Delta` is the most rounds information needs to travel from any party to any other,
+    over every starting round of the cycle. Other exchanges (collectives at a chunk's end, a
+    second exchange within a round) can only hold parties back further.
+
+    For a static graph :math:`\Delta` is its diameter. For a cycle of rounds (``base-K``,
+    ``one-peer-exponential``) it is neither the union graph's diameter nor the cycle length:
+    3 parties on ``base-2`` (rounds 0-1, 0-2, 0-1; union diameter 2, cycle 3) have
+    :math:`\Delta = 4`, 4 parties (0-1 2-3, then 0-2 1-3) :math:`\Delta = 2`. For ``federated``
+    (local steps and an exact average every ``q``-th round) it is ``q``.
+    """
+    n, length = topology.n, topology.cycle_length
+    links = [_round_links(topology, r) for r in range(length)]
+    most = 0
+    for start in range(length):  # the round the slowest party started last, modulo the cycle
+        reached = np.eye(n, dtype=bool)  # reached[s, v]: party s's round is known at v
+        rounds = 0
+        while not reached.all():
+            if rounds > n * length:
+                raise ValueError(f"topology {topology.name!r} never links every party")
+            slots = links[(start + 1 + rounds) % length]
+            if slots is None:
+                reached[:] = True
+            else:
+                heard = reached.copy()
+                for nodes, others in slots:
+                    heard[:, nodes] |= reached[:, others]
+                reached = heard
+            rounds += 1
+        most = max(most, rounds)
+    return most
+
+
+def snapshot_depth(topology: Topology) -> int:
+    r"""How many snapshots a party keeps so that it can roll back to any position the
+    survivors may agree on.
+
+    The survivors resume from the smallest position any of them holds, the newest snapshot of
+    the slowest survivor ``q``. A party ``p`` must still hold it. With :math:`H` iterations per
+    gossip round (``--gossip-every``), round :math:`r`'s exchange ends step
+    :math:`g_r = (r + 1) H - 1`, and every party takes a snapshot before that step, at position
+    :math:`2 g_r + 1` (and at a chunk's end: its last step's position ``2 t`` and ``2 t + 1``).
+    If ``q`` has started round :math:`\rho` and no later one, its newest snapshot is at
+    :math:`2 g_\rho + 1` or later, and ``p`` has started at most round
+    :math:`\rho + \Delta` (:func:`drift_rounds`): it holds nothing newer than
+    :math:`2 g_{\rho + \Delta} + 1`. So ``p`` is at most :math:`2 H \Delta` positions,
+    :math:`H \Delta` iterations, ahead (a party blocked only at gossip rounds is up to
+    :math:`H` iterations ahead per hop, not one), and between the two it holds a snapshot of
+    each exchanging round among :math:`\rho, \dots, \rho + \Delta` (:func:`rollback_rounds`),
+    at most :math:`\Delta + 1`, whatever :math:`H` is.
+
+    Chunk ends (``_chunk_length`` in :mod:`slate.train`: evaluations, checkpoints, at most
+    1 000 steps) add at most :data:`BOUNDARY_SNAPSHOTS` = 3. Every chunk starts with a collective
+    of all parties (the stop check), which no party finishes before every party has reached that
+    chunk's end ``t`` (position ``2 t``). So once ``p`` has passed ``t``, the slowest is at
+    ``2 t`` or later, and between the two lie at most ``2 t``, ``2 t + 1`` and the end ``t'``
+    that ``p`` may be waiting at, ``2 t'``. A rollback or an admission puts every party at the
+    same position, and the next chunk starts there, with the same collective.
+
+    The brute force in ``tests/test_recovery.py`` runs every interleaving of the parties'
+    exchanges on small graphs: the drift reaches :math:`2 H \Delta` positions exactly, and never
+    needs more than :math:`\Delta + 2` snapshots (the 3 for chunk ends are a union bound).
+
+    Memory: each snapshot holds references to one version of this party's parameters,
+    algorithm variables (momentum, tracker) and BatchNorm buffers, so a party holds at most
+    :math:`\Delta + 4` versions of its model state, independently of :math:`H`: 6 on a ring of 4
+    (one per step, :math:`2 \cdot 2 + 6 = 10` before), 8 on 3 parties of ``base-2``. A
+    rollback recomputes at most :math:`H \Delta` steps.
+    """
+    rounds = drift_rounds(topology)
+    exchanging = rollback_rounds(topology)
+    length = len(exchanging)
+    most = max(sum(exchanging[(s + k) % length] for k in range(rounds + 1)) for s in range(length))
+    return most + BOUNDARY_SNAPSHOTS
 
 
 def parse_drops(values: tuple[str, ...], nodes: int, iterations: int) -> dict[int, list[int]]:
@@ -219,14 +347,28 @@ class PartySet:
         self.party_events: list[dict[str, Any]] = []
         self.graph_changes: list[dict[str, Any]] = []
         self.drops = drops
-        self.snapshots = (
-            Snapshots(snapshot_depth(diameter(run.topology.W))) if self.recovers else None
-        )
+        self.snapshots: Snapshots | None = None
+        self._rollback_rounds: tuple[bool, ...] = ()
+        if self.recovers:
+            self.snapshots = Snapshots(snapshot_depth(run.topology))
+            self._rollback_rounds = rollback_rounds(run.topology)
 
     @property
     def recovers(self) -> bool:
         """Whether a lost party leaves the others running (distributed, ``continue``)."""
         return bool(getattr(self.run.engine, "recovers", False))
+
+    def snapshot_before_step(self) -> None:
+        """Before step ``t`` of a chunk: remember this position if a rollback can land here,
+        that is, when step ``t`` ends with a gossip round in which some party exchanges
+        (:func:`snapshot_depth`). A party learns of a loss only in an exchange, and every party
+        keeps the same positions, so the position the survivors agree on is held by all."""
+        if self.snapshots is None:
+            return
+        t, every = self.run.iteration, self.run.config.gossip_every
+        phases = self._rollback_rounds
+        if (t + 1) % every == 0 and phases[(t // every) % len(phases)]:
+            self.snapshot(after_evaluation=True)
 
     def snapshot(self, after_evaluation: bool) -> None:
         """Remember this position (distributed ``continue`` only): before step ``t`` when
@@ -267,7 +409,7 @@ class PartySet:
         position all of them hold, and continue on the surviving graph."""
         assert self.snapshots is not None
         change = self.run.engine.leave_generation(self.snapshots.position)
-        self._restore(self.snapshots.at(change.position))
+        self._restore(self.snapshots.rollback(change.position))
         for rank in change.lost:
             self.party_events.append(
                 party_event(rank, change.iteration, "lost", change.reasons.get(rank, "lost"))
@@ -300,8 +442,8 @@ class PartySet:
         """Continue with ``members``: keep their rows, and mix over the surviving graph
         (:func:`slate.topology.surviving_topology`: Metropolis-Hastings weights over the
         remaining edges, bridged where the graph fell apart). The snapshot depth follows the
-        new graph's diameter (a ring that lost a party is a longer path), keeping the snapshots
-        held, so that a later loss can still roll back as far as the new graph needs."""
+        new graph (a ring that lost a party is a longer path; :func:`snapshot_depth`), keeping
+        the snapshots held, so that a later loss can still roll back as far as it needs."""
         run = self.run
         rows = [k for k, p in enumerate(run.engine.local_parties) if p in members]
         if len(rows) < run.n_local:
@@ -309,8 +451,9 @@ class PartySet:
         run.engine.set_members(members)
         self.members = sorted(members)
         run.topology, graph = surviving_topology(run.base_topology, self.members)
-        if self.snapshots is not None:  # parties drift apart one step per hop of the new graph
-            self.snapshots.resize(snapshot_depth(diameter(run.topology.W)))
+        if self.snapshots is not None:  # parties drift apart along the new graph
+            self.snapshots.resize(snapshot_depth(run.topology))
+            self._rollback_rounds = rollback_rounds(run.topology)
         traffic = run.comm.counters()
         # Compressed gossip's public copies restart at zero on every survivor (engines.choco).
         run.comm = run.make_communicator(torch.zeros_like(run.x))

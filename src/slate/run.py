@@ -219,7 +219,7 @@ class Run:
         for k in range(steps - done):
             if self.stop_requested and self.engine.stops_between_iterations:
                 break
-            self.party_set.snapshot(after_evaluation=True)
+            self.party_set.snapshot_before_step()  # (where a rollback may land)
             self.faults.check("step", self.iteration)
             self.comm.set_iteration(self.iteration)
             self.x, losses[done] = self.algorithm.step(

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.engines.test_party_loss import kill_and_bring_back
+from tests.sites import HAVE_W7A
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
 FLAGS = ["--dataset", "digits", "--nodes", "3", "--topology", "ring", "--iterations", "120",
@@ -91,6 +94,75 @@ def test_a_party_lost_at_this_moment_leaves_the_others_finishing(tmp_path, kill,
     at = int(kill.split("@")[1].split(":")[0])
     assert event["iteration"] <= at
     assert summary["iterations"] == 120
+
+
+# ------------------------------------------------------------- local steps between gossip rounds
+
+# 3 parties on base-2 (rounds 0-1, 0-2, 0-1; round r ends step 25 r + 24): party 2 talks to
+# party 0 only every third gossip round, so with --gossip-every 25 it runs up to 100 iterations
+# past a party blocked on the lost one before its own next exchange holds it (issue 29): killed
+# at 130, party 1 leaves party 0 blocked at step 149 while party 2 reaches step 199.
+LOCAL_STEPS_FLAGS = ["--dataset", "digits", "--nodes", "3", "--topology", "base-2",
+                     "--gossip-every", "25", "--iterations", "300", "--eval-every", "100",
+                     "--checkpoint-every", "100", "--seed", "1", "--no-progress",
+                     "--timeout", "20"]  # fmt: skip
+INT8 = ("--compress", "int8")
+LOCAL_STEPS_SUBSET = [("1@130:step", ()), ("0@130:step", INT8)]
+LOCAL_STEPS_FULL = [
+    *((f"{rank}@{at}:{moment}", ())
+      for rank in (0, 1, 2)
+      for moment, at in (("step", 60), ("step", 130), ("step", 240), ("checkpoint", 200))),
+    *((f"{rank}@130:step", INT8) for rank in (0, 1, 2)),
+]  # fmt: skip
+LOCAL_STEPS = LOCAL_STEPS_FULL if FULL_MATRIX else LOCAL_STEPS_SUBSET
+
+
+@pytest.mark.parametrize(("kill", "extra"), LOCAL_STEPS,
+                         ids=[" ".join((c[0], *c[1])) for c in LOCAL_STEPS])  # fmt: skip
+def test_a_party_lost_under_local_steps_leaves_every_healthy_party_finishing(tmp_path, kill, extra):
+    """Issue 29, item 4: with H local steps between gossip rounds a party runs up to H
+    iterations per hop ahead of one blocked on the lost party; each survivor must still hold
+    the state the survivors agree to roll back to (none stops), and all record one loss. With
+    --compress int8 the rollback also restarts CHOCO's public copies on every survivor."""
+    out = tmp_path / "run"
+    done = train_with_fault(kill, *LOCAL_STEPS_FLAGS, *extra, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "cannot roll back" not in done.stderr, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    lost = int(kill.split("@")[0])
+    assert summary["members"] == [p for p in range(3) if p != lost], done.stderr
+    (event,) = summary["party_events"]
+    assert (event["rank"], event["event"]) == (lost, "lost")
+    assert summary["iterations"] == 300
+
+
+# Four sites on base-2 (rounds 0-1 2-3, then 0-2 1-3) with --gossip-every 25: the killed site's
+# two neighbours stop one gossip round (25 iterations) apart. Killed at 20%, 50% and 80% of the
+# run, at multiples of 100 (no chunk ends between those two rounds), with 4 000 iterations left
+# for the restarted site to return in (it took 600 to 2 100 on two busy cores). Full matrix
+# only: about 1, 1.5 and 2.5 min on two cores.
+SITE_KILLS = [(1, 1000, 5000), (2, 4000, 8000), (3, 16000, 20000)] if FULL_MATRIX else []
+
+
+@pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared")
+@pytest.mark.parametrize(("lost", "at", "iterations"), SITE_KILLS,
+                         ids=[f"{r}@{at}of{t}" for r, at, t in SITE_KILLS])  # fmt: skip
+def test_a_site_killed_under_local_steps_rejoins_and_no_healthy_site_stops(
+    tmp_path, lost, at, iterations
+):
+    """Issue 29, item 4: every healthy site rolls back to the agreed iteration and goes on (none
+    stops), the sites record the same events, and the killed site returns with --resume."""
+    flags = ("--topology", "base-2", "--gossip-every", "25", "--eval-every", "1000")
+    outputs, _ = kill_and_bring_back(tmp_path, lost, at, iterations, flags=flags, reach_s=600)
+    assert f"party {lost} rejoined the run at iteration" in outputs[lost][0]
+    results = [json.loads((tmp_path / f"site{r}" / "run" / "summary.json").read_text())
+               for r in range(4)]  # fmt: skip
+    events = results[0]["party_events"]
+    assert [(e["rank"], e["event"]) for e in events] == [(lost, "lost"), (lost, "rejoined")]
+    assert at - 25 <= events[0]["iteration"] < at + 25  # the first gossip round it missed
+    for result in results:
+        assert result["members"] == [0, 1, 2, 3] and result["party_events"] == events
+        assert result["test_ap"] == results[0]["test_ap"]
 
 
 SET_UP = [0, 1, 2] if FULL_MATRIX else [2]

@@ -138,18 +138,28 @@ def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
 # --------------------------------------------------------------------------- separate sites
 
 
-def kill_and_bring_back(tmp_path: Path, lost: int, at: int, iterations: int, check=None):
-    """Four ``--rank`` sites on a ``slate rendezvous``; site ``lost`` SIGKILLs itself before step
-    ``at`` and is restarted with ``--resume`` (``check`` looks at its folder first). Every site
-    must end with code 0 and no traceback; returns their outputs and the rendezvous."""
+def kill_and_bring_back(
+    tmp_path: Path,
+    lost: int,
+    at: int,
+    iterations: int,
+    check=None,
+    flags: tuple[str, ...] = (),
+    reach_s: float = 120,
+):
+    """Four ``--rank`` sites on a ``slate rendezvous`` (with ``flags`` added); site ``lost``
+    SIGKILLs itself before step ``at`` (within ``reach_s`` seconds) and is restarted with
+    ``--resume`` (``check`` looks at its folder first). Every site must end with code 0 and no
+    traceback; returns their outputs and the rendezvous."""
     write_sites(tmp_path)
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
              "127.0.0.1"]  # fmt: skip
     server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
-    flags = ["--nodes", "4", "--external-store", "--iterations", str(iterations), *SITE_FLAGS]
-    parties = [start_party(tmp_path, r, port, *flags, kill=f"{lost}@{at}") for r in range(4)]
-    parties[lost].wait(timeout=120)
+    run = ["--nodes", "4", "--external-store", "--iterations", str(iterations), *SITE_FLAGS,
+           *flags]  # fmt: skip
+    parties = [start_party(tmp_path, r, port, *run, kill=f"{lost}@{at}") for r in range(4)]
+    parties[lost].wait(timeout=reach_s)
     assert parties[lost].returncode == -signal.SIGKILL
     if check is not None:
         check(tmp_path / f"site{lost}" / "run")
