@@ -94,8 +94,13 @@ class Lookout:
         processes = _processes(membership)
         if self._records is None:
             self._records = self._template.with_store(self._connect())
-            # Its own record of when each beat last moved, on its own connection.
-            self._liveness = _Liveness(self._records, membership.silence_s, membership.incarnations)
+            # Its own connection, and the membership's record of when each beat last moved:
+            # an agreement on a loss then measures a member's silence from the last beat the
+            # lookout saw, not from the moment the agreement began.
+            self._liveness = _Liveness(
+                self._records, membership.silence_s, membership.incarnations,
+                membership.liveness.seen,
+            )  # fmt: skip
         assert self._liveness is not None
         failed = membership.failed(self._records, generation)
         others = [rank for rank in members if rank != membership.rank]

@@ -207,11 +207,16 @@ class _Liveness:
     """Tells whether a member is gone: its local process exited, or its heartbeat fell silent."""
 
     def __init__(
-        self, records: Records, silence_s: float, incarnations: dict[int, str] | None = None
+        self,
+        records: Records,
+        silence_s: float,
+        incarnations: dict[int, str] | None = None,
+        seen: dict[int, tuple[Any, float]] | None = None,
     ) -> None:
         self.records = records
         self.silence_s = silence_s
-        self.seen: dict[int, tuple[Any, float]] = {}  # rank -> (beat, when it last moved)
+        # rank -> (beat, when it last moved); shared with another thread's liveness when given
+        self.seen: dict[int, tuple[Any, float]] = {} if seen is None else seen
         # rank -> "host:pid" of the process in the run (shared with the membership, not copied)
         self.incarnations = incarnations if incarnations is not None else {}
 
