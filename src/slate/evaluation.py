@@ -30,7 +30,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -97,16 +97,33 @@ class TestScores:
 
 
 class Evaluation(ABC):
-    """Scores the logits of this process's test rows (a collective: every process calls it)."""
+    """Scores the logits of this process's test rows (a collective: every process calls it).
+
+    In two steps: :meth:`exchange` gathers what the metrics need from every process (and sums
+    the caller's ``riders``, other numbers of the evaluation, in the same exchange), then
+    :meth:`metrics` computes them locally.
+    """
 
     name: str
 
-    @abstractmethod
     def score(
         self, logits: Tensor, labels: Tensor, total, is_main: bool, union=_same
     ) -> TestScores:
         """Metrics of the whole test set; ``total`` sums a tensor over all processes and
         ``union`` ORs ``int64`` words over them."""
+        state, _ = self.exchange(logits, labels, total, union, None)
+        return self.metrics(state, is_main)
+
+    @abstractmethod
+    def exchange(
+        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None
+    ) -> tuple[Any, Tensor | None]:
+        """``(state, summed riders)``: what :meth:`metrics` needs, and ``riders`` (``float64``)
+        summed over all processes."""
+
+    @abstractmethod
+    def metrics(self, state: Any, is_main: bool) -> TestScores:
+        """The metrics from :meth:`exchange`'s state (no communication)."""
 
     def party_test_aps(self, logits: Tensor, labels: Tensor) -> list[float | None]:
         """Each local party's AP on its own test rows; empty when the test set is one pool."""
@@ -122,10 +139,14 @@ class PooledEvaluation(Evaluation):
 
     name = "pooled"
 
-    def score(
-        self, logits: Tensor, labels: Tensor, total, is_main: bool, union=_same
-    ) -> TestScores:
-        del total, union
+    def exchange(
+        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None
+    ) -> tuple[Any, Tensor | None]:
+        del union
+        return (logits, labels), (None if riders is None else total(riders))
+
+    def metrics(self, state: Any, is_main: bool) -> TestScores:
+        logits, labels = state
         if not is_main:
             return TestScores({"test_ap": math.nan, "test_auroc": math.nan})
         precision, recall, thresholds = metrics.precision_recall_curve(logits, labels)
@@ -142,7 +163,8 @@ class FederatedEvaluation(Evaluation):
 
     Two exchanges (:class:`slate.histogram_metrics.SegmentTable`): the OR of the bitmaps of
     the bins that hold positives (16 KiB), then the sum of the counts per such bin and per
-    segment between them; the metrics are exactly those of the summed dense table.
+    segment between them, with the riders; the metrics are exactly those of the summed dense
+    table.
     """
 
     name = "federated"
@@ -151,12 +173,19 @@ class FederatedEvaluation(Evaluation):
         self.test_parts = test_parts
         self.bins = bins
 
-    def score(
-        self, logits: Tensor, labels: Tensor, total, is_main: bool, union=_same
-    ) -> TestScores:
-        del is_main
+    def exchange(
+        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None
+    ) -> tuple[Any, Tensor | None]:
         table = SegmentTable(union(positive_bins_bitmap(logits, labels, self.bins)), self.bins)
-        counts = total(table.counts(logits, labels)).to(torch.float64)
+        local = table.counts(logits, labels).to(torch.float64)  # exact below 2^53 rows
+        extra = riders if riders is not None else local.new_zeros(0)
+        summed = total(torch.cat([local.reshape(-1), extra.to(torch.float64)]))
+        counts = summed[: local.numel()].view_as(local)
+        return (table, counts), (summed[local.numel() :] if riders is not None else None)
+
+    def metrics(self, state: Any, is_main: bool) -> TestScores:
+        del is_main
+        table, counts = state
         rows = table.row_bins
         binned = BinnedMetrics(counts, rows)
         precision, recall, bins = binned.precision_recall_curve()
@@ -311,45 +340,59 @@ class Evaluator:
             logits, self.test_labels, engine.total, engine.is_main, engine.union
         )
 
-    def evaluate(self, x: Tensor, iteration: int) -> dict[str, float]:
+    def evaluate(self, x: Tensor, iteration: int, riders: Tensor | None = None) -> dict[str, float]:
         """AP and AUROC of the averaged model on the whole test set, and the consensus distance.
 
         Every process must call it (it averages over all parties); the numbers are meaningful on
         the main process (the distance, on every process that writes a run folder). AP is
         computed on the logits: the sigmoid is monotone, so the ranking (and AP) is that of the
         sigmoid scores, without the ties that float32 saturation of the sigmoid would add.
+        ``riders`` (``float64``, local) are summed over all processes in the evaluation's own
+        exchange; the sums are left in :attr:`summed_riders`.
+
+        Exchanges: the mean model (an all-reduce), then the evaluation's (federated: a bitmap
+        and the counts; pooled: one sum), which also carries the consensus distance, the
+        non-finite flag and the riders.
         """
         with self._timing():
-            return self._evaluate(x, iteration)
+            return self._evaluate(x, iteration, riders)
 
-    def _evaluate(self, x: Tensor, iteration: int) -> dict[str, float]:
+    def _evaluate(self, x: Tensor, iteration: int, riders: Tensor | None) -> dict[str, float]:
         self.faults.check("evaluation", iteration)
-        size = self.compute.layout.size
-        xbar = self.engine.mean(x)  # one reduction serves both numbers
-        spread = self.engine.total(((x[:, :size] - xbar[:size]) ** 2).sum()) / self.engine.n_parties
+        engine, size = self.engine, self.compute.layout.size
+        xbar = engine.mean(x)  # one reduction serves the scores and the distance
         logits = self.compute.logits(
-            xbar, self.test_features, mean_buffers(self.engine, self.compute.buffers)
+            xbar, self.test_features, mean_buffers(engine, self.compute.buffers)
         )
-        self._guard_finite_scores(logits, x, iteration)
+        spread = ((x[:, :size] - xbar[:size]) ** 2).sum()
+        overflow = not bool(torch.isfinite(logits).all())
+        local = torch.tensor([float(spread), float(overflow)], dtype=torch.float64)
+        if riders is not None:
+            local = torch.cat([local, riders.to(torch.float64).cpu()])
+        state, summed = self.evaluation.exchange(
+            logits, self.test_labels, engine.total, engine.union, local
+        )
+        assert summed is not None
+        if float(summed[1]) > 0:  # every process sees the same sum: all stop together
+            self._diverged(x, iteration)
+        self.summed_riders = summed[2:]
         self._watch_learning(xbar, logits, iteration)
-        scores = self._score(logits)
+        scores = self.evaluation.metrics(state, engine.is_main)
         self._last_scores = (iteration, logits, scores)
-        writes_outputs = self.engine.is_main or self.federated  # as Run.writes_outputs
-        distance = float(spread) if writes_outputs else math.nan
+        writes_outputs = engine.is_main or self.federated  # as Run.writes_outputs
+        distance = float(summed[0]) / engine.n_parties if writes_outputs else math.nan
         return {
             "test_ap": scores.values["test_ap"],
             "test_auroc": scores.values["test_auroc"],
             "consensus_distance": distance,
         }
 
-    def _guard_finite_scores(self, logits: Tensor, x: Tensor, iteration: int) -> None:
+    def _diverged(self, x: Tensor, iteration: int) -> None:
         """Stop when the averaged model's test scores overflow (collective: all stop together).
 
         A saturated sigmoid keeps the losses finite while the parameters grow without bound, so
         the step-wise check of losses and parameters cannot see this divergence.
         """
-        if not self.engine.any(not bool(torch.isfinite(logits).all())):
-            return
         sizes = x.abs().amax(dim=1)
         row = int(sizes.argmax())
         lr = self.config.lr
@@ -408,7 +451,7 @@ class Evaluator:
         finally:
             _synchronize(self.device)
             self.seconds += time.perf_counter() - started
-            self.sent_bytes += self.engine.collective_bytes - sent
+            self.sent_bytes += float(self.engine.collective_bytes - sent)
 
 
 def _synchronize(device: torch.device) -> None:

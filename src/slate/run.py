@@ -365,14 +365,14 @@ class Run:
         """From now on, count the training's collectives (bytes, round trips) and waits
         (``recorded``: those of the run before a resume, from :meth:`network_state`)."""
         engine = self.engine
-        now = (engine.collective_bytes, engine.collective_round_trips, engine.wait_seconds)
+        now = (float(engine.collective_bytes), engine.collective_round_trips, engine.wait_seconds)
         before = recorded or [0.0, 0.0, 0.0]
         self._network_start = [a - b for a, b in zip(now, before, strict=True)]
 
     def network_state(self) -> list[float]:
         """The training's collective bytes, their round trips and its communication waits."""
         engine = self.engine
-        now = (engine.collective_bytes, engine.collective_round_trips, engine.wait_seconds)
+        now = (float(engine.collective_bytes), engine.collective_round_trips, engine.wait_seconds)
         start = getattr(self, "_network_start", [0.0, 0.0, 0.0])
         return [a - b for a, b in zip(now, start, strict=True)]
 
@@ -393,13 +393,20 @@ class Run:
         sent = traffic["comm_bytes_per_party"] * self.comm.busiest_share + collective_bytes
         return self.wan.seconds(self.compute_seconds(elapsed), traffic["rounds"], sent, round_trips)
 
-    def take_mean_loss(self) -> float:
-        """Mean training loss of all parties since the last call (collective), then reset."""
-        steps = max(self.loss_steps, 1)
-        mean = float(self.engine.total(self.loss_sum.sum()) / (steps * self.engine.n_parties))
+    def evaluate(self) -> tuple[dict[str, float], float, dict[str, float]]:
+        """The evaluation of this iteration, the mean training loss since the last one and the
+        mean traffic: the loss and the counters ride in the evaluation's own exchange."""
+        counters = [float(v) for v in self.comm.counters()]  # means over the local parties
+        riders = torch.tensor([float(self.loss_sum.sum()), *counters], dtype=torch.float64)
+        values = self.evaluator.evaluate(self.x, self.iteration, riders)
+        summed, n = self.evaluator.summed_riders, self.engine.n_parties
+        loss = float(summed[0]) / (max(self.loss_steps, 1) * n)
         self.loss_sum = torch.zeros_like(self.loss_sum)  # not in place: snapshots hold it
         self.loss_steps = 0
-        return mean
+        processes = n // len(self.engine.local_parties)  # each holds its parties' mean
+        names = ("comm_bytes_per_party", "messages_per_party", "rounds")
+        traffic = {name: float(v) / processes for name, v in zip(names, summed[1:], strict=True)}
+        return values, loss, traffic
 
 
 def _rows(table: Tensor, indices: Tensor) -> Tensor:

@@ -65,11 +65,10 @@ class RunResult:
 
 def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
     trained = run.loss_steps > 0
-    loss = run.take_mean_loss()
-    traffic = run.mean_traffic()
+    values, loss, traffic = run.evaluate()
     return {
         "iteration": run.iteration,
-        **run.evaluator.evaluate(run.x, run.iteration),
+        **values,
         "train_loss": loss if trained else math.nan,
         "elapsed_seconds": elapsed,
         "parties_alive": run.engine.n_parties,

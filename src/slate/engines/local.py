@@ -8,6 +8,7 @@ share the sampling, the algorithm steps, the evaluation and the run outputs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -85,7 +86,7 @@ class Engine(ABC):
     #: Bytes this process sent in collectives besides gossip and exact averages (evaluations,
     #: stop checks, set-up facts): as a ring all-reduce of each tensor sends them, in both
     #: engines, so that the simulator reports what one process of a distributed run sends.
-    collective_bytes: float = 0.0
+    collective_bytes: Fraction = Fraction(0)  # exact: differences of it repeat bit for bit
     #: Round trips those collectives wait for, one after the other: a ring all-reduce passes
     #: ``2 (N - 1)`` messages in turn (``N - 1`` round trips), an all-gather ``N - 1``.
     collective_round_trips: float = 0.0
@@ -99,7 +100,7 @@ class Engine(ABC):
         """Count one ring all-reduce of ``value``: ``2 (N - 1) / N`` of its bytes."""
         n = self.n_parties
         if n > 1:
-            self.collective_bytes += 2 * (n - 1) / n * value.numel() * value.element_size()
+            self.collective_bytes += Fraction(2 * (n - 1) * value.numel() * value.element_size(), n)
             self.collective_round_trips += n - 1
 
     @abstractmethod
