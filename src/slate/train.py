@@ -146,14 +146,15 @@ def _save(run: Run, out: Path | None, elapsed: float, progress: bool) -> None:
 
 
 class _Progress:
-    """The progress bar, on whichever process is the main one now (it moves to the lowest
-    surviving party when party 0 is lost)."""
+    """The progress bar: at every site when each party runs at its own site (per-party files,
+    where each console is its own), else on whichever process is the main one now (it moves to
+    the lowest surviving party when party 0 is lost)."""
 
     def __init__(self, run: Run, enabled: bool) -> None:
         self.run, self.enabled, self.bar = run, enabled, None
 
     def show(self, postfix: str | None = None) -> None:
-        if not (self.enabled and self.run.engine.is_main):
+        if not (self.enabled and (self.run.engine.is_main or self.run.data.federated)):
             return
         if self.bar is None:
             from tqdm.auto import tqdm

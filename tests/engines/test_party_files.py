@@ -18,7 +18,7 @@ import pytest
 
 from slate.config import TrainConfig
 from slate.train import train
-from tests.sites import free_port, write_sites
+from tests.sites import free_port, start_party, write_sites
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 PARTIES = 4
@@ -198,3 +198,19 @@ def test_a_flag_changed_at_one_site_stops_every_site_before_step_one(tmp_path, f
         assert f"party 1 has {name} {theirs} where party 0 has {ours}" in err
         assert "Traceback" not in err
     assert not list(tmp_path.rglob("checkpoint*")) and not list(tmp_path.rglob("model.pt"))
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_every_site_shows_its_progress(tmp_path):
+    """Issue 29, item 10: with per-party files each site's console is its own, so every site
+    shows the progress bar (before, sites other than 0 printed nothing for minutes)."""
+    write_sites(tmp_path, parties=2, rows=600)
+    port = free_port()
+    flags = ["--nodes", "2", "--train", "train.svm", "--test", "test.svm", "--dataset", "libsvm",
+             "--features", "300", "--iterations", "40", "--eval-every", "20", "--out", "run",
+             "--timeout", "60"]  # fmt: skip
+    procs = [start_party(tmp_path, r, port, *flags) for r in range(2)]
+    outputs = [p.communicate(timeout=200) for p in procs]
+    for rank, (p, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
+        assert p.returncode == 0, err
+        assert "40/40" in err, f"site {rank} showed no progress: {err}"
