@@ -272,7 +272,7 @@ def parse_drops(values: tuple[str, ...], nodes: int, iterations: int) -> dict[in
 #: What the staying members send a returning party (:meth:`PartySet.admit`): the history rows
 #: and graph changes are only stored and written to summary.json.
 WELCOME_SHAPE = {
-    "iteration": int, "loss_steps": int, "history": ListOf(MapOf(ANY, 256)),
+    "iteration": int, "loss_steps": int, "rounds": float, "history": ListOf(MapOf(ANY, 256)),
     "party_events": ListOf({"rank": int, "iteration": int, "event": str, "reason": str}),
     "graph_changes": ListOf(MapOf(ANY, 256)),
 }  # fmt: skip
@@ -478,8 +478,8 @@ class PartySet:
         """Welcome the returning parties of ``change`` (collective over the new members).
 
         A returning party takes the current members' average of the parameters and of every
-        algorithm variable (momentum, tracker), the run's iteration and history; its sampler
-        streams skip ahead to that iteration. ``returning_state`` is this process's own
+        algorithm variable (momentum, tracker), the run's iteration, gossip rounds and history;
+        its sampler streams skip ahead to that iteration. ``returning_state`` is this process's own
         checkpoint when it is the one returning.
         """
         run = self.run
@@ -496,6 +496,7 @@ class PartySet:
         }
         record = {
             "iteration": run.iteration, "history": run.history, "loss_steps": run.loss_steps,
+            "rounds": run.comm.counters()[2],
             "party_events": self.party_events, "graph_changes": self.graph_changes,
         }  # fmt: skip
         record = run.engine.broadcast_json(
@@ -507,6 +508,10 @@ class PartySet:
             run.iteration = record["iteration"]
             run.loss_sum = torch.zeros_like(run.loss_sum)
             run.loss_steps = record["loss_steps"]
+            # The rounds are the run's clock, the same for every member; the bytes and
+            # messages stay this party's own (it sent nothing while it was away).
+            sent, messages, _ = run.comm.counters()
+            run.comm.restore_counters((sent, messages, record["rounds"]))
         run.history = record["history"]
         self.party_events = record["party_events"] + [
             party_event(

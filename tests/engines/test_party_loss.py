@@ -188,6 +188,40 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
         assert result["members"] == [0, 1, 2, 3] and result["parties_alive"] == 4
         assert result["party_events"] == events
         assert result["test_ap"] == results[0]["test_ap"]  # one federated number for all
+        # One gossip round per iteration, for the rejoined party too (it was fractional: the
+        # returning party's own count was averaged in).
+        assert result["rounds"] == 4000
+
+
+@pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
+def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
+    """Issue 29: a lost site restarted with --resume after the others finished waited its whole
+    --timeout for a rendezvous that had exited, then said it "could not reach the store"."""
+    write_sites(tmp_path, parties=3, rows=300)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host", "127.0.0.1"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    flags = ["--nodes", "3", "--external-store", "--iterations", "300", *SITE_FLAGS]
+    parties = [start_party(tmp_path, r, port, *flags, kill="2@120") for r in range(3)]
+    try:
+        for process in parties[:2]:
+            _, err = process.communicate(timeout=300)
+            assert process.returncode == 0, err
+        assert parties[2].wait(timeout=60) == -signal.SIGKILL
+        late = start_party(tmp_path, 2, port, "--resume", "run", "--external-store",
+                           "--no-progress", "--timeout", "300")  # fmt: skip
+        started = time.monotonic()
+        _, err = late.communicate(timeout=120)
+        took = time.monotonic() - started
+    finally:
+        server.send_signal(signal.SIGINT)
+        said, _ = server.communicate(timeout=30)
+    assert late.returncode == 2 and took < 60, (took, err)  # not its 300 s --timeout
+    assert "the other parties have already finished the run" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "the run is over without 1 of its parties" in said and "--linger" in said
 
 
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")

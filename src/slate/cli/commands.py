@@ -195,6 +195,10 @@ def run_rendezvous(args: argparse.Namespace) -> int:
 
     if args.idle_timeout < 0:
         raise ConfigError(f"--idle-timeout must be 0 (never) or positive, got {args.idle_timeout}.")
+    if not 0 <= args.linger < float("inf"):
+        raise ConfigError(
+            f"--linger must be 0 (exit at once) or positive seconds, got {args.linger}."
+        )
     roster = None
     if args.key is not None and args.roster is None:
         raise ConfigError("--key goes with --roster: the roster lists the key of each site.")
@@ -204,7 +208,9 @@ def run_rendezvous(args: argparse.Namespace) -> int:
         roster = Roster.read(args.roster)
         if args.key is not None:
             site_identity(args.roster, args.key)
-    return serve_rendezvous(args.port, args.host, idle_timeout=args.idle_timeout, roster=roster)
+    return serve_rendezvous(
+        args.port, args.host, idle_timeout=args.idle_timeout, roster=roster, linger=args.linger
+    )
 
 
 def run_predict(args: argparse.Namespace) -> int:

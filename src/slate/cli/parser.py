@@ -40,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
         "run can no longer finish here (default 600; 0: never)",
     )
     rdv.add_argument(
+        "--linger",
+        type=float,
+        default=300.0,
+        help="after a run that ended without some of its parties, stay up this many seconds "
+        "more, so that one restarted late learns at once that the run is over (default 300; "
+        "0: exit at once)",
+    )
+    rdv.add_argument(
         "--roster",
         metavar="FILE",
         help="the run's roster: only records signed by its sites are acted on (the end of the "

@@ -30,6 +30,7 @@ from slate.engines.membership import (
     FINAL_MEMBERS_KEY,
     final_members,
     parties_left,
+    registered_process,
     signed_beats,
 )
 from slate.engines.records import Records
@@ -368,6 +369,9 @@ def choose_gloo_interface(
 
 
 IDLE_TIMEOUT_SECONDS = 600.0  # slate rendezvous gives up after this long without a heartbeat
+#: How long ``slate rendezvous`` stays up after a run that ended without some of its parties,
+#: so that a lost party restarted late learns at once that the run is over.
+LINGER_SECONDS = 300.0
 
 
 def serve_rendezvous(
@@ -376,6 +380,7 @@ def serve_rendezvous(
     say=print,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
     roster: Roster | None = None,
+    linger: float = LINGER_SECONDS,
 ) -> int:
     """``slate rendezvous``: host the store of one run until its parties have left.
 
@@ -414,11 +419,27 @@ def serve_rendezvous(
                 )
                 return 1
             time.sleep(1.0)
+        missing = _parties_that_did_not_finish(records)
+        if missing and linger > 0:
+            say(
+                f"slate rendezvous: the run is over without {missing} of its parties; serving "
+                f"{linger:g} s more (--linger), so that a party restarted late learns it."
+            )
+            time.sleep(linger)
     except KeyboardInterrupt:
         say("slate rendezvous: stopped.")
         return 130
     say("slate rendezvous: every party has left; the run is over.")
     return 0
+
+
+def _parties_that_did_not_finish(records: Records) -> int:
+    """How many of the parties that registered at set-up (ranks 0, 1, ... in turn) are not
+    among those the main party recorded as finishing the run."""
+    started = 0
+    while started < records.nodes and registered_process(records, started) is not None:
+        started += 1
+    return max(0, started - (final_members(records) or 0))
 
 
 class _Activity:

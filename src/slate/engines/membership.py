@@ -523,7 +523,8 @@ class Membership:
             if self.run_finished():
                 raise PartyLost(
                     f"Party {self.rank} cannot rejoin: the other parties have already finished "
-                    "the run."
+                    "the run (their final model is in their --out folders); this party's "
+                    "checkpoints stay as they were."
                 )
             if all(liveness.gone(rank) is not None for rank in others):
                 raise PartyLost(
