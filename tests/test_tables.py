@@ -183,3 +183,18 @@ def test_summary_reports_load_time_and_one_party(tmp_path):
     assert any("data loaded in" in line for line in lines)
     saved = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert saved["preprocessing"]["kind"] == "table"
+
+
+def test_the_standardise_hint_is_not_given_to_a_standardised_run(tmp_path):
+    """Issue 32, item 10: "try --standardize" was printed when standardising was already on."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 1, (800, 3))
+    y = (x[:, 0] + rng.normal(0, 0.5, 800) > 1.2).astype(int)
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,c,y\n" + "".join(
+        f"{a:.3f},{b:.3f},{c:.3f},{t}\n" for (a, b, c), t in zip(x, y, strict=True)))  # fmt: skip
+    flags = dict(train=str(path), positive_label="1", iterations=100, lr=1e4)
+    scaled = run(tmp_path, "big-lr", **flags)  # standardised by default; scores saturate
+    assert "saturated" in scaled["learning_warning"]
+    assert "--standardize" not in scaled["learning_warning"]
+    assert "lower --lr than 10000" in scaled["learning_warning"]

@@ -413,15 +413,26 @@ class Evaluator:
             self.learning_warning = (
                 f"warning: the model is not learning: every test score is saturated (|logit| > "
                 f"{SATURATED_LOGIT:g}, a sigmoid of exactly 0 or 1), so its gradients vanish. "
-                "Likely cause: features on raw scales; try --standardize, or a lower --lr."
+                + (
+                    f"The features are standardised, so the likely cause is a learning rate "
+                    f"too large: try a lower --lr than {self.config.lr:g}."
+                    if self.config.standardize
+                    else "Likely cause: features on raw scales; try --standardize, or a lower --lr."
+                )
             )
         elif previous is not None and previous[0] < iteration and torch.equal(previous[1], xbar):
             # (an evaluation made again after a rollback compares with an earlier one only)
             self.learning_warning = (
                 f"warning: the model is not learning: the averaged model did not change between "
                 f"iterations {previous[0]} and {iteration} (a "
-                "zero gradient). Likely cause: saturated scores from features on raw scales "
-                "(try --standardize) or a learning rate too small for float32."
+                "zero gradient). "
+                + (
+                    "The features are standardised, so the likely cause is a learning rate too "
+                    "small for float32 (try a larger --lr) or too large (saturated scores)."
+                    if self.config.standardize
+                    else "Likely cause: saturated scores from features on raw scales (try "
+                    "--standardize) or a learning rate too small for float32."
+                )
             )
 
     def party_aps(self, x: Tensor) -> list[float]:
