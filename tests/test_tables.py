@@ -198,3 +198,28 @@ def test_the_standardise_hint_is_not_given_to_a_standardised_run(tmp_path):
     assert "saturated" in scaled["learning_warning"]
     assert "--standardize" not in scaled["learning_warning"]
     assert "lower --lr than 10000" in scaled["learning_warning"]
+
+
+def test_the_load_time_counts_reading_the_file_when_n_is_chosen_from_it(tmp_path, monkeypatch):
+    """Issue 32, item 8: with N chosen from the positives, the table was read before the run's
+    timer started, and "data loaded in 0.0 s" was printed."""
+    import time
+
+    from slate.cli import main
+    from slate.data import sources
+
+    read = sources._read_csv_files
+
+    def slow_read(*args, **kwargs):
+        time.sleep(0.6)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(sources, "_read_csv_files", slow_read)
+    path = write(tmp_path / "t.csv", messy_table(0, rows=600))
+    out = tmp_path / "run"
+    code = main(["train", "--dataset", "csv", "--train", str(path), "--label-column", "y",
+                 "--positive-label", "pos", "--id-column", "pid", "--iterations", "5",
+                 "--no-progress", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["nodes"] >= 1 and summary["load_seconds"] >= 0.6

@@ -55,6 +55,7 @@ class Dataset:
     # With --validation-fraction: the test rows (x, y), read and transformed only when called.
     final_test: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
     final_test_split: str = ""  # how the rows of final_test were made
+    read_seconds: float = 0.0  # wall time load_dataset took to read, split and encode it
 
     @property
     def input_shape(self) -> tuple[int, ...]:

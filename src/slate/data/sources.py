@@ -28,6 +28,7 @@ test rows are set aside and read only by :attr:`LocalData.final_test`, once trai
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +110,7 @@ def load_dataset(
     training rows, and the test rows are set aside (``Dataset.final_test``; a user's test file
     is read only when that is called).
     """
+    started = time.perf_counter()
     if config.dataset in NAMED_LOADERS:
         data = read_named_dataset(config)
         if validation is not None:
@@ -122,6 +124,7 @@ def load_dataset(
             f"Unknown --dataset {config.dataset!r}; expected one of {', '.join(DATASET_NAMES)}."
         )
     _check_both_classes(data, config)
+    data.read_seconds = time.perf_counter() - started
     return data
 
 
