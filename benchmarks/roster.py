@@ -15,10 +15,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+
+from benchmarks.site_runs import Launch, run_sites
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA_DIR = HERE.parent.parent / "shared" / "data"
@@ -72,22 +73,6 @@ def make_roster(root: Path) -> Path:
     return roster
 
 
-def _stop(processes: list[subprocess.Popen]) -> None:
-    """Kill those of this run's processes that are still running, and reap them."""
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def _failure(label: str, names: list[str], logs: list[Path], codes: list[int | None]) -> str:
-    """The exit codes and the whole stderr of every process of a failed run."""
-    parts = [f"the {label} run failed:"]
-    for name, log, code in zip(names, logs, codes, strict=True):
-        parts.append(f"--- {name}: exit code {code}\n{log.read_text()}")
-    return "\n".join(parts)
-
-
 def one_run(root: Path, out: str, iterations: int, roster: Path | None) -> dict:
     """One run: ``slate rendezvous`` on a free loopback port, then the 4 sites' ``slate train
     --rank R``, all started at once. Returns its wall time (start of the rendezvous to the exit
@@ -98,39 +83,16 @@ def one_run(root: Path, out: str, iterations: int, roster: Path | None) -> dict:
     serve = slate_command("rendezvous", "--port", str(port), "--host", "127.0.0.1")
     if roster is not None:
         serve += ["--roster", str(roster)]
-    names = ["slate rendezvous", *(f"party {r}" for r in range(SITES))]
-    logs = [
-        root / f"{out}-rendezvous.err",
-        *(root / f"site{r}" / f"{out}.err" for r in range(SITES)),
-    ]
-    processes: list[subprocess.Popen] = []
-    try:
-        start = time.perf_counter()
-        with open(logs[0], "w") as err:
-            processes.append(subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=err))
-        for r in range(SITES):
-            command = slate_command("train", "--rank", str(r), "--rendezvous",
-                                    f"127.0.0.1:{port}", *FLAGS, "--iterations", str(iterations),
-                                    "--out", out)  # fmt: skip
-            if roster is not None:
-                command += ["--roster", str(roster), "--key", str(root / "keys" / f"site{r}.key")]
-            with open(logs[r + 1], "w") as err:
-                processes.append(subprocess.Popen(command, cwd=root / f"site{r}", stderr=err,
-                                                  stdout=subprocess.DEVNULL))  # fmt: skip
-        deadline = start + RUN_LIMIT
-        for party in processes[1:]:
-            party.wait(timeout=max(1.0, deadline - time.perf_counter()))
-        wall = time.perf_counter() - start
-        processes[0].wait(timeout=60)  # the rendezvous leaves once every party has left
-    except subprocess.TimeoutExpired:
-        _stop(processes)
-        codes = [p.returncode for p in processes]
-        raise RuntimeError(_failure(f"{label} (timed out)", names, logs, codes)) from None
-    finally:
-        _stop(processes)
-    codes = [p.returncode for p in processes]
-    if any(code != 0 for code in codes):
-        raise RuntimeError(_failure(label, names, logs, codes))
+    sites = []
+    for r in range(SITES):
+        command = slate_command("train", "--rank", str(r), "--rendezvous", f"127.0.0.1:{port}",
+                                *FLAGS, "--iterations", str(iterations), "--out", out)  # fmt: skip
+        if roster is not None:
+            command += ["--roster", str(roster), "--key", str(root / "keys" / f"site{r}.key")]
+        log = root / f"site{r}" / f"{out}.err"
+        sites.append(Launch(f"party {r}", command, log, {"cwd": root / f"site{r}"}))
+    rendezvous = Launch("slate rendezvous", serve, root / f"{out}-rendezvous.err")
+    wall = run_sites(label, rendezvous, sites, RUN_LIMIT)
     summaries = [json.loads((root / f"site{r}" / out / "summary.json").read_text())
                  for r in range(SITES)]  # fmt: skip
     model = torch.load(root / "site0" / out / "model.pt", weights_only=True)

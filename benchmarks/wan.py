@@ -25,11 +25,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.site_runs import Launch, run_sites
+from benchmarks.wan_exchange import exchange_rows, exchange_table
 from benchmarks.wan_testbed import RDV, RDV_ADDRESS, WanTestbed, counter_deltas, site_address
 
 HERE = Path(__file__).resolve().parent
@@ -83,21 +84,6 @@ def wan_flag(delay_ms: float, rate_mbit: float) -> str:
     return f"{2 * delay_ms:g},{rate_mbit:g}"
 
 
-def _stop(processes: Sequence[subprocess.Popen]) -> None:
-    """Kill those of ``processes`` still running (inside a namespace too), and reap them."""
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def _failure(label: str, logs: dict[str, Path], codes: list[int | None]) -> str:
-    parts = [f"the WAN run {label!r} failed:"]
-    for (name, log), code in zip(logs.items(), codes, strict=True):
-        parts.append(f"--- {name}: exit code {code}\n{log.read_text()}")
-    return "\n".join(parts)
-
-
 def distributed_run(
     bed: WanTestbed, root: Path, key: str, flags: list[str], iterations: int, port: int,
     wan: str, limit: float,
@@ -109,37 +95,20 @@ def distributed_run(
     process's stderr if one fails or the run takes over ``limit`` seconds."""
     sites = len(bed.addresses) - 1
     env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}  # slate picks wan0
-    logs = {"slate rendezvous": root / f"{key}-rendezvous.err"}
-    logs |= {f"site {r}": root / f"site{r}" / f"{key}.err" for r in range(sites)}
-    processes: list[subprocess.Popen] = []
+    serve = slate("rendezvous", "--host", RDV_ADDRESS, "--port", str(port))
+    rendezvous = Launch("slate rendezvous", serve, root / f"{key}-rendezvous.err",
+                        {"role": RDV, "env": env})  # fmt: skip
+    launches = []
+    for r in range(sites):
+        command = slate("train", "--rank", str(r), "--nodes", str(sites), "--rendezvous",
+                        f"{RDV_ADDRESS}:{port}", "--external-store", "--train", "train.svm",
+                        "--test", "test.svm", *FLAGS, "--iterations", str(iterations),
+                        "--wan", wan, *flags, "--out", key)  # fmt: skip
+        options = {"role": f"site{r}", "cwd": root / f"site{r}", "env": env}
+        launches.append(Launch(f"site {r}", command, root / f"site{r}" / f"{key}.err", options))
     before = bed.counters()
-    try:
-        start = time.perf_counter()
-        serve = slate("rendezvous", "--host", RDV_ADDRESS, "--port", str(port))
-        with open(logs["slate rendezvous"], "w") as err:
-            processes.append(bed.exec(RDV, serve, stdout=subprocess.DEVNULL, stderr=err, env=env))
-        for r in range(sites):
-            command = slate("train", "--rank", str(r), "--nodes", str(sites), "--rendezvous",
-                            f"{RDV_ADDRESS}:{port}", "--external-store", "--train", "train.svm",
-                            "--test", "test.svm", *FLAGS, "--iterations", str(iterations),
-                            "--wan", wan, *flags, "--out", key)  # fmt: skip
-            with open(logs[f"site {r}"], "w") as err:
-                processes.append(bed.exec(f"site{r}", command, cwd=root / f"site{r}", env=env,
-                                          stdout=subprocess.DEVNULL, stderr=err))  # fmt: skip
-        deadline = start + limit
-        for site in processes[1:]:
-            site.wait(timeout=max(1.0, deadline - time.perf_counter()))
-        wall = time.perf_counter() - start
-        processes[0].wait(timeout=60)  # the rendezvous leaves once every site has left
-    except subprocess.TimeoutExpired:
-        _stop(processes)
-        codes = [p.returncode for p in processes]
-        raise RuntimeError(_failure(f"{key} (timed out)", logs, codes)) from None
-    finally:
-        _stop(processes)
-    codes = [p.returncode for p in processes]
-    if any(code != 0 for code in codes):
-        raise RuntimeError(_failure(key, logs, codes))
+    wall = run_sites(f"WAN {key!r}", rendezvous, launches, limit,
+                     lambda command, role, **popen: bed.exec(role, command, **popen))  # fmt: skip
     summaries = [json.loads((root / f"site{r}" / key / "summary.json").read_text())
                  for r in range(sites)]  # fmt: skip
     return {"whole_seconds": wall, "summaries": summaries,
@@ -213,11 +182,10 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| setting | training (s) | of which evaluations (s) | whole command (s) | "
              "wire tx per site (MB) | wire rx per site (MB) | slate's bytes per party (MB) | "
              "evaluation bytes per party (MB) | wire tx / slate's | `--wan` estimate, "
-             "distributed (s) | `--wan` estimate, simulator (s) | simulator estimate / "
-             "training | simulator estimate / training less evaluations | test AP |",
+             "distributed (s) | `--wan` estimate, simulator (s) | distributed estimate / "
+             "training | simulator estimate / training | test AP |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in rows:
-        computing = row["training_seconds"] - row["evaluation_seconds"]
         lines.append(
             f"| {row['setting']} | {row['training_seconds']:.1f} | "
             f"{row['evaluation_seconds']:.1f} | {row['whole_seconds']:.1f} | "
@@ -227,8 +195,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             f"{ratio(row['wire_tx_per_site'], row['comm_bytes_per_party'])} | "
             f"{row['estimated_wan_seconds']:.1f} | "
             f"{row['simulator_estimated_wan_seconds']:.1f} | "
+            f"{ratio(row['estimated_wan_seconds'], row['training_seconds'])} | "
             f"{ratio(row['simulator_estimated_wan_seconds'], row['training_seconds'])} | "
-            f"{ratio(row['simulator_estimated_wan_seconds'], computing)} | "
             f"{ap_cell(row['test_ap'])} |"
         )
     if len(rows) > 1:
@@ -260,6 +228,15 @@ def section(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
                 f"(at most {late['late_max_ms']:.0f} ms) and dropped {late['dropped']}."
                 if late else "")  # fmt: skip
     rtt = 2 * meta["delay_ms"]
+    exchange = meta.get("exchange") or []
+    probes = [
+        "", *exchange_table(exchange, meta["sites"]),
+        "\nEach exchange alone, as slate's distributed engine calls gloo, on the same testbed "
+        "(`benchmarks/wan_exchange.py`: the median of 15 calls, 5 ms apart), next to what the "
+        "estimate charges for it: RTTs per collective from "
+        "`slate.engines.base.all_reduce_round_trips` and `all_gather_round_trips`, bytes at the "
+        "line rate (a gossip exchange at `slate.gossip.EXCHANGE_GOODPUT` of it).",
+    ] if exchange else []  # fmt: skip
     return [
         "\n## Over an emulated WAN (one network namespace per site, w7a)\n",
         *table(rows),
@@ -275,12 +252,14 @@ def section(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
         "starting the rendezvous to the exit of the last site. *Wire* bytes are the deltas of "
         "each namespace's `wan0` counters over the run (IP headers, TCP acknowledgements, the "
         "rendezvous, heartbeats and evaluations included), a mean over the sites; *slate's "
-        "bytes* are `comm_bytes_per_party`. The distributed run's `--wan` estimate adds the "
-        "modelled RTTs and transfer to a training time that already waited for the real ones; "
-        "the simulator's (the same flags, `--engine simulator`, each party on its site's files) "
-        "is the prediction to compare with the measured training time (it leaves evaluations "
-        f"out, so the last ratio is the like-for-like one).{lateness} "
+        "bytes* are `comm_bytes_per_party`. The `--wan` estimate "
+        "(`estimated_wan_seconds`, [docs/wan.md](../docs/wan.md)) is one party's compute "
+        "(without its network waits), an RTT per gossip round and per round trip of the other "
+        "collectives, and the busiest party's bytes at the link's rate; the simulator's comes "
+        "from the same flags in one process (`--engine simulator`, each party on its site's "
+        f"files), before any wire exists.{lateness} "
         "All processes share the machine's cores.",
+        *probes,
     ]
 
 
@@ -308,6 +287,8 @@ def wan_benchmark(
         root = Path(tmp)
         meta["rows"] = write_shards(root, Path(data_dir) / "w7a", sites)
         with WanTestbed(sites, delay_ms, rate_mbit) as bed:
+            meta["exchange"] = exchange_rows(bed, root, PORT + 99)
+            print("\n".join(exchange_table(meta["exchange"], sites)), file=sys.stderr, flush=True)
             for k, key in enumerate(settings):
                 label, flags = SETTINGS[key]
                 run = distributed_run(bed, root, key, flags, iterations, PORT + k, wan, limit)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import wan
+from benchmarks import wan, wan_exchange
 from benchmarks.wan_testbed import (
     COUNTERS,
     counter_deltas,
@@ -109,7 +109,7 @@ def test_the_table_shows_ratios_against_the_first_setting():
     rows = [_row("ring", 100.0, 4e6, None), _row("base-2", 25.0, 1e6, 2e5)]
     lines = wan.table(rows)
     assert lines[2].startswith("| ring | 100.0 | 5.0 | 105.0 | 8.00 | 8.00 | 2.00 | n/a | 4.00x |")
-    assert "| 0.50x | 0.53x | 0.7000 (every site) |" in lines[2]  # 50 / 100, 50 / (100 - 5)
+    assert "| 2.00x | 0.50x | 0.7000 (every site) |" in lines[2]  # 200 / 100, 50 / 100
     assert lines[3].startswith("| base-2 | 25.0 | 5.0 | 30.0 | 2.00 | 2.00 | 0.50 | 0.20 |")
     assert lines[-1] == "| base-2 | 4.00x | 3.50x | 4.00x |"
 
@@ -155,3 +155,29 @@ def test_each_site_gets_every_nth_line(tmp_path: Path):
     assert wan.write_shards(tmp_path / "sites", source, 4) == 3
     assert (tmp_path / "sites/site1/train.svm").read_text() == "train1\ntrain5\ntrain9\n"
     assert (tmp_path / "sites/site3/test.svm").read_text() == "test3\ntest7\n"
+
+
+def test_the_exchange_model_is_round_trips_plus_bytes_at_the_line_rate():
+    rtt, bits_per_ms = 80.0, 10e6 / 1e3  # 80 ms, 10 Mbit/s
+    flags = wan_exchange.Probe("flags", "all-reduce", 8)
+    # 2 float32s: 3 round trips (measured 236 ms), 2 * 3 / 4 of 8 bytes with IP/TCP headers.
+    assert wan_exchange.modelled_ms(flags, 4, rtt, 10.0) == pytest.approx(
+        3 * rtt + 1.5 * 8 * 8 * (1500 / 1448) / bits_per_ms
+    )
+    mean = wan_exchange.Probe("mean", "all-reduce", 33_828)
+    assert wan_exchange.modelled_ms(mean, 4, rtt, 10.0) == pytest.approx(
+        6 * rtt + 1.5 * 33_828 * 8 * (1500 / 1448) / bits_per_ms
+    )
+    gather = wan_exchange.Probe("gather", "all-gather", 1000)
+    assert wan_exchange.modelled_ms(gather, 4, rtt, 10.0) == pytest.approx(
+        3 * rtt + 3 * 1000 * 8 * (1500 / 1448) / bits_per_ms
+    )
+    ring = wan_exchange.Probe("ring", "exchange", 33_828, 2)
+    assert wan_exchange.modelled_ms(ring, 4, rtt, 10.0) == pytest.approx(
+        rtt + 2 * 33_828 * 8 / (0.5 * bits_per_ms)
+    )
+
+
+def test_the_exchange_table_shows_model_over_measured():
+    rows = [{"probe": "p", "measured_ms": 200.0, "modelled_ms": 150.0}]
+    assert wan_exchange.exchange_table(rows, 4)[-1] == "| p | 200.0 | 150.0 | 0.75x |"

@@ -4,11 +4,8 @@ the WAN time a site can plan with (``--wan``).
 * ``--gossip-every H``: local steps between gossip rounds (:mod:`slate.engines.base`).
 * ``--compress none|int8|topk:FRACTION|sign`` and ``--consensus-step GAMMA|auto``: CHOCO
   compressed gossip (:mod:`slate.engines.choco`, :mod:`slate.compression`).
-* ``--wan RTT_MS,MBIT_S``: :math:`T_{\mathrm{WAN}} = T_{\mathrm{compute}} + R \cdot
-  \mathrm{RTT} + 8 B / \mathrm{bandwidth}`, with :math:`R` the sequential exchanges (rounds) and
-  :math:`B` the bytes one party sent; :math:`T_{\mathrm{compute}}` is the measured training time
-  without evaluations (for the simulator, the time of all N parties in one process: an upper
-  bound for one site).
+* ``--wan RTT_MS,MBIT_S``: the WAN time one party can plan with, :meth:`WanLink.seconds`
+  (docs/communication.md, "The estimate").
 """
 
 from __future__ import annotations
@@ -22,9 +19,26 @@ from slate.engines.choco import auto_consensus_step
 from slate.errors import ConfigError
 from slate.topology import Topology
 
-__all__ = ["WanLink", "check_gossip_flags", "gossip_settings", "parse_wan"]
+__all__ = [
+    "EXCHANGE_GOODPUT",
+    "WIRE_OVERHEAD",
+    "WanLink",
+    "check_gossip_flags",
+    "gossip_settings",
+    "parse_wan",
+]
 
 AUTO = "auto"
+
+#: Bytes on the wire per byte of payload in a collective: 1500-byte IP packets carry 1448
+#: bytes of TCP payload (20 bytes of IP header, 32 of TCP header with timestamps).
+WIRE_OVERHEAD = 1500 / 1448
+#: The share of the line rate at which a gossip exchange delivers its bytes. Neighbours send to
+#: each other at the same time, in short bursts with the link idle in between; over TCP such a
+#: burst was measured to take about twice its bytes' time at the line rate (headers and
+#: acknowledgements included), from 1.5x to 2.2x for 8.6-68 KB to one, two or three
+#: neighbours (``python -m benchmarks --only wan``, "One exchange").
+EXCHANGE_GOODPUT = 0.5
 
 
 @dataclass(frozen=True)
@@ -35,19 +49,28 @@ class WanLink:
     mbit_s: float
 
     def seconds(
-        self, compute_seconds: float, rounds: float, bytes_sent: float, round_trips: float = 0.0
+        self,
+        compute_seconds: float,
+        rounds: float,
+        exchanged_bytes: float,
+        round_trips: float = 0.0,
+        collective_bytes: float = 0.0,
     ) -> float:
         r"""Estimated wall time of one party:
 
         .. math::
 
-            T = T_{\text{compute}} + \text{RTT}\,(R + Q) + 8 B / \text{bandwidth},
+            T = T_{\text{compute}} + \text{RTT}\,(R + Q)
+                + \frac{8}{\text{bandwidth}} \Big(\frac{B_x}{g} + o\,B_c\Big),
 
-        with :math:`R` gossip rounds (each one sequential exchange), :math:`Q` further round
-        trips waited for one after the other (evaluations, checkpoint boundaries: a ring
-        all-reduce over :math:`N` parties is :math:`N - 1` of them) and :math:`B` the bytes of
-        the busiest party (docs/communication.md, "The estimate")."""
-        transfer = 8.0 * bytes_sent / (self.mbit_s * 1e6)
+        with :math:`R` gossip rounds (each one exchange waited for), :math:`Q` the round trips
+        of the other collectives, waited for one after the other
+        (:func:`~slate.engines.base.all_reduce_round_trips`,
+        :func:`~slate.engines.base.all_gather_round_trips`), :math:`B_x` the busiest party's
+        gossip bytes, :math:`B_c` its collective bytes, :data:`EXCHANGE_GOODPUT` :math:`g` and
+        :data:`WIRE_OVERHEAD` :math:`o` (docs/communication.md, "The estimate")."""
+        payload = exchanged_bytes / EXCHANGE_GOODPUT + collective_bytes * WIRE_OVERHEAD
+        transfer = 8.0 * payload / (self.mbit_s * 1e6)
         return compute_seconds + (rounds + round_trips) * self.rtt_ms / 1e3 + transfer
 
     def __str__(self) -> str:

@@ -175,6 +175,7 @@ def build_summary(
         "wall_seconds": wall,
         "compute_seconds": run.compute_seconds(wall),  # one party's, without network waits
         "wait_seconds": run.network_state()[2],  # this process's waits for communication
+        "collective_round_trips": run.network_state()[1],  # the estimate's Q, since the start
         "evaluation_seconds": run.evaluator.seconds,
         "eval_bytes_per_party": run.evaluator.sent_bytes,
         "load_seconds": run.load_seconds,

@@ -107,7 +107,8 @@ class Run:
         # A party returning to a run in progress replays the data set-up's exchanges.
         self.exchange = RecordedExchange(self.engine, exchanges)
         self.data = load_local_data(self.config, self.engine.local_parties, self.exchange, data)
-        self.load_seconds = time.perf_counter() - started
+        # A dataset read before the run (to choose N, or by the caller) counts its read too.
+        self.load_seconds = time.perf_counter() - started + (data.read_seconds if data else 0.0)
         self.config = with_evaluation_defaults(
             self.config, self.data.n_test, party_ap_possible=not self.data.federated
         )
@@ -356,7 +357,9 @@ class Run:
     def mean_traffic(self) -> dict[str, float]:
         """Bytes, messages and rounds per party, averaged over all parties (collective)."""
         local = torch.tensor(self.comm.counters(), dtype=torch.float64, device=self.device)
-        if self.engine.name != "simulator":  # the simulator's counters are already means
+        if self.engine.name == "simulator":  # its counters are means already: count the sum
+            self.engine.count_collective(local)
+        else:
             local = self.engine.total(local) / self.engine.n_parties
         names = ("comm_bytes_per_party", "messages_per_party", "rounds")
         return dict(zip(names, local.tolist(), strict=True))
@@ -385,13 +388,16 @@ class Run:
 
     def estimated_wan_seconds(self, elapsed: float, traffic: dict[str, float]) -> float:
         """``--wan``: one party's compute, plus one RTT per gossip round and per round trip of
-        the other collectives, plus the busiest party's bytes at the link's bandwidth
-        (:meth:`slate.gossip.WanLink.seconds`); NaN without ``--wan``."""
+        the other collectives, plus the busiest party's gossip and collective bytes at the
+        link's bandwidth (:meth:`slate.gossip.WanLink.seconds`); NaN without ``--wan``."""
         if self.wan is None:
             return math.nan
         collective_bytes, round_trips, _ = self.network_state()
-        sent = traffic["comm_bytes_per_party"] * self.comm.busiest_share + collective_bytes
-        return self.wan.seconds(self.compute_seconds(elapsed), traffic["rounds"], sent, round_trips)
+        exchanged = traffic["comm_bytes_per_party"] * self.comm.busiest_share
+        return self.wan.seconds(
+            self.compute_seconds(elapsed), traffic["rounds"], exchanged, round_trips,
+            collective_bytes,
+        )  # fmt: skip
 
     def evaluate(self) -> tuple[dict[str, float], float, dict[str, float]]:
         """The evaluation of this iteration, the mean training loss since the last one and the

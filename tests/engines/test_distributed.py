@@ -71,6 +71,8 @@ def test_distributed_engine_equals_simulator(case, tmp_path):
     assert distributed["comm_bytes_per_party"] == simulated["comm_bytes_per_party"]
     assert distributed["messages_per_party"] == simulated["messages_per_party"]
     assert distributed["eval_bytes_per_party"] == simulated["eval_bytes_per_party"] > 0
+    # ... and the round trips its collectives waited for (the --wan estimate's Q).
+    assert distributed["collective_round_trips"] == simulated["collective_round_trips"] > 0
     # Ranks other than 0 print nothing but errors; rank 0 prints the result.
     assert "test AP" in done.stdout and done.stderr.strip() == ""
 

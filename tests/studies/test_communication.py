@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slate.cli import main
-from slate.gossip import WanLink
+from slate.gossip import EXCHANGE_GOODPUT, WanLink
 from slate.studies.communication import (
     LINKS,
     Outcome,
@@ -100,7 +100,8 @@ def test_wan_seconds_is_compute_plus_rtt_per_round_plus_bytes_over_bandwidth(stu
     folder = out / "digits/communication/ring/seed0"
     outcome = Outcome(settings_for("digits")[0], [_summary(out, "ring")], [read_history(folder)])
     link = WanLink(80.0, 10.0)
-    expected = 0.002 * ITERATIONS + ITERATIONS * 0.080 + 8 * 2 * 4 * 1849 * ITERATIONS / 10e6
+    gossip_bits = 8 * 2 * 4 * 1849 * ITERATIONS  # 2 neighbours, float32, every iteration
+    expected = 0.002 * ITERATIONS + ITERATIONS * 0.080 + gossip_bits / (10e6 * EXCHANGE_GOODPUT)
     assert _summary(out, "ring")["n_parameters"] == 1849
     assert wan_seconds(outcome, link, 0.002) == pytest.approx(expected)
     assert math.isnan(wan_seconds(outcome, link, 0.002, target=2.0))  # AP never reaches 2

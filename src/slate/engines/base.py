@@ -41,7 +41,13 @@ if TYPE_CHECKING:
     from slate.compression import Compressor
     from slate.topology import Topology
 
-__all__ = ["Communicator", "GossipSettings", "all_reduce_steps"]
+__all__ = [
+    "Communicator",
+    "GossipSettings",
+    "all_gather_round_trips",
+    "all_reduce_round_trips",
+    "all_reduce_steps",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,27 @@ def all_reduce_steps(n: int) -> int:
     """Sequential steps of a ring all-reduce over ``n`` parties: ``2 (n - 1)`` (reduce-scatter,
     then all-gather)."""
     return 2 * (n - 1) if n > 1 else 0
+
+
+def all_reduce_round_trips(numel: int, n: int) -> int:
+    """Round trips one party waits for, one after the other, in an all-reduce of ``numel``
+    elements over ``n`` parties (the WAN estimate's :math:`Q`).
+
+    Each of the ring's :func:`all_reduce_steps` waits a whole round trip: gloo's transport hands
+    a message over once its receiver has posted the receive and said so. All-reduces of at most
+    two elements (the stop and join flags) were measured at half that, ``n - 1``: their
+    receives are posted before the data is ready. Measured with gloo over an emulated 80 ms
+    link, 4 parties: 236 ms for 2 float32s, 493-517 ms for 1-16 KiB, 630 ms for 128 KiB
+    (``python -m benchmarks --only wan``, "One exchange")."""
+    if n <= 1:
+        return 0
+    return n - 1 if numel <= 2 else all_reduce_steps(n)
+
+
+def all_gather_round_trips(n: int) -> int:
+    """Round trips one party waits for in an all-gather over ``n`` parties: ``n - 1`` (its ring
+    passes each party's piece on ``n - 1`` times; measured 246 ms at 4 parties and 80 ms)."""
+    return max(0, n - 1)
 
 
 class Communicator(ABC):

@@ -572,8 +572,7 @@ class DistributedEngine(Engine):
                 raise MalformedMessage(member, what, problem)
 
     def _all_gather(self, value: Tensor) -> list[Tensor]:
-        self.collective_bytes += (self.n_parties - 1) * value.numel() * value.element_size()
-        self.collective_round_trips += (self.n_parties - 1) / 2
+        self.count_all_gather(value)
         parts = [torch.empty_like(value) for _ in range(self.n_parties)]
         self.waiter.collective(
             lambda: dist.all_gather(parts, value, async_op=True), self._everyone()

@@ -14,7 +14,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from slate.engines.base import Communicator, GossipSettings
+from slate.engines.base import (
+    Communicator,
+    GossipSettings,
+    all_gather_round_trips,
+    all_reduce_round_trips,
+)
 from slate.engines.simulator import SimulatorCommunicator
 from slate.security.messages import ListOf, decode, encode
 from slate.topology import Topology
@@ -87,8 +92,8 @@ class Engine(ABC):
     #: stop checks, set-up facts): as a ring all-reduce of each tensor sends them, in both
     #: engines, so that the simulator reports what one process of a distributed run sends.
     collective_bytes: Fraction = Fraction(0)  # exact: differences of it repeat bit for bit
-    #: Round trips those collectives wait for, one after the other: a ring all-reduce passes
-    #: ``2 (N - 1)`` messages in turn (``N - 1`` round trips), an all-gather ``N - 1``.
+    #: Round trips those collectives wait for, one after the other
+    #: (:func:`~slate.engines.base.all_reduce_round_trips`, ``all_gather_round_trips``).
     collective_round_trips: float = 0.0
 
     @property
@@ -97,11 +102,19 @@ class Engine(ABC):
         return 0.0
 
     def count_collective(self, value: Tensor) -> None:
-        """Count one ring all-reduce of ``value``: ``2 (N - 1) / N`` of its bytes."""
+        """Count one ring all-reduce of ``value``: ``2 (N - 1) / N`` of its bytes, and its
+        round trips."""
         n = self.n_parties
         if n > 1:
             self.collective_bytes += Fraction(2 * (n - 1) * value.numel() * value.element_size(), n)
-            self.collective_round_trips += n - 1
+            self.collective_round_trips += all_reduce_round_trips(value.numel(), n)
+
+    def count_all_gather(self, piece: Tensor) -> None:
+        """Count one ring all-gather of each party's ``piece``: ``N - 1`` pieces sent, and
+        :func:`~slate.engines.base.all_gather_round_trips`."""
+        n = self.n_parties
+        self.collective_bytes += (n - 1) * piece.numel() * piece.element_size()
+        self.collective_round_trips += all_gather_round_trips(n)
 
     @abstractmethod
     def gather_json(
@@ -149,6 +162,7 @@ class SimulatorEngine(Engine):
         return value
 
     def gather(self, x: Tensor) -> Tensor:
+        self.count_all_gather(x[0])
         return x
 
     def minimum(self, value: Tensor) -> Tensor:
