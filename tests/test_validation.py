@@ -55,11 +55,12 @@ def audit(monkeypatch):
 
 
 def _config(tmp_path, **kw):
-    return TrainConfig(
+    defaults = dict(
         dataset="csv", label_column="y", positive_label="1", nodes=3, iterations=600,
         eval_every=50, validation_fraction=0.25, early_stopping=3, threads=1, party_ap=False,
-        out=str(tmp_path / "run"), **kw,
+        out=str(tmp_path / "run"),
     )  # fmt: skip
+    return TrainConfig(**{**defaults, **kw})
 
 
 def test_the_test_file_is_read_after_training_and_scored_once(tmp_path, audit, monkeypatch):
@@ -107,10 +108,11 @@ def test_validation_rows_are_the_split_of_the_training_rows_and_nothing_else_is_
 
 
 def test_early_stopping_keeps_the_best_validation_model(tmp_path):
-    _write(tmp_path / "train.csv", 600, 0)
+    _write(tmp_path / "train.csv", 1200, 0)  # about 45 validation positives: no smoothing
     _write(tmp_path / "test.csv", 300, 1)
     config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
     result = train(config, progress=False, log=lambda _: None)
+    assert result.summary["early_stopping_smoothed"] is False
     aps = [(r["test_ap"], r["iteration"]) for r in result.history]  # validation APs
     best_ap, best_at = max(aps, key=lambda pair: (pair[0], -pair[1]))
     summary = result.summary
@@ -119,6 +121,27 @@ def test_early_stopping_keeps_the_best_validation_model(tmp_path):
         assert summary["stopped_early_at"] == best_at + 3 * 50
     header = (tmp_path / "run" / "history.csv").read_text().splitlines()[0]
     assert "validation_ap" in header and "test_ap" not in header
+
+
+def test_on_few_validation_positives_early_stopping_smooths_and_never_keeps_iteration_0(
+    tmp_path,
+):
+    """Issue 32, item 4: on 4-6 validation positives a run kept its untrained model."""
+    _write(tmp_path / "train.csv", 160, 3)  # about 6 validation positives
+    _write(tmp_path / "test.csv", 300, 1)
+    lines: list[str] = []
+    config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"),
+                     nodes=1)  # fmt: skip
+    result = train(config, progress=False, log=lines.append)
+    summary = result.summary
+    assert summary["early_stopping_smoothed"] is True
+    assert sum("validation positives (fewer than 30)" in line for line in lines) == 1
+    # The brute-force choice: the mean of the last 3 validation APs, iteration 0 excluded.
+    aps = [r["test_ap"] for r in result.history]
+    means = [(sum(aps[max(0, k - 2) : k + 1]) / len(aps[max(0, k - 2) : k + 1]), -k)
+             for k in range(1, len(aps))]  # fmt: skip
+    best = -max(means)[1]
+    assert summary["model_iteration"] == result.history[best]["iteration"] != 0
 
 
 def test_per_party_files_read_their_test_files_after_training(tmp_path, audit):

@@ -40,6 +40,7 @@ from slate.outputs import (
     evaluation_summary,
     parties,
     report,
+    test_positives,
     write_run_folder,
 )
 from slate.run import Run
@@ -200,7 +201,13 @@ class _Loop:
         # stop check, checkpoint and admission, which they have already made.
         self.joined_at: int | None = None
         patience = run.config.early_stopping
-        self.best = run.best_model = BestModel(patience) if patience else None
+        self.best = run.best_model = None
+        if patience:
+            positives = test_positives(run)  # the validation rows' until the final test
+            self.best = run.best_model = BestModel(patience, positives)
+            note = self.best.few_positives_note(positives)
+            if note:
+                say(note)
         self.stopped_at: int | None = None
 
     def elapsed(self) -> float:
