@@ -156,11 +156,14 @@ def test_params_round_trip_through_clone_and_set_params() -> None:
 
 def test_defaults_are_slate_trains_for_a_table() -> None:
     """Every parameter that is a flag defaults to ``slate train --dataset csv``'s value, except
-    ``standardize`` (off: scale in a Pipeline) and ``n_parties`` (``--nodes`` 20 as well)."""
+    ``standardize`` (off: scale in a Pipeline) and ``n_parties`` (None: chosen from the
+    positives at ``fit``, as ``slate train`` chooses ``--nodes`` for a table)."""
     resolved = resolve_config(TrainConfig(dataset="csv"))
     for name, value in SlateClassifier().get_params().items():
         field = PARAMETER_FIELDS.get(name, name)
-        if name == "standardize":
+        if name == "n_parties":
+            assert value is None
+        elif name == "standardize":
             assert value is False and resolved.standardize is True
         elif hasattr(resolved, field):
             assert value == getattr(resolved, field), name
@@ -314,3 +317,19 @@ def test_pos_label_ranks_the_named_class_first(imbalanced) -> None:
     assert minority_ap > average_precision_score(names == "cancer", -default.decision_function(X))
     with pytest.raises(ValueError, match="pos_label='benign' is not a class of y"):
         SlateClassifier(pos_label="benign", **small).fit(X, names)
+
+
+def test_n_parties_is_chosen_from_the_positives_as_slate_train_chooses_it() -> None:
+    """Issue 32, item 9: the default of 20 parties made cross_val_score fail on small tables
+    ("Use 'n_parties' 11 or fewer"); slate train picks N from the positives."""
+    from sklearn.model_selection import cross_val_score
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(400, 3))
+    y = (x[:, 0] + rng.normal(0, 0.5, 400) > 1.6).astype(int)
+    scores = cross_val_score(SlateClassifier(iterations=100), x, y, cv=3,
+                             scoring="average_precision")  # fmt: skip
+    assert np.all(np.isfinite(scores))
+    clf = SlateClassifier(iterations=50).fit(x, y)
+    b = resolve_config(TrainConfig(dataset="csv")).positives
+    assert clf.n_parties_ == max(1, min(20, int(y.sum()) // b)) < 20

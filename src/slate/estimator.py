@@ -18,6 +18,7 @@ Checks of ``sklearn.utils.estimator_checks.check_estimator`` that cannot pass ar
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Sequence
@@ -32,10 +33,11 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted
 from torch import nn
 
-from slate.config import TrainConfig
+from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
 from slate.data.partition import make_partition
 from slate.data.preprocess import Standardizer
+from slate.data.sources import parties_for_positives
 from slate.errors import ConfigError, DataError, TopologyError, TrainingDiverged
 from slate.models import build_model
 from slate.scoring import logits_of
@@ -96,6 +98,8 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters:
         n_parties: the number of parties N (``--nodes``); ignored when ``fit`` gets ``parties``.
+            ``None`` (the default) chooses it as ``slate train`` does for a table: the largest
+            N <= 20 whose parties each hold ``positives`` training positives.
         algorithm: ``slate``, ``slate-m``, ``dpsgd`` or ``coda``.
         iterations: local steps of every party, each followed by a gossip exchange.
         lr: the step size eta.
@@ -146,7 +150,7 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        n_parties: int = 20,
+        n_parties: int | None = None,
         algorithm: str = "slate",
         iterations: int = 2000,
         lr: float = 0.01,
@@ -277,6 +281,9 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         if standardizer is not None:
             features = standardizer.apply(features)
         config = self.train_config(None if parts is None else len(parts))
+        if config.nodes is None:  # as slate train chooses N for a table
+            b = resolve_config(config).positives
+            config = dataclasses.replace(config, nodes=parties_for_positives(int(labels.sum()), b))
         dataset = Dataset(
             name="array", x_train=features, y_train=labels, x_test=features, y_test=labels,
             test_split="the training rows (SlateClassifier: scored at the start and the end)",

@@ -74,6 +74,13 @@ def load_local_data(
     return _partitioned_data(config, local_parties, dataset)
 
 
+def parties_for_positives(positives: int, b: int) -> int:
+    """The default N for a table with ``positives`` training positives: the largest
+    ``N <= MAX_DEFAULT_PARTIES`` whose stratified parties each hold at least ``b`` of them
+    (at least 1)."""
+    return max(1, min(MAX_DEFAULT_PARTIES, positives // b))
+
+
 def default_parties(config: TrainConfig) -> tuple[int, Dataset, str] | None:
     """For a user's own file without ``--nodes``: the largest N <= 20 whose stratified parties
     each hold at least ``b`` training positives, the dataset read to count them, and a note
@@ -88,7 +95,7 @@ def default_parties(config: TrainConfig) -> tuple[int, Dataset, str] | None:
     resolved = resolve_config(config)
     data = load_dataset(resolved, resolved.validation_fraction, resolved.split_seed)
     positives, b = int(data.y_train.sum()), resolved.positives
-    nodes = max(1, min(MAX_DEFAULT_PARTIES, positives // b))
+    nodes = parties_for_positives(positives, b)
     note = (
         f"note: {positives} training positives allow at most {positives // b} parties of b = "
         f"{b} positives each: running N = {nodes} (not the default {MAX_DEFAULT_PARTIES}); "
