@@ -36,9 +36,14 @@ def add_reproduce_parser(sub) -> None:
     cl.add_argument("--dataset", default="w7a")
     com = what.add_parser(
         "communication",
-        help="AP against rounds and bytes: local steps, base-2, compression",
+        help="AP against rounds and bytes: local steps, base-2, compression, and no gossip",
     )
-    com.add_argument("--datasets", default="w7a,fashion-mnist", help="comma-separated")
+    com.add_argument(
+        "--datasets",
+        default="w7a,w7a-dirichlet",
+        help="comma-separated presets: w7a, w7a-dirichlet (w7a split non-IID), fashion-mnist, "
+        "mnist, w8a, or any other TOML in --configs",
+    )
     com.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     for p in (t2, abl, cl, com):
         p.add_argument("--data-dir", help="folder laid out as DIR/w7a, DIR/mnist, ...")
