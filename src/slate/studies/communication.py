@@ -19,9 +19,10 @@ bytes and against rounds, and a recommendation table: for each WAN link (RTT 20/
 
 .. math::
 
-    T = T_{\mathrm{compute}} + R \cdot \mathrm{RTT} + 8 B / \mathrm{bandwidth}
+    T = T_{\mathrm{compute}} + R \cdot \mathrm{RTT} + 8 B / (g \cdot \mathrm{bandwidth})
 
-(:class:`slate.gossip.WanLink`; :math:`R` rounds and :math:`B` bytes per party;
+(:class:`slate.gossip.WanLink`; :math:`R` rounds and :math:`B` bytes per party, delivered at
+:data:`slate.gossip.EXCHANGE_GOODPUT` :math:`g` of the line rate;
 :math:`T_{\mathrm{compute}}` one site's share, :math:`1/N`, of the simulator's measured time per
 iteration of the ring, the same for every setting). Each setting's final AP is also set against
 the control's, seed by seed (:class:`Comparison`), and a setting whose difference is within the
@@ -44,7 +45,7 @@ from scipy import stats
 from slate import plots
 from slate.config import resolve_config
 from slate.errors import ConfigError
-from slate.gossip import WanLink
+from slate.gossip import EXCHANGE_GOODPUT, WanLink
 from slate.studies.reproduce import default_config_dir, load_preset, run_or_reuse, train_config
 from slate.studies.tables import markdown_table, write_csv
 
@@ -343,7 +344,9 @@ def _dataset_report(
         f"### Which flags for which link ({dataset})\n\nAmong the serverless settings that "
         f"meet the AP criterion, the one whose whole run ({iterations} iterations) is estimated "
         f"to take the least time over each link: one site's compute plus, per round, the RTT "
-        f"and the round's bytes at the link's bandwidth. One site's compute is the simulator's "
+        f"and the round's bytes at {EXCHANGE_GOODPUT:g} of the link's bandwidth "
+        f"(`slate.gossip.WanLink`; the evaluations, the same for every setting, are left "
+        f"out). One site's compute is the simulator's "
         f"measured time per iteration of the ring for all N parties divided by N "
         f"({1e3 * ring.seconds_per_iteration() / int(preset['nodes']):.2f} ms), the same for "
         f"every setting (their compute differs by less than the noise of a shared machine; "
@@ -497,8 +500,12 @@ def _report_header(seeds: Sequence[int], datasets: Sequence[str]) -> str:
         "wire carries the encoding itself (int8 values with a scale per 256; top-k indices and "
         "values; sign bits with a scale).\n\n"
         "`--wan RTT_MS,MBIT_S` adds the estimated time over a link to `history.csv` and "
-        "`summary.json`; [wan.md](wan.md) measures real runs over an emulated link and "
-        "compares them with the estimate.\n\n"
+        "`summary.json`: one party's compute, plus an RTT per gossip round and per round trip "
+        "of the other collectives, plus the busiest party's gossip bytes at half the link's "
+        "rate (TCP delivers a gossip exchange's burst at about that) and the collectives' bytes "
+        "with their headers ([engines.md](engines.md#communication-accounting)). "
+        "[wan.md](wan.md) measures real runs over an emulated link: the estimate came within "
+        "0.81x-0.97x of the measured training times.\n\n"
         "Every setting is set against a control that does not communicate during training "
         "(`no-gossip`: each party trains alone and only the final evaluation averages the "
         "parties' models); a setting that is not distinguishable from it is said so, since on "
