@@ -33,6 +33,7 @@ __all__ = [
     "check_config",
     "check_inputs",
     "check_out_dir",
+    "compressed",
     "evaluation_cost",
     "evaluation_count",
     "resolve_device",
@@ -134,7 +135,10 @@ def with_evaluation_defaults(
     model (:func:`evaluation_count` of them) cost at most ``EVALUATION_BUDGET`` of the training
     work: MNIST's 10 000 test images against 300 iterations of 20 x 20 images give every 150.
     ``party_ap`` (the AP of each party's own final model: N more evaluations) defaults to on
-    where those, added to the periodic ones, still fit in the budget; it is off where no
+    where those, added to the periodic ones, still fit in the budget, and in every compressed
+    run (``--compress`` other than ``none``), whatever they cost: compressed gossip can leave
+    the parties far apart behind a good average (:mod:`slate.divergence`), and their own APs
+    are what shows it. An explicit ``--party-ap`` / ``--no-party-ap`` wins; it is off where no
     process holds the whole test set (per-party files).
     """
     iterations, cost = config.iterations, evaluation_cost(config, n_test)
@@ -146,8 +150,15 @@ def with_evaluation_defaults(
         every = min(iterations, max(1, iterations // 20, every))
     party_ap = config.party_ap if party_ap_possible else False
     if party_ap is None:
-        party_ap = evaluation_count(iterations, every) + config.nodes <= affordable
+        party_ap = compressed(config) or (
+            evaluation_count(iterations, every) + config.nodes <= affordable
+        )
     return dataclasses.replace(config, eval_every=every, party_ap=party_ap)
+
+
+def compressed(config: TrainConfig) -> bool:
+    """Whether the run gossips through a compressor (``--compress`` other than ``none``)."""
+    return str(config.compress or "none").strip().lower() != "none"
 
 
 def check_config(config: TrainConfig) -> None:

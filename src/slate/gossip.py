@@ -107,7 +107,7 @@ def _parse_consensus_step(value: object, compressor: Compressor) -> float | str:
     if not 0 < gamma <= 1:
         raise ConfigError(
             f"--consensus-step {value!r} is not valid: CHOCO's consensus step gamma must lie in "
-            f"(0, 1], or be 'auto' (chosen by simulating gossip on this run's graph). The "
+            f"(0, 1], or be 'auto' (chosen by simulating noisy gossip on this run's graph). The "
             f"default for --compress {compressor.name} is {compressor.default_consensus_step:g}."
         )
     return gamma

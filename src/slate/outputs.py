@@ -229,6 +229,8 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
     )
     if summary.get("evaluation_warning"):
         log(f"{prefix}{summary['evaluation_warning']}")
+    if (summary.get("divergence") or {}).get("warning"):
+        log(f"{prefix}{summary['divergence']['warning']}")
     few = few_positives_warning(summary.get("test_positives", FEW_POSITIVES), "the test set")
     if few:
         log(f"{prefix}{few}")

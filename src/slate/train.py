@@ -30,6 +30,7 @@ from torch import Tensor
 from slate import checkpoint
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
+from slate.divergence import advice_for, assess_divergence
 from slate.engines.faults import ExchangeFailed
 from slate.engines.local import Engine
 from slate.engines.membership import Change, CountedLost
@@ -491,11 +492,32 @@ def train(
         summary.update(test_ap=final.scores.values["test_ap"],
                        test_auroc=final.scores.values["test_auroc"])  # fmt: skip
         summary.update(validation_summary(history, loop.best, loop.stopped_at, run.n_validation))
+    summary["divergence"] = _divergence(run, history, final).to_dict()
     if out is not None:
         write_run_folder(run, summary, history, out, final.model)
         summary["out_dir"] = str(out)
     report(run, summary, final.wall, out, log)
     return RunResult(summary, history, out, run.x)
+
+
+def _divergence(run: Run, history: list[dict[str, float]], final: _Final):
+    """Whether the parties ended apart (:mod:`slate.divergence`): the history's consensus
+    distances against the final averaged model's squared norm, and the party APs."""
+    size = run.compute.layout.size
+    xbar = final.model[0]
+    squared_norm = float((xbar[:size].double() ** 2).sum()) if run.config.nodes > 1 else 0.0
+    settings = run.comm.settings
+    compressor = settings.compressor
+    advice = advice_for(
+        compressor.name if compressor is not None else "none",
+        settings.consensus_step if compressor is not None else None,
+        compressor.default_consensus_step if compressor is not None else None,
+        settings.every,
+    )
+    return assess_divergence(
+        [row["consensus_distance"] for row in history], squared_norm, final.party_aps,
+        final.scores.values["test_ap"], advice,
+    )  # fmt: skip
 
 
 def _write_setup(run: Run, out: Path, progress: bool) -> None:

@@ -16,8 +16,14 @@ import torch.multiprocessing as mp
 
 from slate.cli import main
 from slate.compression import parse_compressor
+from slate.engines import choco
 from slate.engines.base import GossipSettings
-from slate.engines.choco import auto_consensus_step, consensus_error_after
+from slate.engines.choco import (
+    auto_consensus_step,
+    consensus_error_after,
+    noisy_consensus_error,
+    tuning_rounds,
+)
 from slate.engines.distributed import DistributedCommunicator
 from slate.engines.simulator import SimulatorCommunicator
 from slate.topology import build_topology
@@ -197,15 +203,83 @@ def test_choco_state_round_trips():
     torch.testing.assert_close(first.mix(x0 + b), second.mix(x0 + b), rtol=0, atol=0)
 
 
-def test_auto_consensus_step_picks_the_grid_value_with_the_smallest_error():
-    topology = build_topology("ring", 8)
-    compressor = parse_compressor("topk:0.1")
-    grid = (0.01, 0.05, 0.2, 1.0)
-    chosen = auto_consensus_step(topology, compressor, 64, grid=grid)
-    errors = [consensus_error_after(topology, compressor, g, 64, 100) for g in grid]
-    assert chosen == grid[int(np.argmin(errors))]
-    assert min(errors) < 0.5  # gossip does reach towards the average
-    assert auto_consensus_step(topology, compressor, 64, grid=grid) == chosen  # deterministic
+def noisy_reference_error(topology, compressor, gamma, d, rounds, seed=0):
+    """noisy_consensus_error written out: the same noise draws (one N(0, I) matrix per round from
+    a generator seeded with ``seed``) through the per-edge reference, one round at a time, and
+    the mean of ||X - mean||^2 / (N d) over the second half of the rounds."""
+    n = topology.n
+    gen = torch.Generator().manual_seed(seed)
+    noise = [torch.randn(n, d, generator=gen).double() for _ in range(rounds)]
+
+    def one_row(v):
+        return compressor.compress(v[None])[0]
+
+    errors = []
+    x, sent = torch.zeros(n, d, dtype=torch.float64), {}
+    for r in range(rounds):
+        x = x + noise[r]
+        W = topology.matrix_at(r)
+        edges = [(i, j) for i in range(n) for j in range(n) if i != j and W[i, j] > 0]
+        for i, j in edges:
+            copy = sent.get((i, j), torch.zeros(d, dtype=torch.float64))
+            sent[(i, j)] = copy + one_row(x[i] - copy)
+        new = x.clone()
+        for i, j in edges:
+            new[i] = new[i] + gamma * W[i, j] * (sent[(j, i)] - sent[(i, j)])
+        x = new
+        errors.append(float(((x - x.mean(dim=0)) ** 2).sum()) / (n * d))
+        if not errors[-1] <= 1e8:
+            return math.inf
+    return float(np.mean(errors[rounds // 2 :]))
+
+
+@pytest.mark.parametrize("name,spec", [("ring", "topk:0.2"), ("base-2", "sign")])
+def test_noisy_consensus_error_equals_the_per_edge_reference(name, spec):
+    topology, compressor = build_topology(name, 5), parse_compressor(spec)
+    for gamma in (0.05, 0.3, 1.0):
+        fast = noisy_consensus_error(topology, compressor, gamma, 16, 30)
+        slow = noisy_reference_error(topology, compressor, gamma, 16, 30)
+        assert fast == pytest.approx(slow, rel=1e-4)
+
+
+def test_exact_noisy_gossip_is_w_applied_to_each_step():
+    """C exact, gamma = 1: every round is x <- W (x + xi) on the same noise draws."""
+    topology = build_topology("ring", 6)
+    error = noisy_consensus_error(topology, parse_compressor("none"), 1.0, 8, 20, seed=3)
+    gen = torch.Generator().manual_seed(3)
+    W, x, errors = torch.tensor(topology.W), torch.zeros(6, 8, dtype=torch.float64), []
+    for _ in range(20):
+        x = W @ (x + torch.randn(6, 8, generator=gen).double())
+        errors.append(float(((x - x.mean(dim=0)) ** 2).sum()) / 48)
+    assert error == pytest.approx(float(np.mean(errors[10:])), rel=1e-5)
+
+
+AUTO_CASE = ("ring", 6, "sign", 20)  # topology, N, compressor, d
+
+
+def test_auto_consensus_step_is_the_brute_force_argmin_under_the_same_noise(monkeypatch):
+    monkeypatch.setattr(choco, "TUNING_ROUNDS", 120)  # (the reference is slow)
+    name, n, spec, d = AUTO_CASE
+    topology, compressor = build_topology(name, n), parse_compressor(spec)
+    grid = (0.01, 0.05, 0.1, 0.2, 0.5, 1.0)
+    chosen = auto_consensus_step(topology, compressor, d, grid=grid)
+    candidates = sorted({*grid, compressor.default_consensus_step})
+    rounds = tuning_rounds(topology)
+    assert rounds == 120
+    errors = [noisy_reference_error(topology, compressor, g, d, rounds) for g in candidates]
+    assert chosen == candidates[int(np.argmin(errors))]
+    assert min(errors) <= errors[candidates.index(compressor.default_consensus_step)]
+    # Noiseless consensus prefers a larger step here: the noise is what decides.
+    noiseless = [consensus_error_after(topology, compressor, g, d, rounds) for g in candidates]
+    assert candidates[int(np.argmin(noiseless))] > chosen
+    assert auto_consensus_step(topology, compressor, d, grid=grid) == chosen  # deterministic
+
+
+def test_auto_consensus_step_can_keep_the_default():
+    """The default is a candidate: a grid of worse values leaves it chosen."""
+    topology, compressor = build_topology("ring", 6), parse_compressor("topk:0.1")
+    default = compressor.default_consensus_step
+    assert auto_consensus_step(topology, compressor, 20, grid=(0.001, 1.0)) == default
 
 
 def test_exact_gossip_consensus_error_is_lambda_to_the_power_2t():

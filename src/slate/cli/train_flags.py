@@ -201,7 +201,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--consensus-step",
         metavar="GAMMA",
         help="CHOCO's consensus step gamma in (0, 1], or 'auto' to pick it by simulating "
-        "gossip on this graph (default: per compressor)",
+        "gossip on this graph with SGD-like noise added every round (default: per compressor)",
     )
     talk.add_argument(
         "--wan",
