@@ -317,4 +317,6 @@ def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
         assert process.returncode == 2, err
         assert "parties [2] never reached the rendezvous" in err and "Traceback" not in err, err
         assert "keys:" not in err
-    assert elapsed < 5 + 10
+    # --timeout 5, plus two interpreters starting (seen: 16 s on a loaded 2-core machine);
+    # well below c10d's own 60 s that it used to wait.
+    assert elapsed < 5 + 25

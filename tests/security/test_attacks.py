@@ -251,7 +251,9 @@ def test_no_party_unpickles_anything_through_a_loss_and_a_rejoin(tmp_path, with_
     roster = make_roster(tmp_path, 3) if with_roster else None
     port = free_port()
     server = serve(port, *(["--roster", str(roster)] if roster else []))
-    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--iterations", "1500"]
+    # Long enough for party 2 to restart and rejoin while the others train, on a loaded
+    # machine too (with 1500 they once finished first, and party 2 found the run over).
+    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--iterations", "4000"]
     logs = [tmp_path / f"unpickled-{r}.log" for r in range(3)]
 
     def party(rank: int, *more: str, kill: str = ""):
