@@ -107,9 +107,8 @@ def _call_of(probe: Probe, rank: int, sites: int) -> Callable[[], None]:
         piece = torch.zeros(probe.size // 4)
         parts = [torch.empty_like(piece) for _ in range(sites)]
         return lambda: dist.all_gather(parts, piece)
-    peers = [(rank + 1) % sites, (rank - 1) % sites][: probe.neighbours]
-    if probe.neighbours == 1:
-        peers = [rank ^ 1]  # pairs, as base-2 gossips
+    # One neighbour: pairs, as base-2 gossips; two: the ring's.
+    peers = [rank ^ 1] if probe.neighbours == 1 else [(rank + 1) % sites, (rank - 1) % sites]
     message = torch.zeros(probe.size, dtype=torch.uint8)
     inbox = [torch.empty_like(message) for _ in peers]
 
