@@ -176,10 +176,11 @@ def _measured(argv: list[str]) -> tuple[float, float]:
 
 
 def _whole_file_peak(run: Path, data: Path) -> tuple[float, float]:
-    """The baseline: the same file read whole (``slate.scoring.read_input``) and scored."""
+    """The baseline: the same file read whole (``slate.inference.scoring.read_input``) and
+    scored."""
     program = (
-        "import sys; from slate.model_file import load_model; "
-        "from slate.scoring import read_input, logits_of; "
+        "import sys; from slate.inference.model_file import load_model; "
+        "from slate.inference.scoring import read_input, logits_of; "
         "model, pre = load_model(sys.argv[1]); "
         "logits_of(model, read_input(pre, sys.argv[2]).features)"
     )

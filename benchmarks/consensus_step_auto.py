@@ -3,9 +3,9 @@ operators' default gamma under SGD-like noise (issue 29, item 6; docs/engines.md
 
 For each graph and compressor: the gamma picked by the noiseless tuning that ``auto`` used
 before (CHOCO average consensus from standard normal parameters, ``max(100, 50 x cycle)``
-rounds), the gamma picked now (:func:`slate.engines.choco.auto_consensus_step`), and the noisy
-consensus error of each (:func:`slate.engines.choco.noisy_consensus_error`) at another seed (1)
-and a longer horizon (2000 rounds) than the tuning's, as a multiple of the default's error.
+rounds), the gamma picked now (:func:`slate.communication.choco.auto_consensus_step`), and the noisy
+consensus error of each (:func:`slate.communication.choco.noisy_consensus_error`) at another seed
+(1) and a longer horizon (2000 rounds) than the tuning's, as a multiple of the default's error.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from slate.compression import parse_compressor
-from slate.engines import choco
+from slate.communication import choco
+from slate.communication.compression import parse_compressor
 from slate.topology import build_topology
 
 CASES = [("ring", 10), ("ring", 20), ("base-2", 10)]

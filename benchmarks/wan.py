@@ -235,7 +235,7 @@ def section(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
         "(`benchmarks/wan_exchange.py`: the median of 15 calls, 5 ms apart), next to what the "
         "estimate charges for it: RTTs per collective from "
         "`slate.engines.base.all_reduce_round_trips` and `all_gather_round_trips`, bytes at the "
-        "line rate (a gossip exchange at `slate.gossip.EXCHANGE_GOODPUT` of it).",
+        "line rate (a gossip exchange at `slate.communication.gossip.EXCHANGE_GOODPUT` of it).",
     ] if exchange else []  # fmt: skip
     return [
         "\n## Over an emulated WAN (one network namespace per site, w7a)\n",

@@ -1,16 +1,16 @@
 """One exchange over the emulated WAN, measured and as slate's ``--wan`` estimate models it.
 
-The estimate (:meth:`slate.gossip.WanLink.seconds`) charges each kind of exchange a number of
-round trips and its bytes at the link's rate. This probe times each kind on the testbed with
-gloo, as slate's distributed engine calls it, so the model's constants can be checked against
+The estimate (:meth:`slate.communication.gossip.WanLink.seconds`) charges each kind of exchange a
+number of round trips and its bytes at the link's rate. This probe times each kind on the testbed
+with gloo, as slate's distributed engine calls it, so the model's constants can be checked against
 the wire:
 
 * **all-reduce** of ``k`` float32s over ``N`` sites:
   :func:`~slate.engines.base.all_reduce_round_trips` RTTs plus ``2 (N - 1) / N`` of the bytes,
-  times :data:`~slate.gossip.WIRE_OVERHEAD`;
+  times :data:`~slate.communication.gossip.WIRE_OVERHEAD`;
 * **all-gather**: :func:`~slate.engines.base.all_gather_round_trips` RTTs plus ``N - 1`` pieces;
 * **exchange** with ``d`` neighbours (a gossip round: send to each, receive from each): one
-  RTT plus ``d`` messages at :data:`~slate.gossip.EXCHANGE_GOODPUT` of the line rate.
+  RTT plus ``d`` messages at :data:`~slate.communication.gossip.EXCHANGE_GOODPUT` of the line rate.
 
 Every probe is repeated :data:`REPEATS` times with a 5 ms pause between calls (the link idles
 between a training run's exchanges too) and no barrier between them, as in training; the table
@@ -64,9 +64,10 @@ PROBES = (
 
 
 def modelled_ms(probe: Probe, sites: int, rtt_ms: float, mbit_s: float) -> float:
-    """What :meth:`slate.gossip.WanLink.seconds` charges for ``probe``, in milliseconds."""
+    """What :meth:`slate.communication.gossip.WanLink.seconds` charges for ``probe``, in
+    milliseconds."""
+    from slate.communication.gossip import WanLink
     from slate.engines.base import all_gather_round_trips, all_reduce_round_trips
-    from slate.gossip import WanLink
 
     link = WanLink(rtt_ms, mbit_s)
     if probe.kind == "all-reduce":

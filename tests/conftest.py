@@ -1,4 +1,5 @@
-"""Leave the test process the way a party process leaves (``slate.party_process.exit_worker``).
+"""Leave the test process the way a party process leaves
+(``slate.training.party_process.exit_worker``).
 
 Tests that run stores and heartbeats in this process (membership, rendezvous) can leave a native
 ``torch.distributed`` thread inside a blocking store call when the suite ends; the interpreter's

@@ -32,7 +32,7 @@ import slate
 from slate.cli import main
 from slate.config import TrainConfig, resolve_config
 from slate.estimator import EXPECTED_FAILED_CHECKS, PARAMETER_FIELDS, SlateClassifier
-from slate.scoring import logits_of, read_input
+from slate.inference.scoring import logits_of, read_input
 
 ITERATIONS = 300
 
@@ -64,7 +64,7 @@ def _slate_train(tmp_path: Path, *flags: str) -> Path:
 
 def _run_logits(run: Path, data: Path) -> np.ndarray:
     """The logits of the run's saved model on a CSV file, read and preprocessed as ``slate
-    predict`` reads it (``slate.load_model``, ``slate.scoring``)."""
+    predict`` reads it (``slate.load_model``, ``slate.inference.scoring``)."""
     model, preprocessing = slate.load_model(run)
     features = read_input(preprocessing, data).features
     return logits_of(model, features).numpy().astype(np.float64)

@@ -13,7 +13,7 @@ import pytest
 
 from slate.config import TrainConfig
 from slate.errors import ConfigError
-from slate.train import train
+from slate.training.loop import train
 
 N_ROWS = 3000
 

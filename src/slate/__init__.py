@@ -2,7 +2,7 @@
 
 The public PyTorch-native pieces are importable from here; the rest lives in submodules:
 ``slate.topology`` (mixing matrices), ``slate.algorithms`` (update rules), ``slate.engines``
-(simulator), ``slate.data`` (readers, partitions, samplers), ``slate.train`` (the run loop).
+(simulator), ``slate.data`` (readers, partitions, samplers), ``slate.training.loop`` (the run loop).
 ``slate.load_model(run_dir)`` rebuilds a run's trained model with its preprocessing;
 ``slate.SlateClassifier`` is a scikit-learn estimator that trains on simulated parties
 (:mod:`slate.estimator`, imported on first use).
@@ -11,11 +11,11 @@ The public PyTorch-native pieces are importable from here; the rest lives in sub
 from typing import TYPE_CHECKING, Any
 
 from slate.objectives.ap import APLoss
+from slate.version import __version__
 
 if TYPE_CHECKING:
     from slate.estimator import SlateClassifier
 
-__version__ = "0.1.0"
 
 __all__ = ["APLoss", "SlateClassifier", "__version__", "load_model"]
 
@@ -32,7 +32,8 @@ def __getattr__(name: str) -> Any:
 
 def load_model(run_dir, device="cpu"):
     """``model, preprocessing = slate.load_model(run_dir)``: the run's model in eval mode and
-    its :class:`slate.model_file.Preprocessing` (see :func:`slate.model_file.load_model`)."""
-    from slate.model_file import load_model as _load_model
+    its :class:`slate.inference.model_file.Preprocessing` (see
+    :func:`slate.inference.model_file.load_model`)."""
+    from slate.inference.model_file import load_model as _load_model
 
     return _load_model(run_dir, device)

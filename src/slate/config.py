@@ -134,7 +134,7 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     if resolved.standardize is None:  # user tables arrive at raw scales; the paper's sets do not
         resolved.standardize = resolved.dataset == "csv"
     # eval_every and party_ap stay None here: their defaults depend on the test set's size,
-    # which is known once the data is loaded (slate.train.Run).
+    # which is known once the data is loaded (slate.training.loop.Run).
     if resolved.checkpoint_every is None:
         resolved.checkpoint_every = max(1, resolved.iterations // 10)
     if resolved.on_party_loss is None:  # docs/reliability.md: why continue, and why not on CUDA

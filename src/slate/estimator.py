@@ -1,7 +1,7 @@
 """``SlateClassifier``: a scikit-learn estimator that trains with slate on simulated parties.
 
 ``fit(X, y)`` cuts the training rows into ``n_parties`` parties (or takes the caller's
-assignment, ``parties=``) and runs :func:`slate.train.train` on the simulator, as ``slate
+assignment, ``parties=``) and runs :func:`slate.training.loop.train` on the simulator, as ``slate
 train`` does, without writing a run folder. The result is the averaged model of Alg. 1, kept as
 a torch module that maps a feature row to one logit: :meth:`SlateClassifier.decision_function`.
 On the same rows, partition and settings it computes the logits of ``slate train``'s
@@ -39,9 +39,9 @@ from slate.data.partition import make_partition
 from slate.data.preprocess import Standardizer
 from slate.data.sources import parties_for_positives
 from slate.errors import ConfigError, DataError, TopologyError, TrainingDiverged
+from slate.inference.scoring import logits_of
 from slate.models import build_model
-from slate.scoring import logits_of
-from slate.train import train
+from slate.training.loop import train
 
 try:
     from sklearn.utils.validation import validate_data

@@ -35,7 +35,7 @@ def problem():
 
 
 def simulate(problem, name, topology="ring", n=N, steps=STEPS, **config):
-    """Run ``name`` the way slate.train.Run does: first_step at iteration 0 if needed."""
+    """Run ``name`` the way slate.training.loop.Run does: first_step at iteration 0 if needed."""
     x, y, parts, model = problem
     parts = parts if n == N else [np.concatenate(parts)]
     algorithm = build_algorithm(name, AlgorithmConfig(**config))
@@ -319,8 +319,8 @@ def test_coda_p_is_the_rate_the_sampler_draws_positives_at():
     """A w7a-like party (3% positives) sampled with b = 2 of m = 20: p must be 0.1, the rate of
     the batches the class means are taken over, so that the saddle ranks scorers: a perfect one
     below a constant one below a reversed one. With the party's 3% they would all tie."""
-    from slate.checks import algorithm_config
     from slate.config import TrainConfig, resolve_config
+    from slate.training.checks import algorithm_config
 
     config = resolve_config(TrainConfig(algorithm="coda", positives=2, batch_size=20))
     algorithm = build_algorithm("coda", algorithm_config(config))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from slate.config import TrainConfig
-from slate.train import train
+from slate.training.loop import train
 
 
 def _write(path, rows: int, seed: int) -> None:

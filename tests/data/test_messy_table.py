@@ -12,7 +12,7 @@ import pytest
 
 from slate.config import TrainConfig
 from slate.data.readers.libsvm import read_libsvm
-from slate.train import train
+from slate.training.loop import train
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(

@@ -9,12 +9,12 @@ import pytest
 from sklearn.metrics import average_precision_score
 
 from slate.config import TrainConfig
-from slate.data.local import party_path, uses_party_files
+from slate.data.local_data import party_path, uses_party_files
 from slate.data.schema import Schema, SchemaMismatch, check_agreement, column_order
 from slate.data.sources import load_local_data
 from slate.engines.local import SimulatorEngine
 from slate.errors import DataError
-from slate.train import train
+from slate.training.loop import train
 
 
 def write_csv(path, header, rows):

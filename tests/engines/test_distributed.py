@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from slate.config import TrainConfig
-from slate.train import train
+from slate.training.loop import train
 
 COMMON = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "50",
           "--eval-every", "25", "--seed", "3", "--no-progress"]  # fmt: skip

@@ -23,7 +23,7 @@ from slate.engines.membership import (
     Membership,
     PartyLost,
 )
-from slate.engines.records import Records
+from slate.engines.store_records import Records
 
 
 @pytest.fixture

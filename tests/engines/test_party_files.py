@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slate.config import TrainConfig
-from slate.train import train
+from slate.training.loop import train
 from tests.sites import free_port, start_party, write_sites
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"

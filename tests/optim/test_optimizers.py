@@ -22,7 +22,7 @@ from slate.data.partition import make_partition
 from slate.data.sampler import PartySampler
 from slate.data.sources import load_dataset
 from slate.models import build_model
-from slate.train import train
+from slate.training.loop import train
 
 STEPS = 40
 
@@ -65,7 +65,7 @@ def worker(rank, world, init_file, config, result_file):
         torch.save(flat / world, result_file)
     dist.barrier()
     # Leave without the interpreter's shutdown, where gloo's threads can abort the process
-    # (as slate's own workers do; see slate.party_process.exit_worker).
+    # (as slate's own workers do; see slate.training.party_process.exit_worker).
     os._exit(0)
 
 

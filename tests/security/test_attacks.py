@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from slate.engines.launch import serve_rendezvous
 from slate.engines.membership import FINAL_MEMBERS_KEY, LEFT_KEY
-from slate.engines.records import Records
+from slate.engines.store_records import Records
 from slate.security import site_identity
 from tests.sites import (
     HAVE_W7A,

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from slate.agreement import FINGERPRINT_SHAPE
 from slate.data.schema import SCHEMA_SHAPE, PartyCounts, Schema
 from slate.engines.local import SimulatorEngine
 from slate.security.messages import (
@@ -19,6 +18,7 @@ from slate.security.messages import (
     decode,
     encode,
 )
+from slate.training.agreement import FINGERPRINT_SHAPE
 
 SHAPE = {"rank": int, "rate": float, "note": (str, None), "items": ListOf([int, str], 3),
          "counts": MapOf(int, 4, int_keys=True), "free": ANY}  # fmt: skip

@@ -26,7 +26,7 @@ from slate.engines.membership import (
     final_members,
     registered_process,
 )
-from slate.engines.records import RECORD_LIMIT, Records, SigningStore, _signed_bytes
+from slate.engines.store_records import RECORD_LIMIT, Records, SigningStore, _signed_bytes
 from slate.security import SiteIdentity, make_roster, read_private_key, write_keypair
 
 GENERATION = 2  # the reader's current generation

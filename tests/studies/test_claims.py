@@ -224,7 +224,7 @@ def test_speedup_tunes_every_n_on_one_grid(study) -> None:
 
 
 def test_speedup_records_a_diverged_run_and_reuses_the_record(presets, tmp_path, monkeypatch):
-    from slate import train as train_module
+    from slate.training import loop as train_module
 
     real_train = train_module.train
 
@@ -233,7 +233,7 @@ def test_speedup_records_a_diverged_run_and_reuses_the_record(presets, tmp_path,
             raise TrainingDiverged("Training diverged: the loss of party 0 became non-finite.")
         return real_train(config, **kwargs)
 
-    monkeypatch.setattr("slate.train.train", diverging)
+    monkeypatch.setattr("slate.training.loop.train", diverging)
     run = {"seeds": (0,), "dataset": "digits", "config_dir": presets, "plan": TINY}
     rows = claims(None, tmp_path, studies=("speedup",), log=lambda _: None, **run)["speedup"]
     cell = next(r for r in rows if (r["nodes"], r["lr"]) == (2, 0.1))
@@ -249,7 +249,7 @@ def test_speedup_records_a_diverged_run_and_reuses_the_record(presets, tmp_path,
     def no_training(config, **kwargs):
         raise AssertionError(f"trained {config.out} again")
 
-    monkeypatch.setattr("slate.train.train", no_training)
+    monkeypatch.setattr("slate.training.loop.train", no_training)
     lines: list[str] = []
     again = claims(None, tmp_path, studies=("speedup",), log=lines.append, **run)["speedup"]
     assert any(line.endswith(": diverged") for line in lines)
@@ -260,7 +260,7 @@ def test_a_diverged_run_stops_a_study_that_needs_every_seed(presets, tmp_path, m
     def diverging(config, **kwargs):
         raise TrainingDiverged("Training diverged: the loss of party 0 became non-finite.")
 
-    monkeypatch.setattr("slate.train.train", diverging)
+    monkeypatch.setattr("slate.training.loop.train", diverging)
     with pytest.raises(TrainingDiverged, match="seed 0, diverged"):
         claims(None, tmp_path, studies=("momentum",), seeds=(0,), dataset="digits",
                config_dir=presets, plan=TINY, log=lambda _: None)  # fmt: skip
@@ -332,7 +332,7 @@ def test_second_call_reuses_every_run(study, presets, monkeypatch) -> None:
         trained.append(config.out)
         raise DataError("Every party must hold at least b = 4 positives. Stub.")
 
-    monkeypatch.setattr("slate.train.train", no_training)
+    monkeypatch.setattr("slate.training.loop.train", no_training)
     lines: list[str] = []
     again = claims(None, out, seeds=(0,), dataset="digits", config_dir=presets, plan=TINY,
                    log=lines.append)  # fmt: skip

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from slate.cli import main
+from slate.communication.gossip import EXCHANGE_GOODPUT, WanLink
 from slate.errors import ConfigError
-from slate.gossip import EXCHANGE_GOODPUT, WanLink
 from slate.studies.communication import (
     AP_TOLERANCE,
     CONTROL,

@@ -23,11 +23,11 @@ from slate.cli.commands import (
     run_tune,
 )
 from slate.cli.identity import run_keygen, run_roster
+from slate.cli.memory import keep_freed_memory
 from slate.cli.parser import build_parser
 from slate.cli.reproduce import run_reproduce
 from slate.errors import RunInterrupted, SlateError
-from slate.memory import keep_freed_memory
-from slate.party_process import exit_worker
+from slate.training.party_process import exit_worker
 
 __all__ = ["build_parser", "main"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from slate.cli.parser import build_parser
 from slate.config import TrainConfig
 from slate.errors import ConfigError
-from slate.party_process import launch, run_party, run_worker, with_default_parties
+from slate.training.party_process import launch, run_party, run_worker, with_default_parties
 
 __all__ = [
     "config_from_args",
@@ -32,7 +32,7 @@ __all__ = [
 def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``slate train``: the simulator in this process, the local launcher, a launched worker,
     or one ``--rank`` party."""
-    from slate.train import train
+    from slate.training.loop import train
 
     if args.resume:
         record = resumed_record(args.resume)
@@ -116,7 +116,7 @@ def explicit_flags(argv: Sequence[str]) -> dict:
 
 def resumed_record(folder: str) -> dict:
     """The newest checkpoint in ``folder``, or a party's set-up record when it holds none."""
-    from slate import checkpoint
+    from slate.training import checkpoint
 
     path = checkpoint.newest_checkpoint(Path(folder))
     if not path.is_file():  # a party lost before its first checkpoint: its set-up record
@@ -126,7 +126,7 @@ def resumed_record(folder: str) -> dict:
 
 def resumed_config(folder: str, argv: Sequence[str], record: dict) -> TrainConfig:
     """The checkpoint's config; flags given with --resume must agree except --iterations."""
-    from slate import checkpoint
+    from slate.training import checkpoint
 
     saved = record["config"]
     explicit = explicit_flags(argv)
@@ -157,8 +157,8 @@ def joins_alone(args: argparse.Namespace) -> bool:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    """``slate tune``: the grid search of :func:`slate.tune.tune`."""
-    from slate.tune import parse_grid, tune
+    """``slate tune``: the grid search of :func:`slate.training.tune.tune`."""
+    from slate.training.tune import parse_grid, tune
 
     grid = parse_grid(args.grid) if args.grid else None
     fraction = 0.2 if args.validation_fraction is None else args.validation_fraction
@@ -215,7 +215,7 @@ def run_rendezvous(args: argparse.Namespace) -> int:
 
 def run_predict(args: argparse.Namespace) -> int:
     """``slate predict``: score a file, write the predictions and the notes."""
-    from slate.predict import predict, write_predictions
+    from slate.inference.predict import predict, write_predictions
 
     result = predict(
         args.run, args.data, threshold=args.threshold, at_recall_of=args.at_recall,
@@ -237,7 +237,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """``slate evaluate``: AP, AUROC and operating points on a labelled file."""
     import json
 
-    from slate.predict import evaluate, format_evaluation, write_evaluation
+    from slate.inference.predict import evaluate, format_evaluation, write_evaluation
 
     result = evaluate(args.run, args.data)
     if args.out is not None:
@@ -252,7 +252,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     """``slate export``: write the run's model as a ``torch.export`` program."""
-    from slate.export import export_run
+    from slate.inference.export import export_run
 
     exported = export_run(args.run, args.out, args.format, calibrated=not args.no_calibration)
     output = (
@@ -270,7 +270,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """``slate calibrate``: fit, measure and store a calibrator of the run's logits."""
-    from slate.calibration import (
+    from slate.inference.calibration import (
         CALIBRATION_FILE,
         RELIABILITY_FILE,
         calibrate_run,

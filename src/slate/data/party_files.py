@@ -5,7 +5,7 @@ Called by :func:`slate.data.sources.load_local_data`. Party ``n`` reads ``--trai
 stratified part of its own file (:mod:`slate.data.split`), as ``slate train`` does with one file.
 The parties then agree on one schema (:mod:`slate.data.schema`), fit the feature transform once
 with federated statistics (:func:`slate.data.encoding.fit_features`), and keep their own
-held-out rows, scored with federated metrics (:mod:`slate.evaluation`).
+held-out rows, scored with federated metrics (:mod:`slate.training.evaluation`).
 
 With ``--validation-fraction F`` each party also holds out a stratified share ``F`` of its own
 training rows as validation rows, scored during training; its test rows are read (a test file)
@@ -22,7 +22,7 @@ import numpy as np
 
 from slate.config import TrainConfig
 from slate.data.encoding import fit_features, table_notes
-from slate.data.local import (
+from slate.data.local_data import (
     RANK_PLACEHOLDER,
     Exchange,
     HeldOut,

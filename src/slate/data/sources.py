@@ -37,7 +37,7 @@ import numpy as np
 from slate.config import TrainConfig
 from slate.data.datasets import DATASET_NAMES, NAMED_LOADERS, Dataset, read_named_dataset
 from slate.data.encoding import fit_features, table_notes
-from slate.data.local import Exchange, HeldOut, LocalData, uses_party_files
+from slate.data.local_data import Exchange, HeldOut, LocalData, uses_party_files
 from slate.data.options import TableOptions
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.party_files import party_file_data

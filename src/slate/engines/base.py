@@ -20,7 +20,7 @@ which an engine may carry out in one fused pass.
   round, :math:`r = \lfloor t / H \rfloor`, so a time-varying graph's cycle is not skipped;
 * *time-varying graphs* (``one-peer-exponential``, ``base-K``): round :math:`r` applies
   ``topology.matrix_at(r)``;
-* *compressed gossip* (CHOCO-SGD, :mod:`slate.engines.choco`): with a compressor, a gossip
+* *compressed gossip* (CHOCO-SGD, :mod:`slate.communication.choco`): with a compressor, a gossip
   round sends compressed differences to public copies instead of the parameters.
 
 Every communicator counts what a party sends: bytes as encoded, messages, and ``rounds``, the
@@ -31,42 +31,22 @@ sequential exchanges (a gossip round is one; an exact average by ring all-reduce
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from slate.communication.gossip import GossipSettings
+
 if TYPE_CHECKING:
-    from slate.compression import Compressor
     from slate.topology import Topology
 
 __all__ = [
     "Communicator",
-    "GossipSettings",
     "all_gather_round_trips",
     "all_reduce_round_trips",
     "all_reduce_steps",
 ]
-
-
-@dataclass(frozen=True)
-class GossipSettings:
-    r"""How often and how compactly parties gossip (``--gossip-every``, ``--compress``).
-
-    Attributes:
-        every: :math:`H \ge 1`, iterations per gossip round (1: every iteration, the paper's).
-        compressor: the CHOCO compression operator, or ``None`` for dense gossip (the paper's).
-        consensus_step: CHOCO's :math:`\gamma` (ignored without a compressor).
-    """
-
-    every: int = 1
-    compressor: Compressor | None = None
-    consensus_step: float = 1.0
-
-    @property
-    def is_paper_protocol(self) -> bool:
-        return self.every == 1 and self.compressor is None
 
 
 def all_reduce_steps(n: int) -> int:

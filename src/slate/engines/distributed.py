@@ -41,8 +41,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from slate.engines.base import Communicator, GossipSettings
-from slate.engines.choco import ChocoGossip, RoundEdges
+from slate.communication.choco import ChocoGossip, RoundEdges
+from slate.communication.gossip import GossipSettings
+from slate.engines.base import Communicator
 from slate.engines.faults import (
     ExchangeFailed,
     FailureGuard,
@@ -60,7 +61,7 @@ from slate.engines.membership import (
     leave_run,
     registered_process,
 )
-from slate.engines.records import Records, SigningStore
+from slate.engines.store_records import Records, SigningStore
 from slate.security.identity import SiteIdentity
 from slate.security.messages import ListOf, MalformedMessage, decode, encode
 from slate.topology import Topology
@@ -84,7 +85,8 @@ class Rendezvous:
 
     ``outside`` is True when the store lives outside every party (the local launcher, or
     ``slate rendezvous``): only then can any party be lost without stopping the others. With
-    ``identity`` every record in the store is signed and checked (:mod:`slate.engines.records`).
+    ``identity`` every record in the store is signed and checked
+    (:mod:`slate.engines.store_records`).
     """
 
     store: Any
@@ -102,7 +104,7 @@ class DistributedCommunicator(Communicator):
     """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce.
 
     ``rank`` is this party's index in ``topology`` (and in ``group``, or in the default group).
-    With a compressor (CHOCO, :mod:`slate.engines.choco`), each message is the compressed
+    With a compressor (CHOCO, :mod:`slate.communication.choco`), each message is the compressed
     encoding itself (``torch.uint8``), not dense floats.
     """
 

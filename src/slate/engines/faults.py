@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from slate.engines.lookout import Lookout
 from slate.engines.membership import PartyLost, process_alive, registered_process
-from slate.engines.records import Records, parse_rank
+from slate.engines.store_records import Records, parse_rank
 
 __all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_line"]
 

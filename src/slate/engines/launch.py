@@ -3,7 +3,7 @@
 ``slate train --engine distributed --nodes N`` (no torchrun variables set) is the *launcher*: it
 hosts the rendezvous store on the loopback interface only, starts N copies of the same command
 with ``RANK`` / ``WORLD_SIZE`` set, waits for all of them and exits with the worst exit code.
-Each copy is a *worker*: it joins the process group and runs :func:`slate.train.train` with
+Each copy is a *worker*: it joins the process group and runs :func:`slate.training.loop.train` with
 :class:`~slate.engines.distributed.DistributedEngine`. Under ``torchrun`` the processes are
 workers directly and use torchrun's rendezvous (``MASTER_ADDR`` / ``MASTER_PORT``).
 """
@@ -33,7 +33,7 @@ from slate.engines.membership import (
     registered_process,
     signed_beats,
 )
-from slate.engines.records import Records
+from slate.engines.store_records import Records
 from slate.errors import ConfigError
 from slate.security.identity import Roster, SiteIdentity
 
@@ -65,7 +65,7 @@ def launch_local(
     argv: Sequence[str], nodes: int, timeout_s: float, logs: Sequence[str] = ()
 ) -> int:
     """Run ``python -m slate <argv>`` as ``nodes`` worker processes on this machine; ``logs``
-    names each party's debug log (:mod:`slate.debug_log`), pointed to when a party dies."""
+    names each party's debug log (:mod:`slate.engines.debug_log`), pointed to when a party dies."""
     if nodes < 1:
         raise ConfigError(f"--nodes must be at least 1, got {nodes}.")
     listener = _loopback_listener()

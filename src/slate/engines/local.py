@@ -1,7 +1,7 @@
 """What a training run needs from its engine besides mixing: who runs here, and reductions.
 
 The simulator runs every party in one process; a distributed process runs one party. The
-training loop (``slate.run.Run``) is written once against :class:`Engine`, so both engines
+training loop (``slate.training.run.Run``) is written once against :class:`Engine`, so both engines
 share the sampling, the algorithm steps, the evaluation and the run outputs.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from slate.communication.gossip import GossipSettings
 from slate.engines.base import (
     Communicator,
-    GossipSettings,
     all_gather_round_trips,
     all_reduce_round_trips,
 )

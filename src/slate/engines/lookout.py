@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slate.engines.membership import BEAT_SECONDS, Membership, _Liveness
-from slate.engines.records import Records
+from slate.engines.store_records import Records
 
 __all__ = ["LOOK_SECONDS", "Lookout", "Sighting"]
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slate.engines.records import RECORD_LIMIT, Records, parse_rank
+from slate.engines.store_records import RECORD_LIMIT, Records, parse_rank
 from slate.errors import SlateError
 from slate.security.messages import ListOf, MalformedMessage, MapOf, decode
 
@@ -88,8 +88,8 @@ class Change:
     """One agreed change of the party set: generation ``generation`` has ``members``.
 
     ``position`` is where the members continue: ``2 t`` before iteration ``t``'s evaluation and
-    checkpoint, ``2 t + 1`` after them (:class:`slate.recovery.Snapshots`). ``reasons`` says why
-    each lost party counts as lost.
+    checkpoint, ``2 t + 1`` after them (:class:`slate.training.recovery.Snapshots`). ``reasons``
+    says why each lost party counts as lost.
     """
 
     generation: int
@@ -303,7 +303,7 @@ class Membership:
     """This party's view of the run's membership, kept in agreement through the store.
 
     Args:
-        records: the rendezvous store's records (:class:`slate.engines.records.Records`).
+        records: the rendezvous store's records (:class:`slate.engines.store_records.Records`).
         rank: this party's rank in the whole run (0..N-1), which never changes.
         members: the parties of the current generation, in rank order.
         timeout_s: ``--timeout``: how long to wait for a party that neither answers nor is gone.

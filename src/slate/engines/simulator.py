@@ -7,7 +7,7 @@ of W's entries non-zero) multiplies with W in compressed sparse row form, whose 
 the number of edges rather than N². A large buffer is stepped and mixed block by block in
 cache (:meth:`SimulatorCommunicator.mix_step`). The traffic counters report what the distributed
 engine would send for the same rounds: one flat buffer per neighbour per gossip exchange, or one
-compressed payload per edge with ``--compress`` (:mod:`slate.engines.choco`).
+compressed payload per edge with ``--compress`` (:mod:`slate.communication.choco`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slate.engines.base import Communicator, GossipSettings
-from slate.engines.choco import ChocoGossip, simulated_exchange
+from slate.communication.choco import ChocoGossip, simulated_exchange
+from slate.communication.gossip import GossipSettings
+from slate.engines.base import Communicator
 from slate.topology import Topology
 
 __all__ = ["SimulatorCommunicator"]

@@ -21,8 +21,9 @@ bytes and against rounds, and a recommendation table: for each WAN link (RTT 20/
 
     T = T_{\mathrm{compute}} + R \cdot \mathrm{RTT} + 8 B / (g \cdot \mathrm{bandwidth})
 
-(:class:`slate.gossip.WanLink`; :math:`R` rounds and :math:`B` bytes per party, delivered at
-:data:`slate.gossip.EXCHANGE_GOODPUT` :math:`g` of the line rate;
+(:class:`slate.communication.gossip.WanLink`; :math:`R` rounds and :math:`B` bytes per party,
+delivered at
+:data:`slate.communication.gossip.EXCHANGE_GOODPUT` :math:`g` of the line rate;
 :math:`T_{\mathrm{compute}}` one site's share, :math:`1/N`, of the simulator's measured time per
 iteration of the ring, the same for every setting). Each setting's final AP is also set against
 the control's, seed by seed (:class:`Comparison`), and a setting whose difference is within the
@@ -42,10 +43,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from slate import plots
+from slate.communication.gossip import EXCHANGE_GOODPUT, WanLink
 from slate.config import resolve_config
 from slate.errors import ConfigError
-from slate.gossip import EXCHANGE_GOODPUT, WanLink
+from slate.metrics import plots
 from slate.studies.reproduce import default_config_dir, load_preset, run_or_reuse, train_config
 from slate.studies.tables import markdown_table, write_csv
 
@@ -345,8 +346,8 @@ def _dataset_report(
         f"meet the AP criterion, the one whose whole run ({iterations} iterations) is estimated "
         f"to take the least time over each link: one site's compute plus, per round, the RTT "
         f"and the round's bytes at {EXCHANGE_GOODPUT:g} of the link's bandwidth "
-        f"(`slate.gossip.WanLink`; the evaluations, the same for every setting, are left "
-        f"out). One site's compute is the simulator's "
+        f"(`slate.communication.gossip.WanLink`; the evaluations, the same for every setting, "
+        f"are left out). One site's compute is the simulator's "
         f"measured time per iteration of the ring for all N parties divided by N "
         f"({1e3 * ring.seconds_per_iteration() / int(preset['nodes']):.2f} ms), the same for "
         f"every setting (their compute differs by less than the noise of a shared machine; "

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from slate import plots
 from slate.config import TrainConfig
 from slate.errors import ConfigError, DataError
+from slate.metrics import plots
 
 __all__ = [
     "METHODS",
@@ -88,7 +88,7 @@ def train_config(preset: dict[str, Any], method: str, seed: int, **overrides) ->
 
 def run_or_reuse(config: TrainConfig, folder: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """Train into ``folder`` unless it already holds a finished run; return its summary."""
-    from slate.train import train
+    from slate.training.loop import train
 
     summary_path = folder / "summary.json"
     if summary_path.is_file():

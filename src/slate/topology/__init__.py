@@ -21,9 +21,9 @@ The package is split along these seams:
 
 - :mod:`slate.topology.graph`: graph primitives (size check, :math:`\mathbf{J}`,
   Metropolis-Hastings weights, connected components, :func:`is_connected`);
-- :mod:`slate.topology.validation`: :func:`validate`, :func:`mixing_rate`, :func:`spectral_gap`;
+- :mod:`slate.topology.matrix_checks`: :func:`validate`, :func:`mixing_rate`, :func:`spectral_gap`;
 - :mod:`slate.topology.builders`: the named graphs;
-- :mod:`slate.topology.files`: :func:`from_file` (``file:W.csv``, ``.txt``, ``.npy``);
+- :mod:`slate.topology.matrix_file`: :func:`from_file` (``file:W.csv``, ``.txt``, ``.npy``);
 - :mod:`slate.topology.schedule`: the time-varying :class:`Topology` (static, periodic, or a
   cycle of round matrices);
 - :mod:`slate.topology.cycles`: cycles that average exactly, the one-peer exponential graph
@@ -54,8 +54,9 @@ from slate.topology.cycles import (
     one_peer_exponential_rounds,
     simple_base_rounds,
 )
-from slate.topology.files import from_file
 from slate.topology.graph import diameter, is_connected
+from slate.topology.matrix_checks import mixing_rate, spectral_gap, validate
+from slate.topology.matrix_file import from_file
 from slate.topology.printing import W7A_MODEL_BYTES, describe, describe_cycle, format_matrix
 from slate.topology.registry import FILE_PREFIX, TOPOLOGY_NAMES, build_topology
 from slate.topology.schedule import Topology
@@ -65,7 +66,6 @@ from slate.topology.survivors import (
     surviving_graph,
     surviving_topology,
 )
-from slate.topology.validation import mixing_rate, spectral_gap, validate
 
 __all__ = [
     "FILE_PREFIX",

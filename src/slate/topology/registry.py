@@ -5,8 +5,8 @@ from __future__ import annotations
 from slate.errors import TopologyError
 from slate.topology.builders import erdos_renyi, exponential, federated, full, ring, star, torus
 from slate.topology.cycles import ONE_PEER_EXPONENTIAL, base_graph, one_peer_exponential, parse_base
-from slate.topology.files import from_file
 from slate.topology.graph import check_n
+from slate.topology.matrix_file import from_file
 from slate.topology.schedule import Topology
 
 __all__ = ["FILE_PREFIX", "TOPOLOGY_NAMES", "build_topology"]

@@ -20,7 +20,7 @@ import numpy as np
 
 from slate.errors import TopologyError
 from slate.topology.graph import averaging_matrix, metropolis_hastings
-from slate.topology.validation import mixing_rate, validate
+from slate.topology.matrix_checks import mixing_rate, validate
 
 __all__ = ["Topology", "union_adjacency"]
 

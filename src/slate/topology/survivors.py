@@ -79,8 +79,8 @@ import numpy as np
 from slate.errors import TopologyError
 from slate.topology.cycles import rebuild_cycle
 from slate.topology.graph import averaging_matrix, connected_components, metropolis_hastings
+from slate.topology.matrix_checks import mixing_rate, validate
 from slate.topology.schedule import Topology
-from slate.topology.validation import mixing_rate, validate
 
 __all__ = ["Bridge", "OnDisconnected", "SurvivorGraph", "surviving_graph", "surviving_topology"]
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from slate.data.readers.cells import CellContext, ColumnReader, GrowingArray, LabelReader
 from slate.data.readers.files import MAX_ELEMENTS
-from slate.data.readers.records import Records
+from slate.data.readers.text_records import Records
 from slate.errors import DataError
 
 __all__ = ["block_rows", "blocks", "check_widths", "rescan_text", "scan_rows"]

@@ -30,7 +30,8 @@ from slate.data.readers.cells import (
     report_problems,
 )
 from slate.data.readers.formats import parse_disguised_numbers
-from slate.data.readers.records import (
+from slate.data.readers.table import CsvTable, RawTable, TextColumn
+from slate.data.readers.text_records import (
     WHITESPACE,
     Records,
     check_names,
@@ -38,7 +39,6 @@ from slate.data.readers.records import (
     detect_header,
     find_label,
 )
-from slate.data.readers.table import CsvTable, RawTable, TextColumn
 from slate.errors import DataError
 
 __all__ = [

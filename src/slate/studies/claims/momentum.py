@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slate import plots
+from slate.metrics import plots
 from slate.studies.claims.measures import gradient_cost, gradient_evaluations, spread
 from slate.studies.claims.report import write_rows
 from slate.studies.claims.runs import Context, RunSpec, require

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from slate import plots
+from slate.metrics import plots
 from slate.studies.claims.measures import Spread, best_step_size, spread
 from slate.studies.claims.report import strip_private, write_rows
 from slate.studies.claims.runs import Context, Outcome, RunSpec, ratio, require

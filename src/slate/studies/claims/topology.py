@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from slate import plots
+from slate.metrics import plots
 from slate.studies.claims.measures import spread
 from slate.studies.claims.report import strip_private, write_rows
 from slate.studies.claims.runs import Context, RunSpec, ratio, require

@@ -1,0 +1,268 @@
+"""A run's flags checked, and the settings derived from them, before anything is built.
+
+:func:`check_inputs` is what the distributed launcher calls once, so that bad input gives one
+clear error instead of one per party; :class:`slate.training.run.Run` calls the same checks. The
+derived settings: the device, whether to compile, the evaluation interval and whether to score each
+party's own model, the algorithm's config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from slate.algorithms import AlgorithmConfig, build_algorithm
+from slate.communication.gossip import check_gossip_flags
+from slate.config import TrainConfig, resolve_config
+from slate.data.local_data import uses_party_files
+from slate.data.partition import check_party_counts, make_partition
+from slate.data.sampler import validate_batch_shape
+from slate.data.sources import load_dataset
+from slate.errors import ConfigError
+from slate.topology import build_topology
+
+__all__ = [
+    "COMPILE_CHOICES",
+    "EVALUATION_BUDGET",
+    "PARTY_LOSS_CHOICES",
+    "algorithm_config",
+    "check_config",
+    "check_inputs",
+    "check_out_dir",
+    "compressed",
+    "evaluation_cost",
+    "evaluation_count",
+    "resolve_device",
+    "should_compile",
+    "with_evaluation_defaults",
+]
+
+EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
+
+
+def resolve_device(name: str) -> torch.device:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:K``; CUDA must be present."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"--device {name!r} is not a device name (use cpu or cuda).") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"--device {name} was asked for, but this machine has no CUDA device that torch "
+            f"{torch.__version__} can use. Run with --device cpu."
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {name!r} is not supported; use cpu or cuda.")
+    return device
+
+
+def check_inputs(config: TrainConfig) -> TrainConfig:
+    """Resolve the config and check flags, topology and data, without building a run.
+
+    The distributed launcher calls it once, so that bad input gives one clear error instead
+    of one per party.
+    """
+    config = resolve_config(config)
+    check_config(config)
+    resolve_device(config.device)
+    build_topology(config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period)
+    build_algorithm(config.algorithm, algorithm_config(config))
+    if uses_party_files(config):
+        return config  # each party reads and checks its own files; they agree before training
+    data = load_dataset(config)
+    parts = make_partition(
+        data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
+    )
+    check_party_counts(data.y_train, parts, config.positives, config.batch_size, config.partition)
+    return config
+
+
+COMPILE_CHOICES = ("auto", "on", "off")
+COMPILE_MAX_PARAMETERS = 100_000  # "auto" compiles small models, whose steps are overhead-bound
+COMPILE_MIN_ITERATIONS = 20_000  # ... in runs long enough to repay even a cold compilation
+
+
+def should_compile(
+    config: TrainConfig, engine_name: str, device: torch.device, model: torch.nn.Module
+) -> bool:
+    """Whether to ``torch.compile`` the parties' gradient (``--compile auto|on|off``).
+
+    ``auto`` compiles where it was measured faster (``benchmarks/RESULTS.md``): the simulator on
+    CPU, a model of at most ``COMPILE_MAX_PARAMETERS`` parameters (the w8a MLP's steps: 0.28 ms
+    against 0.95 ms; the MNIST CNN, compute-bound, gains about 1.3x for a 9 s compilation) and at
+    least ``COMPILE_MIN_ITERATIONS`` iterations: compiling costs about 9 s with a cold inductor
+    cache and 2.6 s with a warm one, so the paper's 10 000-iteration w8a run is 3 s slower
+    compiled on a fresh machine and 3 s faster afterwards. Distributed processes stay eager: N
+    compilations at once would share the same cores.
+    """
+    if config.compile == "on":
+        return True
+    if config.compile == "off":
+        return False
+    n_parameters = sum(p.numel() for p in model.parameters())
+    return (
+        engine_name == "simulator"
+        and device.type == "cpu"
+        and n_parameters <= COMPILE_MAX_PARAMETERS
+        and config.iterations >= COMPILE_MIN_ITERATIONS
+    )
+
+
+def evaluation_cost(config: TrainConfig, n_test: int) -> float:
+    """One evaluation of one model on the test set, in iterations' worth of training work.
+
+    An iteration runs a forward and a backward pass (about three forward passes' work) on the
+    N m samples of all parties; an evaluation runs a forward pass on the ``n_test`` test rows.
+    """
+    return n_test / (3 * config.nodes * config.batch_size)
+
+
+def evaluation_count(iterations: int, eval_every: int) -> int:
+    """History rows of a run: iteration 0, every multiple of ``eval_every``, and the last one."""
+    return 1 + math.ceil(iterations / eval_every)
+
+
+def with_evaluation_defaults(
+    config: TrainConfig, n_test: int, party_ap_possible: bool = True
+) -> TrainConfig:
+    """Fill ``eval_every`` and ``party_ap`` so that evaluation costs at most ~10% of training.
+
+    ``eval_every`` defaults to T/20, or to the smallest interval whose evaluations of the averaged
+    model (:func:`evaluation_count` of them) cost at most ``EVALUATION_BUDGET`` of the training
+    work: MNIST's 10 000 test images against 300 iterations of 20 x 20 images give every 150.
+    ``party_ap`` (the AP of each party's own final model: N more evaluations) defaults to on
+    where those, added to the periodic ones, still fit in the budget, and in every compressed
+    run (``--compress`` other than ``none``), whatever they cost: compressed gossip can leave
+    the parties far apart behind a good average (:mod:`slate.metrics.divergence`), and their own APs
+    are what shows it. An explicit ``--party-ap`` / ``--no-party-ap`` wins; it is off where no
+    process holds the whole test set (per-party files).
+    """
+    iterations, cost = config.iterations, evaluation_cost(config, n_test)
+    affordable = EVALUATION_BUDGET * iterations / cost  # evaluations the budget pays for
+    every = config.eval_every
+    if every is None:
+        periodic = math.floor(affordable) - 1  # multiples of eval_every, the final one included
+        every = iterations if periodic < 1 else math.ceil(iterations / periodic)
+        every = min(iterations, max(1, iterations // 20, every))
+    party_ap = config.party_ap if party_ap_possible else False
+    if party_ap is None:
+        party_ap = compressed(config) or (
+            evaluation_count(iterations, every) + config.nodes <= affordable
+        )
+    return dataclasses.replace(config, eval_every=every, party_ap=party_ap)
+
+
+def compressed(config: TrainConfig) -> bool:
+    """Whether the run gossips through a compressor (``--compress`` other than ``none``)."""
+    return str(config.compress or "none").strip().lower() != "none"
+
+
+def check_config(config: TrainConfig) -> None:
+    """Every flag of a resolved config that can be checked without data."""
+    validate_batch_shape(config.batch_size, config.positives)
+    if config.iterations < 1:
+        raise ConfigError(f"--iterations must be at least 1, got {config.iterations}.")
+    if config.compile not in COMPILE_CHOICES:
+        raise ConfigError(
+            f"--compile must be one of {', '.join(COMPILE_CHOICES)}, got {config.compile!r}."
+        )
+    if config.eval_every is not None and config.eval_every < 1:
+        raise ConfigError(f"--eval-every must be at least 1, got {config.eval_every}.")
+    if config.nodes < 1:
+        raise ConfigError(f"--nodes must be at least 1, got {config.nodes}.")
+    if config.hidden < 1:
+        raise ConfigError(f"--hidden must be at least 1, got {config.hidden}.")
+    if config.threads is not None and config.threads < 1:
+        raise ConfigError(f"--threads must be at least 1, got {config.threads}.")
+    if config.out is not None:
+        check_out_dir(config.out)
+    _check_party_loss(config)
+    check_gossip_flags(config)
+    _check_validation(config)
+    _check_positive_label(config)
+
+
+def _check_positive_label(config: TrainConfig) -> None:
+    """``--positive-label``: a column value for csv, -1/0/+1 for libsvm, and nothing for the
+    named datasets, whose positive class is fixed (it used to be ignored there)."""
+    if config.positive_label is None or config.dataset == "csv":
+        return
+    if config.dataset == "libsvm":
+        from slate.data.readers.libsvm import positive_value
+
+        positive_value(config.positive_label)
+        return
+    raise ConfigError(
+        f"--positive-label applies to --dataset csv and libsvm; --dataset {config.dataset} has "
+        "a fixed positive class (docs/data.md)."
+    )
+
+
+def _check_validation(config: TrainConfig) -> None:
+    """``--validation-fraction`` in (0, 1); ``--early-stopping`` at least 1, and only with it."""
+    fraction = config.validation_fraction
+    if fraction is not None and not 0 < fraction < 1:
+        raise ConfigError(
+            f"--validation-fraction must lie strictly between 0 and 1, got {fraction}."
+        )
+    if config.early_stopping is not None:
+        if fraction is None:
+            raise ConfigError(
+                "--early-stopping needs --validation-fraction F: stopping on the test AP would "
+                "choose the model by its test score."
+            )
+        if config.early_stopping < 1:
+            raise ConfigError(
+                f"--early-stopping must be at least 1 evaluation, got {config.early_stopping}."
+            )
+
+
+PARTY_LOSS_CHOICES = ("continue", "stop")
+
+
+def _check_party_loss(config: TrainConfig) -> None:
+    if config.on_party_loss not in (None, *PARTY_LOSS_CHOICES):
+        raise ConfigError(
+            f"--on-party-loss must be continue or stop, got {config.on_party_loss!r}."
+        )
+    if config.on_party_loss == "continue" and config.device.startswith("cuda"):
+        raise ConfigError(
+            "--on-party-loss continue needs the gloo backend (CPU tensors): nccl cannot abandon "
+            "a collective with a dead peer without aborting the process. Use --on-party-loss "
+            "stop with --device cuda, or --device cpu (docs/reliability.md)."
+        )
+
+
+def check_out_dir(out: str) -> None:
+    """``--out`` must be a folder that can be created (and written) before any data is read."""
+    path = Path(out.replace("{rank}", "0"))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {out} exists and is a file; give a folder.")
+    ancestor = path
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(
+            f"--out {out} cannot be created: {ancestor} is a file, not a folder. Give a folder "
+            "path."
+        )
+    if not os.access(ancestor, os.W_OK):
+        raise ConfigError(f"--out {out} cannot be created: {ancestor} is not writable.")
+
+
+def algorithm_config(config: TrainConfig) -> AlgorithmConfig:
+    return AlgorithmConfig(
+        lr=config.lr,
+        margin=config.margin,
+        gradient_tracking=config.gradient_tracking,
+        alpha=config.alpha,
+        initial_batch=config.initial_batch,
+        momentum=config.momentum,
+        lr_dual=config.lr_dual,
+        coda_objective=config.coda_objective,
+        sampled_positive_rate=config.positives / config.batch_size,
+    )

@@ -1,0 +1,567 @@
+"""The training loop on either engine: data, parties, algorithm, evaluation, checkpoints.
+
+``train(config)`` runs a whole experiment and writes its run folder (:mod:`slate.training.outputs`):
+
+* ``summary.json``: the final metrics and the whole resolved configuration;
+* ``history.csv``: one row per evaluation (iteration, test_ap, test_auroc, train_loss,
+  consensus_distance, elapsed_seconds, parties_alive);
+* ``pr_curve.csv`` (with each point's threshold), ``pr_curve.png`` (the operating points
+  marked) and ``ap_curve.png``;
+* ``model.pt``: the averaged model's ``state_dict`` (load it with ``weights_only=True``), and
+  ``model.json``, what rebuilds it (:func:`slate.load_model`).
+
+The steps themselves are :meth:`slate.training.run.Run.advance`, the evaluations
+:class:`slate.training.evaluation.Evaluator`'s; a lost party (``--on-party-loss continue``) or a
+returning one changes the party set between passes (:class:`slate.training.recovery.PartySet`).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from slate.config import TrainConfig, resolve_config
+from slate.data.datasets import Dataset
+from slate.engines.faults import ExchangeFailed
+from slate.engines.local import Engine
+from slate.engines.membership import Change, CountedLost
+from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
+from slate.metrics.divergence import advice_for, assess_divergence
+from slate.security.messages import ListOf, MapOf
+from slate.training import checkpoint
+from slate.training.early_stopping import BestModel, validation_summary
+from slate.training.outputs import (
+    build_summary,
+    default_out_dir,
+    evaluation_summary,
+    parties,
+    report,
+    test_positives,
+    write_run_folder,
+)
+from slate.training.run import Run
+
+__all__ = ["RunResult", "train"]
+
+MAX_CHUNK = 1000  # steps of indices drawn at once
+#: One party's checkpoints on the wire: [rank, {iteration: the members it records}].
+OFFER_SHAPE = [int, MapOf(ListOf(int, 65536), 1024, int_keys=True)]
+
+
+@dataclass
+class RunResult:
+    """What a finished run returns: its summary, history rows, folder and final parameters."""
+
+    summary: dict[str, Any]
+    history: list[dict[str, float]]
+    out_dir: Path | None
+    parameters: Tensor = field(repr=False)
+
+
+def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
+    trained = run.loss_steps > 0
+    values, loss, traffic = run.evaluate()
+    return {
+        "iteration": run.iteration,
+        **values,
+        "train_loss": loss if trained else math.nan,
+        "elapsed_seconds": elapsed,
+        "parties_alive": run.engine.n_parties,
+        "rounds": traffic["rounds"],
+        "comm_bytes_per_party": traffic["comm_bytes_per_party"],
+        "eval_bytes_per_party": run.evaluator.sent_bytes,
+        "estimated_wan_seconds": run.estimated_wan_seconds(elapsed, traffic),
+    }
+
+
+class _StopOnSignal:
+    """While active, SIGINT and SIGTERM ask the run to stop at the next safe point."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        del signum, frame
+        self.run.stop_requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _chunk_length(run: Run) -> int:
+    """Steps until the next evaluation, checkpoint, injected drop or end (chunks never straddle
+    them)."""
+    config, t = run.config, run.iteration
+    drops = [at - t for at in run.party_set.drops if at > t]
+    return min(
+        MAX_CHUNK,
+        config.iterations - t,
+        config.eval_every - t % config.eval_every,
+        config.checkpoint_every - t % config.checkpoint_every,
+        *drops,
+    )
+
+
+def _lambda_text(topology) -> str:
+    """The mixing rate of what the run applies: a cycle of one-peer rounds reports its
+    per-round rate over one cycle (0 when the cycle averages exactly), not its union's."""
+    if getattr(topology, "rounds", None) is None:
+        return f"lambda = {topology.lam:.4f}"
+    return (
+        f"a cycle of {topology.cycle_length} one-peer rounds, per-round lambda "
+        f"{topology.applied_lambda:.4f}"
+    )
+
+
+def _checkpoint_path(run: Run, out: Path) -> Path:
+    if run.engine.name == "simulator":
+        return checkpoint.simulator_checkpoint(out)
+    return checkpoint.rank_checkpoint(out, run.engine.local_parties[0], run.iteration)
+
+
+def _save(run: Run, out: Path | None, elapsed: float, progress: bool) -> None:
+    if out is None:
+        return
+    run.faults.check("checkpoint", run.iteration)
+    path = _checkpoint_path(run, out)
+    state = {**run.state_dict(), "history": run.history, "elapsed": elapsed, "progress": progress}
+    if run.best_model is not None:  # --early-stopping's kept model
+        state["best_model"] = run.best_model.state_dict()
+    checkpoint.save_checkpoint(path, state)
+    if run.engine.name != "simulator":
+        checkpoint.prune_rank_checkpoints(out, run.engine.local_parties[0])
+
+
+class _Progress:
+    """The progress bar: at every site when each party runs at its own site (per-party files,
+    where each console is its own), else on whichever process is the main one now (it moves to
+    the lowest surviving party when party 0 is lost)."""
+
+    def __init__(self, run: Run, enabled: bool) -> None:
+        self.run, self.enabled, self.bar = run, enabled, None
+
+    def show(self, postfix: str | None = None) -> None:
+        if not (self.enabled and (self.run.engine.is_main or self.run.data.federated)):
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.run.config.iterations, initial=self.run.iteration,
+                            unit="it", dynamic_ncols=True)  # fmt: skip
+        self.bar.n = self.run.iteration
+        if postfix is not None:
+            self.bar.set_postfix(ap=postfix, refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class _Final:
+    """The collectives that end a run: party APs, final scores, model and traffic."""
+
+    party_aps: list[float]
+    wall: float
+    logits: Tensor
+    scores: Any
+    model: tuple[Any, Any, Any]
+    traffic: dict[str, float]
+
+
+class _Loop:
+    """Steps, evaluations, checkpoints, stops and party-set changes, until the run ends.
+
+    Every pass starts at a position the parties agree on (:mod:`slate.training.recovery`): an
+    evaluation due at this iteration that is not in the history yet is made first, so a pass
+    interrupted by a lost party can be made again from the position the survivors roll back to.
+    """
+
+    def __init__(self, run: Run, out: Path | None, start: float, bar: _Progress, say, log) -> None:
+        self.run, self.out, self.start, self.bar = run, out, start, bar
+        self.say, self.log = say, log
+        self.warned = False
+        self.said_store_lost = False
+        # A party admitted at a checkpoint boundary joins the others after that boundary's
+        # stop check, checkpoint and admission, which they have already made.
+        self.joined_at: int | None = None
+        patience = run.config.early_stopping
+        self.best = run.best_model = None
+        if patience:
+            positives = test_positives(run)  # the validation rows' until the final test
+            self.best = run.best_model = BestModel(patience, positives)
+            note = self.best.few_positives_note(positives)
+            if note:
+                say(note)
+        self.stopped_at: int | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def run_to_end(self) -> _Final:
+        failed = False
+        while True:
+            try:
+                if failed:
+                    self._recover()
+                    failed = False
+                final = self._pass()
+            except ExchangeFailed:
+                if not self.run.party_set.recovers:
+                    raise
+                failed = True  # (also when a recovery or a return itself failed: agree again)
+                continue
+            if final is not None:
+                return final
+
+    def _pass(self) -> _Final | None:
+        run, config = self.run, self.run.config
+        t = run.iteration
+        if (t % config.eval_every == 0 or t == config.iterations) and not (
+            run.history and run.history[-1]["iteration"] == t
+        ):
+            run.history.append(_evaluation_row(run, self.elapsed()))
+            self.bar.show(f"{run.history[-1]['test_ap']:.4f}")
+            warning = run.evaluator.learning_warning
+            if warning and not self.warned:
+                self.warned = True
+                self.say(warning)
+            if self.best is not None and self.best.consider(run, run.history[-1]["test_ap"]):
+                if t < config.iterations:
+                    self.stopped_at = t
+                    self.say(
+                        f"early stopping at iteration {t}: no better validation AP in "
+                        f"{self.best.patience} evaluations; the model of iteration "
+                        f"{self.best.iteration} is kept"
+                    )
+                return self._finish()
+        if t >= config.iterations:
+            return self._finish()
+        if self.joined_at != t:  # (a party admitted here joins after this boundary)
+            self._stop_or_checkpoint()
+        run.party_set.snapshot(after_evaluation=True)
+        for rank in run.party_set.apply_drops():
+            self._announce_loss(rank, "--drop-party")
+        run.advance(_chunk_length(run))
+        self.bar.show()
+        return None
+
+    def _stop_or_checkpoint(self) -> None:
+        """A stop is honoured after this iteration's evaluation, so none is ever skipped;
+        returning parties are admitted after a checkpoint."""
+        run, t = self.run, self.run.iteration
+        boundary = t > 0 and t % run.config.checkpoint_every == 0
+        # One small exchange: a stop asked anywhere, and whether any party's lookout saw a
+        # returning party ask to join (only then do the parties agree through the store).
+        asked = boundary and run.engine.joins_requested()
+        stopping, admitting = run.engine.any_of([run.stop_requested, asked])
+        if stopping or boundary:
+            _save(run, self.out, self.elapsed(), self.bar.enabled)
+        if stopping:
+            raise RunInterrupted(_interrupted_message(run, self.out))
+        if boundary:
+            self._admit_returning(admitting)
+
+    def _finish(self) -> _Final:
+        run = self.run
+        if self.best is not None:
+            self.best.restore(run)
+        if run.validates:
+            run.use_final_test()  # the test rows, read and scored only now
+        party_aps = run.evaluator.party_aps(run.x) if run.config.party_ap else []
+        wall = self.elapsed()  # training and every evaluation, party APs included
+        logits, scores = run.evaluator.test_scores(run.x, run.iteration)
+        model = (run.averaged_parameters(), run.averaged_buffers(), scores)
+        return _Final(party_aps, wall, logits, scores, model, run.mean_traffic())
+
+    def _recover(self) -> None:
+        """Agree with the survivors on who is lost and continue without them. A party the
+        others counted as lost while it was out of reach comes back by itself at their next
+        checkpoint boundary (:meth:`slate.training.recovery.PartySet.rejoin_after_loss`)."""
+        run = self.run
+        try:
+            change = run.party_set.recover()
+        except CountedLost as lost:
+            self.log(f"party {run.engine.rank} was counted as lost by the others at iteration "
+                     f"{lost.iteration} ({lost.why}); it is reachable again and asks to rejoin "
+                     "at their next checkpoint boundary")  # fmt: skip
+            run.party_set.rejoin_after_loss()
+            self.joined_at = run.iteration
+            self.log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")
+            return
+        for rank in change.lost:
+            self._announce_loss(rank, change.reasons.get(rank, "lost"))
+
+    def _admit_returning(self, asked: bool) -> None:
+        engine = self.run.engine
+        if not getattr(engine, "recovers", False):
+            return
+        change = engine.admit_returning(self.run.iteration, asked)
+        if engine.store_out_of_reach and not self.said_store_lost:
+            self.said_store_lost = True
+            self.note(
+                f"the rendezvous store stopped answering by iteration {self.run.iteration}: "
+                "training goes on without it, but no party can return now, and a party lost "
+                "from now on stops every party (then start a fresh 'slate rendezvous' and every "
+                "party with --resume, docs/deployment.md)"
+            )
+        if change is not None:
+            self.run.party_set.admit(change, None)
+            for rank in change.joined:
+                self.note(
+                    f"party {rank} rejoined at iteration {self.run.iteration}: "
+                    f"{self.run.engine.n_parties} parties continue on the full graph"
+                    if self.run.engine.n_parties == self.run.config.nodes
+                    else f"party {rank} rejoined at iteration {self.run.iteration}"
+                )
+
+    def note(self, line: str) -> None:
+        """A change of the party set: logged by the main party, and by every party when each
+        runs at its own site (per-party files), where each site's console is its own."""
+        run = self.run
+        if run.engine.is_main:
+            self.say(line)
+        elif run.data.federated:
+            self.log(f"party {run.engine.local_parties[0]}: {line}")
+
+    def _announce_loss(self, rank: int, reason: str) -> None:
+        run = self.run
+        change = run.party_set.graph_changes[-1]
+        bridges = change["added_edges"]
+        how = (
+            "; bridges " + ", ".join(f"{e['edge'][0]}-{e['edge'][1]}" for e in bridges)
+            if bridges
+            else ""
+        )
+        self.note(
+            f"party {rank} lost at iteration {change['iteration']} ({reason}): "
+            f"{run.engine.n_parties} parties continue on the surviving graph "
+            f"(lambda = {change['lambda']:.4f}{how})"
+        )
+
+
+def _resume(run: Run, out: Path, say) -> float:
+    """Continue from the folder's checkpoint; returns the elapsed seconds it recorded.
+
+    The simulator reads its one checkpoint. Distributed parties take the newest iteration that
+    every party then in the run holds; the parties that were not in the run then (lost before
+    the crash) return to it there (:meth:`slate.training.recovery.PartySet.admit`).
+    """
+    if run.engine.name == "simulator":
+        state = checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(out))
+        run.load_state_dict(state)
+        run.history = [dict(r) for r in state["history"]]
+        run.resumed_best = state.get("best_model")
+        return state["elapsed"]
+    rank = run.engine.local_parties[0]
+    mine = checkpoint.checkpoint_files(out, rank)
+    held = {t: checkpoint.load_checkpoint(path) for t, path in mine.items()}
+    offers = {str(t): state.get("members", run.party_set.members) for t, state in held.items()}
+    shared = run.engine.gather_json([[rank, offers]], OFFER_SHAPE, "list of its checkpoints")
+    everyone = [(r, {int(t): members for t, members in held.items()}) for r, held in shared]
+    latest, members = _common_checkpoint(everyone)
+    if latest is None:
+        raise ConfigError(
+            f"--resume {out}: party {rank} holds checkpoints of iterations {sorted(mine)}, but "
+            "no iteration is held by every party that was in the run then; the parties' "
+            "checkpoints do not line up (were they written by the same run?)."
+        )
+    own = held.get(latest) if rank in members else (held[max(held)] if held else None)
+    if rank in members:
+        run.load_state_dict(own, members_check=False)
+        run.history = [dict(r) for r in own["history"]]
+        run.resumed_best = own.get("best_model")
+    returning = sorted(r for r, _ in everyone if r not in members)
+    if returning:
+        change = Change(run.engine.generation, tuple(run.engine.members), joined=tuple(returning),
+                        position=2 * latest + 1)  # fmt: skip
+        run.party_set.admit(change, own if rank in returning else None)
+        say(f"parties {returning} return to the run at iteration {latest}")
+    return float(own["elapsed"]) if own is not None and rank in members else 0.0
+
+
+def _common_checkpoint(
+    everyone: list[tuple[int, dict[int, list[int]]]],
+) -> tuple[int | None, list[int]]:
+    """The newest iteration whose members (as its checkpoints record them) all hold it."""
+    holders: dict[int, set[int]] = {}
+    members_at: dict[int, list[int]] = {}
+    for rank, offers in everyone:
+        for t, members in offers.items():
+            holders.setdefault(t, set()).add(rank)
+            members_at.setdefault(t, list(members))
+    for t in sorted(holders, reverse=True):
+        if set(members_at[t]) <= holders[t]:
+            return t, members_at[t]
+    return None, []
+
+
+def train(
+    config: TrainConfig,
+    *,
+    progress: bool = True,
+    write: bool = True,
+    data: Dataset | None = None,
+    engine: Engine | None = None,
+    resume: bool = False,
+    log=print,
+) -> RunResult:
+    """Run one experiment and (by default) write its run folder from the main process.
+
+    With the distributed engine every process calls this; only the main one (the lowest party
+    in the run) logs and writes. Checkpoints go to the run folder every ``checkpoint_every``
+    iterations; ``resume=True`` continues from the folder's checkpoint. SIGINT / SIGTERM write a
+    checkpoint and raise :class:`RunInterrupted`.
+    """
+    config = resolve_config(config)
+    returning = bool(getattr(engine, "returning", False))
+    if returning and not resume:
+        raise ConfigError(
+            "A run is already in progress at this rendezvous. To return a party to it, restart "
+            "it with --resume and its own run folder; a new run needs a new rendezvous."
+        )
+    own = _own_newest_checkpoint(config, engine) if returning else None
+    replay = own if own is not None else (_own_setup(config, engine) if returning else None)
+    try:
+        run = Run(
+            config, data=data, engine=engine, exchanges=replay.get("exchanges") if replay else None
+        )
+    except ExchangeFailed as err:  # a party lost while the parties agree on the data
+        raise engine.set_up_failure(err) from None
+    config = run.config  # with the evaluation defaults filled in
+
+    def say(line: str) -> None:
+        if run.engine.is_main:
+            log(line)
+
+    for note in run.data.notes:
+        say(note)
+    out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
+    if out is not None and run.engine.name == "distributed" and not returning:
+        _write_setup(run, out, progress)
+    say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
+    network = (
+        "no network"  # one party: nothing to gossip, the topology and its lambda mean nothing
+        if config.nodes == 1
+        else f"topology {config.topology} ({_lambda_text(run.topology)})"
+    )
+    say(f"{config.algorithm} on {parties(config.nodes)} ({run.engine.name}), {network}, "
+        f"{config.iterations} iterations")  # fmt: skip
+    offset = 0.0
+    run.start_network_clock()
+    if returning:
+        run.party_set.admit(run.engine.rejoin(), own)
+        log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")
+    elif resume and out is not None:
+        offset = _resume(run, out, say)
+        say(f"resumed from iteration {run.iteration} of {out}")
+    bar = _Progress(run, progress)
+    loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
+    loop.joined_at = run.iteration if returning else None
+    if loop.best is not None and run.resumed_best is not None:
+        loop.best.load_state_dict(run.resumed_best, run.device)
+    with _StopOnSignal(run):
+        try:
+            final = loop.run_to_end()
+        except TrainingDiverged as err:
+            raise TrainingDiverged(f"{err} {_last_checkpoint_note(run, out)}") from None
+        finally:
+            bar.close()
+    history = run.history
+    if not run.writes_outputs:
+        return RunResult({}, history, None, run.x)
+    summary = build_summary(run, history, final.party_aps, final.wall, final.traffic)
+    summary.update(evaluation_summary(run, final.logits, final.scores))
+    if run.validated:  # history holds validation scores; the test was scored once, just now
+        summary.update(test_ap=final.scores.values["test_ap"],
+                       test_auroc=final.scores.values["test_auroc"])  # fmt: skip
+        summary.update(validation_summary(history, loop.best, loop.stopped_at, run.n_validation))
+    summary["divergence"] = _divergence(run, history, final).to_dict()
+    if out is not None:
+        write_run_folder(run, summary, history, out, final.model)
+        summary["out_dir"] = str(out)
+    report(run, summary, final.wall, out, log)
+    return RunResult(summary, history, out, run.x)
+
+
+def _divergence(run: Run, history: list[dict[str, float]], final: _Final):
+    """Whether the parties ended apart (:mod:`slate.metrics.divergence`): the history's consensus
+    distances against the final averaged model's squared norm, and the party APs."""
+    size = run.compute.layout.size
+    xbar = final.model[0]
+    squared_norm = float((xbar[:size].double() ** 2).sum()) if run.config.nodes > 1 else 0.0
+    settings = run.comm.settings
+    compressor = settings.compressor
+    advice = advice_for(
+        compressor.name if compressor is not None else "none",
+        settings.consensus_step if compressor is not None else None,
+        compressor.default_consensus_step if compressor is not None else None,
+        settings.every,
+    )
+    return assess_divergence(
+        [row["consensus_distance"] for row in history], squared_norm, final.party_aps,
+        final.scores.values["test_ap"], advice,
+    )  # fmt: skip
+
+
+def _write_setup(run: Run, out: Path, progress: bool) -> None:
+    """This party's set-up record (:func:`slate.training.checkpoint.setup_file`)."""
+    record = {"format": 1, "config": run.config.to_dict(), "exchanges": run.exchange.record,
+              "progress": progress}  # fmt: skip
+    checkpoint.save_checkpoint(checkpoint.setup_file(out, run.engine.local_parties[0]), record)
+
+
+def _own_setup(config: TrainConfig, engine: Engine | None) -> dict[str, Any] | None:
+    """A returning party's set-up record, or None without one."""
+    if config.out is None or engine is None:
+        return None
+    path = checkpoint.setup_file(Path(config.out), engine.local_parties[0])
+    return checkpoint.load_checkpoint(path) if path.is_file() else None
+
+
+def _own_newest_checkpoint(config: TrainConfig, engine: Engine | None) -> dict[str, Any] | None:
+    """A returning party's own newest checkpoint, or None if it never wrote one."""
+    if config.out is None or engine is None:
+        return None
+    files = checkpoint.checkpoint_files(Path(config.out), engine.local_parties[0])
+    return checkpoint.load_checkpoint(files[max(files)]) if files else None
+
+
+def _last_checkpoint_note(run: Run, out: Path | None) -> str:
+    if out is None:
+        return "No checkpoint was written (no run folder)."
+    if run.engine.name == "simulator":
+        path = checkpoint.simulator_checkpoint(out)
+        found = path if path.is_file() else None
+    else:
+        files = checkpoint.checkpoint_files(out, run.engine.local_parties[0])
+        found = files[max(files)] if files else None
+    if found is None:
+        return "No checkpoint had been written yet."
+    return f"The last good checkpoint is {found}."
+
+
+def _interrupted_message(run: Run, out: Path | None) -> str:
+    if out is None:
+        return f"Interrupted at iteration {run.iteration}; nothing was written (no run folder)."
+    return (
+        f"Interrupted at iteration {run.iteration}; checkpoint written to {out}. Continue with: "
+        f"slate train --resume {out}"
+        + (" --engine distributed" if run.engine.name != "simulator" else "")
+    )

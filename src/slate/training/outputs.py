@@ -1,0 +1,290 @@
+"""A run's folder and closing lines: ``summary.json``, ``history.csv``, the curves, the model.
+
+:func:`write_run_folder` writes what :mod:`slate.training.loop` computed; :func:`build_summary` and
+:func:`evaluation_summary` assemble ``summary.json`` (keys in ``docs/outputs.md``) and
+:func:`report` prints the closing lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from slate.config import TrainConfig
+from slate.inference.model_file import describe_run, save_model
+from slate.metrics import plots
+from slate.metrics.operating_points import (
+    FEW_POSITIVES,
+    OperatingPoint,
+    few_positives_warning,
+    marks,
+    operating_points,
+    unreached_marks,
+)
+from slate.training.evaluation import TestScores
+
+if TYPE_CHECKING:
+    from slate.training.run import Run
+
+__all__ = [
+    "HISTORY_COLUMNS",
+    "build_summary",
+    "default_out_dir",
+    "evaluation_summary",
+    "parties",
+    "report",
+    "write_run_folder",
+]
+
+HISTORY_COLUMNS = (
+    "iteration",
+    "test_ap",
+    "test_auroc",
+    "train_loss",
+    "consensus_distance",
+    "elapsed_seconds",
+    "parties_alive",
+    "rounds",
+    "comm_bytes_per_party",
+    "eval_bytes_per_party",
+    "estimated_wan_seconds",
+)
+
+
+def default_out_dir(config: TrainConfig) -> Path:
+    """A fresh ``runs/<dataset>-<algorithm>-<YYYYmmdd-HHMMSS>[-k]`` folder name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{config.dataset}-{config.algorithm}-{stamp}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = base.with_name(f"{base.name}-{k}")
+    return path
+
+
+def write_run_folder(
+    run: Run,
+    summary: dict[str, Any],
+    history: list[dict[str, float]],
+    out: Path,
+    final_model: tuple[Tensor, dict[str, Tensor], TestScores],
+) -> None:
+    """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary."""
+    xbar, buffers, scores = final_model
+    out.mkdir(parents=True, exist_ok=True)
+    rows, columns = history, HISTORY_COLUMNS
+    if run.validated:  # the evaluations scored validation rows: say so in the columns
+        rows = [_validation_columns(row) for row in history]
+        columns = list(_validation_columns(dict.fromkeys(HISTORY_COLUMNS)))
+    with open(out / "history.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    precision, recall = scores.pr_curve()
+    write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
+    label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
+    table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
+    positives, rows = summary.get("test_positives"), summary.get("n_test")
+    plots.plot_pr_curves(
+        {label: (precision, recall, summary["test_ap"])},
+        out / "pr_curve.png",
+        title=f"Precision-recall on the {run.config.dataset} test set: {summary['test_split']}",
+        points=marks(table),
+        unreached=unreached_marks(table),
+        prevalence=positives / rows if positives is not None and rows else None,
+    )
+    plots.plot_ap_curves(
+        {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
+        out / "ap_curve.png",
+        title=f"{'Validation' if run.validated else 'Test'} AP of the averaged model on "
+        f"{run.config.dataset}",
+    )
+    _plot_communication(run, history, label, out)
+    run.compute.layout.load_into(run.model, xbar, buffers)
+    description = describe_run(run.config, run.data.input_shape, run.data.preprocessing)
+    save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
+    with open(out / "summary.json", "w") as handle:
+        json.dump(summary, handle, indent=2)
+
+
+def _validation_columns(row: dict[str, float]) -> dict[str, float]:
+    renamed = {"test_ap": "validation_ap", "test_auroc": "validation_auroc"}
+    return {renamed.get(k, k): v for k, v in row.items()}
+
+
+def _plot_communication(run: Run, history: list[dict[str, float]], label: str, out: Path) -> None:
+    """AP against the bytes one party sent (``ap_bytes.png``) and, with ``--wan``, against the
+    estimated WAN time (``ap_wan_time.png``)."""
+    ap = [r["test_ap"] for r in history]
+    sent = [r["comm_bytes_per_party"] / 1e6 for r in history]
+    if sent[-1] > 0:
+        plots.plot_ap_curves(
+            {label: (sent, ap)}, out / "ap_bytes.png",
+            title=f"Test AP against traffic on {run.config.dataset}",
+            xlabel="MB sent per party",
+        )  # fmt: skip
+    if run.wan is not None:
+        plots.plot_ap_curves(
+            {label: ([r["estimated_wan_seconds"] for r in history], ap)}, out / "ap_wan_time.png",
+            title=f"Test AP against estimated WAN time ({run.wan})",
+            xlabel="estimated seconds over the WAN",
+        )  # fmt: skip
+
+
+def write_pr_curve(path: Path, precision, recall, logits) -> None:
+    """``precision,recall,threshold,logit``: each point's decision "logit >= logit" (equally,
+    probability >= threshold); the last point, (1, 0), flags nothing (``inf``). Numbers are
+    written in their shortest exact form, so that thresholds read back select the same rows."""
+    logits = np.full(len(precision), np.nan) if logits is None else np.asarray(logits)
+    probability = torch.sigmoid(torch.from_numpy(logits.astype(np.float32))).double().numpy()
+    probability[np.isposinf(logits)] = np.inf
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["precision", "recall", "threshold", "logit"])
+        for row in zip(precision, recall, probability, logits, strict=True):
+            writer.writerow([repr(float(v)) for v in row])
+
+
+def build_summary(
+    run: Run, history, party_aps: list[float], wall: float, traffic: dict[str, float]
+) -> dict[str, Any]:
+    """``summary.json``'s keys up to ``config`` (see :func:`evaluation_summary` for the rest)."""
+    config, final = run.config, history[-1]
+    return {
+        "dataset": config.dataset,
+        "algorithm": config.algorithm,
+        "engine": run.engine.name,
+        "topology": config.topology,
+        "nodes": config.nodes,
+        "lambda": getattr(run.base_topology, "applied_lambda", run.base_topology.lam),
+        "spectral_gap": run.base_topology.spectral_gap,
+        "iterations": run.iteration,
+        "test_ap": final["test_ap"],
+        "test_auroc": final["test_auroc"],
+        "party_ap_min": min(party_aps, default=None),  # None: --no-party-ap
+        "party_ap_max": max(party_aps, default=None),
+        "consensus_distance": final["consensus_distance"],
+        "wall_seconds": wall,
+        "compute_seconds": run.compute_seconds(wall),  # one party's, without network waits
+        "wait_seconds": run.network_state()[2],  # this process's waits for communication
+        "collective_round_trips": run.network_state()[1],  # the estimate's Q, since the start
+        "evaluation_seconds": run.evaluator.seconds,
+        "eval_bytes_per_party": run.evaluator.sent_bytes,
+        "load_seconds": run.load_seconds,
+        "learning_warning": run.evaluator.learning_warning,
+        "test_split": run.data.test_split,
+        "seed": config.seed,
+        "n_train": run.data.n_train,
+        "n_test": scored_test_rows(run),
+        "n_parameters": run.compute.layout.size,
+        "device": str(run.device),
+        **traffic,
+        **_communication_summary(run, final),
+        "parties_alive": run.engine.n_parties,
+        "members": list(run.party_set.members),
+        "party_events": run.party_set.party_events,
+        "graph_changes": run.party_set.graph_changes,
+        "config": config.to_dict(),
+    }
+
+
+def _communication_summary(run: Run, final: dict[str, float]) -> dict[str, Any]:
+    """How the parties talked: local steps, compressor, CHOCO's gamma, and the WAN estimate
+    (that of the last history row)."""
+    settings = run.comm.settings
+    compressed = settings.compressor is not None
+    return {
+        "gossip_every": settings.every,
+        "compress": settings.compressor.name if compressed else "none",
+        "consensus_step": settings.consensus_step if compressed else None,
+        "wan": str(run.wan) if run.wan is not None else None,
+        "estimated_wan_seconds": final["estimated_wan_seconds"] if run.wan is not None else None,
+    }
+
+
+def parties(n: int) -> str:
+    """``1 party``, ``4 parties``."""
+    return f"{n} part{'y' if n == 1 else 'ies'}"
+
+
+def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log) -> None:
+    """The closing lines; with per-party files every party prints its own."""
+    prefix = "" if run.engine.is_main else f"party {run.engine.local_parties[0]}: "
+    own_models = ""
+    if summary["party_ap_min"] is not None:
+        own_models = f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) "
+    bound = summary.get("test_ap_error_bound")
+    within = f" (+-{bound:.1e}, federated)" if bound is not None else ""
+    log(
+        f"{prefix}test AP {summary['test_ap']:.4f}{within}  AUROC {summary['test_auroc']:.4f}  "
+        f"{own_models}in {wall:.1f} s"
+    )
+    if summary.get("evaluation_warning"):
+        log(f"{prefix}{summary['evaluation_warning']}")
+    if (summary.get("divergence") or {}).get("warning"):
+        log(f"{prefix}{summary['divergence']['warning']}")
+    few = few_positives_warning(summary.get("test_positives", FEW_POSITIVES), "the test set")
+    if few:
+        log(f"{prefix}{few}")
+    own = summary.get("party_test_ap")
+    if own:
+        listed = ", ".join(
+            f"party {n} {'n/a' if ap is None else f'{ap:.4f}'}" for n, ap in own.items()
+        )
+        log(f"{prefix}AP of the consensus model on each party's own test rows: {listed}")
+    if out is not None:
+        log(f"{prefix}results written to {out}")
+
+
+def scored_test_rows(run: Run) -> int:
+    """The test rows the final metrics cover: with per-party files, only the parties still in
+    the run (a lost party's test rows leave with it)."""
+    if run.data.federated and run.data.counts and not run.validated:
+        return sum(run.data.counts[m].test for m in run.party_set.members)
+    return run.data.n_test
+
+
+def test_positives(run: Run) -> int:
+    """The positives of the whole test set (every party's, with per-party files)."""
+    if run.data.test_positives is not None:
+        return run.data.test_positives
+    if run.data.counts:
+        return sum(run.data.counts[m].test_positives for m in run.party_set.members)
+    return int(run.data.y_test.sum())
+
+
+def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str, Any]:
+    """How the test set was scored; with per-party files the error bounds and each party's own
+    AP; the preprocessing applied to every feature row."""
+    out: dict[str, Any] = dict(run.evaluator.evaluation.describe())
+    out["test_positives"] = test_positives(run)
+    if run.data.federated:
+        own = run.evaluator.evaluation.party_test_aps(logits, run.evaluator.test_labels)
+        out.update(
+            test_ap_error_bound=scores.values["test_ap_error_bound"],
+            test_auroc_error_bound=scores.values["test_auroc_error_bound"],
+            party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
+            party_rows=[dataclasses.asdict(c) for c in run.data.counts],
+            evaluation_warning=scores.warning,  # e.g. many scores in the end bins
+        )
+    if (
+        scores.thresholds is not None
+    ):  # the test set's operating points (slate.metrics.operating_points)
+        precision, recall = scores.pr_curve()
+        positives = test_positives(run)
+        table = operating_points(precision, recall, scores.thresholds, positives=positives)
+        out["operating_points"] = [point.to_dict() for point in table]
+    transform = run.data.preprocessing
+    out["preprocessing"] = transform.to_dict() if transform is not None else None
+    unseen = getattr(transform, "unseen", None)
+    if unseen is not None:  # test cells whose category training never saw (encoded as zeros)
+        out["unseen_categories"] = dict(unseen)
+    return out

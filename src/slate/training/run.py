@@ -1,0 +1,425 @@
+"""One experiment's state on the parties this process runs: :class:`Run`, built from a resolved
+config, and its steps.
+
+The simulator runs all N parties in one :class:`Run`; a distributed process runs one party. A run
+is built (:meth:`Run.__init__`) from the config's checks and derived settings
+(:mod:`slate.training.checks`), and holds its parts: the local data and sampler, the topology, the
+algorithm and model, the communicator, the evaluator (:class:`slate.training.evaluation.Evaluator`)
+and the party set (:class:`slate.training.recovery.PartySet`). The training loop that drives a run,
+and writes its folder, is :func:`slate.training.loop.train`.
+
+The hot loop (:meth:`Run.advance`) has no Python loop over parties and no host synchronisation:
+indices are drawn for a whole chunk of steps at once, losses are kept on the device, and the host
+looks at numbers only at evaluation points (every ``--eval-every`` iterations).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from slate.algorithms import Algorithm, build_algorithm
+from slate.communication.gossip import gossip_settings, parse_wan
+from slate.config import TrainConfig
+from slate.data.datasets import Dataset
+from slate.data.sampler import PartySampler
+from slate.data.sources import load_local_data
+from slate.engines.base import Communicator
+from slate.engines.compute import Batch, PartyCompute
+from slate.engines.local import Engine, SimulatorEngine
+from slate.errors import ConfigError, TrainingDiverged
+from slate.models import build_model
+from slate.security.messages import as_received
+from slate.topology import build_topology
+from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
+from slate.training.checks import (
+    algorithm_config,
+    check_config,
+    resolve_device,
+    should_compile,
+    with_evaluation_defaults,
+)
+from slate.training.evaluation import Evaluator, mean_buffers
+from slate.training.fault_plan import FaultPlan
+from slate.training.recovery import PartySet, RecordedExchange, parse_drops
+
+__all__ = ["Run"]
+
+
+class Run:
+    """One experiment's state, built from a resolved config, on the parties this engine runs.
+
+    The simulator runs all N parties here; a distributed process runs one. Everything else
+    (partition, sampling streams, model, algorithm, evaluation) is the same code, so both
+    engines compute the same numbers.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        data: Dataset | None = None,
+        engine: Engine | None = None,
+        exchanges: list[Any] | None = None,
+    ) -> None:
+        self.config = config
+        check_config(config)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.engine = engine or SimulatorEngine(config.nodes)
+        self.device = resolve_device(config.device)
+        distributed = self.engine.name == "distributed"
+        self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
+        self.faults.check("setup", 0)
+        self._load_data(data, exchanges)
+        self._agree_on_the_run()
+        self._build_sampler()
+        self._build_graph()
+        self.history: list[dict[str, float]] = []
+        self._build_training()
+        data = self.data
+        self.evaluator = Evaluator(
+            self.engine, self.compute, self.config, self.device,
+            (data.x_test, data.y_test, data.test_parts), self.faults,
+        )  # fmt: skip
+        self.algorithm.init_state(self.x)
+        self.iteration = 0
+        self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
+        self.loss_steps = 0
+        self.stop_requested = False  # set by SIGINT / SIGTERM
+        self._chunk_start: dict[str, Any] = self.sampler.state_dict()
+        self._chunk_used = 0
+        self.validated, self.n_validation = False, 0  # set by use_final_test
+        self.resumed_best: dict[str, Any] | None = None  # --early-stopping's, from a checkpoint
+        self.best_model: Any = (
+            None  # --early-stopping's kept model (slate.training.early_stopping.BestModel)
+        )
+        # A party lost before the first step (during the first evaluation) is a loss like any
+        # other: the survivors roll back to this position, iteration 0 before its evaluation.
+        self.party_set.snapshot(after_evaluation=False)
+
+    def _load_data(self, data: Dataset | None, exchanges: list[Any] | None) -> None:
+        """Only this process's parties' examples are kept (and moved to the device); the
+        evaluation defaults follow from the test set's size."""
+        started = time.perf_counter()
+        # A party returning to a run in progress replays the data set-up's exchanges.
+        self.exchange = RecordedExchange(self.engine, exchanges)
+        self.data = load_local_data(self.config, self.engine.local_parties, self.exchange, data)
+        # A dataset read before the run (to choose N, or by the caller) counts its read too.
+        self.load_seconds = time.perf_counter() - started + (data.read_seconds if data else 0.0)
+        self.config = with_evaluation_defaults(
+            self.config, self.data.n_test, party_ap_possible=not self.data.federated
+        )
+
+    def _build_sampler(self) -> None:
+        """The local parties' training rows on the device, and their sampling streams."""
+        config = self.config
+        self.n_local = len(self.engine.local_parties)
+        self.features = torch.from_numpy(self.data.x_train).to(self.device)
+        self.labels = torch.from_numpy(self.data.y_train).to(self.device)
+        self.sampler = PartySampler(
+            self.data.parts, self.data.y_train, config.batch_size, config.positives,
+            config.seed, parties=self.engine.local_parties,
+        )  # fmt: skip
+
+    def _build_graph(self) -> None:
+        """The topology of all N parties, and the party set that changes it."""
+        config = self.config
+        self.topology = build_topology(
+            config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period
+        )
+        self.base_topology = self.topology  # the graph of all N parties
+        drops = parse_drops(config.drop_party, config.nodes, config.iterations)
+        if drops and self.engine.name != "simulator":
+            raise ConfigError(
+                "--drop-party injects party losses in the simulator; with the distributed "
+                "engine, stop a party's process instead."
+            )
+        self.party_set = PartySet(self, drops)
+
+    def _build_training(self) -> None:
+        """The algorithm, the model and its per-party compute, the parties' starting parameters
+        and the communicator."""
+        config = self.config
+        self.algorithm: Algorithm = build_algorithm(config.algorithm, algorithm_config(config))
+        model = build_model(
+            config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
+        )
+        self.model = model.to(self.device)
+        self.compute = PartyCompute(
+            self.model,
+            self.algorithm.objective(),
+            self.algorithm.n_extra,
+            n_parties=self.n_local,
+            context=self.algorithm.context([self.labels[p] for p in self.data.parts]),
+            compile=should_compile(config, self.engine.name, self.device, model),
+        )
+        self.x = self.initial_parameters()
+        self.gossip = gossip_settings(config, self.topology, self.x.shape[1])
+        self.wan = parse_wan(config.wan)
+        self.comm: Communicator = self.make_communicator(self.x)
+
+    def _agree_on_the_run(self) -> None:
+        """Every process's trajectory settings must equal the others'
+        (:mod:`slate.training.agreement`);
+        a returning party also checks its own against the recorded ones."""
+        if self.engine.name == "simulator":
+            return
+        fingerprint = run_fingerprint(self.config, self.engine.roster_digest)
+        mine = [[party, fingerprint] for party in self.engine.local_parties]
+        everyone = self.exchange.gather_json(mine, FINGERPRINT_SHAPE, "run's settings", 1 << 20)
+        if self.exchange.replaying:  # compared as it would have arrived
+            everyone += as_received(mine)
+        check_same_run([(party, fingerprint) for party, fingerprint in everyone])
+
+    def initial_parameters(self) -> Tensor:
+        """Alg. 1 line 2: every party starts from the same model (plus algorithm variables)."""
+        x0 = self.compute.layout.flatten(self.model)
+        extra = self.algorithm.initial_extra(1, self.device, x0.dtype)[0]
+        return torch.cat([x0, extra]).expand(self.n_local, -1).clone()
+
+    def make_communicator(self, x0: Tensor) -> Communicator:
+        """The engine's communicator over the current topology; compressed gossip's public
+        copies start at ``x0``."""
+        return self.engine.communicator(self.topology, self.device, self.gossip, x0)
+
+    def batch(self, indices: Tensor) -> Batch:
+        """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
+        return Batch(_rows(self.features, indices), _rows(self.labels, indices))
+
+    @property
+    def sampler_position(self) -> tuple[dict[str, Any], int]:
+        """Where the sampler streams are: their state at the start of the current chunk, and
+        the steps drawn since."""
+        return self._chunk_start, self._chunk_used
+
+    def seek_sampler(self, used: int, start: dict[str, Any] | None = None) -> None:
+        """Move the sampler streams ``used`` steps past ``start`` (a state of theirs; default:
+        where they are), and start a new chunk there."""
+        if start is not None:
+            self.sampler.load_state_dict(start)
+        self.sampler.draw(used)
+        self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
+
+    def advance(self, steps: int) -> int:
+        """Run up to ``steps`` iterations and return how many ran.
+
+        The simulator stops early, between two iterations, when a stop was requested; the
+        distributed engine finishes the chunk, so that all parties stop at the same iteration.
+        """
+        losses = torch.zeros(steps, self.n_local, device=self.device)
+        done = 0
+        if self.iteration == 0 and self.algorithm.initial_batches(self.config.positives) > 0:
+            self.party_set.snapshot(after_evaluation=True)
+            losses[0] = self._first_step()
+            self._add_loss(losses[0])
+            done = 1
+        self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
+        indices = self.sampler.draw(steps - done, self.device)
+        for k in range(steps - done):
+            if self.stop_requested and self.engine.stops_between_iterations:
+                break
+            self.party_set.snapshot_before_step()  # (where a rollback may land)
+            self.faults.check("step", self.iteration)
+            self.comm.set_iteration(self.iteration)
+            self.x, losses[done] = self.algorithm.step(
+                self.x, self.batch(indices[k]), self.comm, self.compute
+            )
+            self._add_loss(losses[done])
+            self.iteration += 1
+            self._chunk_used += 1
+            done += 1
+        self._guard_finite(losses[:done], self.iteration - done)
+        self.party_set.snapshot(after_evaluation=False)
+        return done
+
+    def _add_loss(self, row: Tensor) -> None:
+        # Added step by step, not as one sum: the result must not depend on where chunks
+        # start, so that a run resumed mid-chunk accumulates bit for bit the same numbers.
+        # Never in place: snapshots hold the previous sums.
+        self.loss_sum = self.loss_sum + row
+        self.loss_steps += 1
+
+    def _first_step(self) -> Tensor:
+        """Iteration 0 of an algorithm with an initial batch (SLATE-M, Alg. 2 lines 3-5)."""
+        blocks = self.algorithm.initial_batches(self.config.positives)
+        indices = self.sampler.draw(blocks, self.device)
+        blocks_batch = self.batch(indices)  # (blocks, P, m, ...)
+        batch = Batch.stack(blocks_batch.features, blocks_batch.labels)
+        self.comm.set_iteration(0)
+        self.x, losses = self.algorithm.first_step(self.x, batch, self.comm, self.compute)
+        self.iteration = 1
+        return losses
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue this run bit for bit (see
+        :mod:`slate.training.checkpoint`)."""
+        return {
+            "format": 1,
+            "engine": self.engine.name,
+            "parties": self.engine.local_parties,
+            "iteration": self.iteration,
+            "x": self.x.cpu(),
+            "algorithm_state": {k: v.cpu() for k, v in self.algorithm.state.items()},
+            "buffers": {k: v.cpu() for k, v in self.compute.buffers.items()},
+            "sampler": self._chunk_start,
+            "sampler_used": self._chunk_used,
+            "loss_sum": self.loss_sum.cpu(),
+            "loss_steps": self.loss_steps,
+            "evaluation_seconds": self.evaluator.seconds,
+            "evaluation_bytes": self.evaluator.sent_bytes,
+            "network": self.network_state(),
+            "traffic": list(self.comm.counters()),
+            "communicator": self.comm.state_dict(),
+            "config": self.config.to_dict(),
+            "members": self.party_set.members,
+            "exchanges": self.exchange.record,
+            "party_events": self.party_set.party_events,
+            "graph_changes": self.party_set.graph_changes,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], members_check: bool = True) -> None:
+        """Continue from :meth:`state_dict`'s output (the party set it recorded included)."""
+        members = state.get("members", self.party_set.members)
+        if members_check and members != self.party_set.members:
+            self.party_set.change_parties(members)
+        if state["parties"] != self.engine.local_parties:
+            raise ConfigError(
+                f"The checkpoint holds parties {state['parties']}, this process runs "
+                f"{self.engine.local_parties}: resume with the same engine and --nodes."
+            )
+        self.iteration = state["iteration"]
+        self.x = state["x"].to(self.device)
+        self.algorithm.state = {k: v.to(self.device) for k, v in state["algorithm_state"].items()}
+        self.compute.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
+        self.seek_sampler(state["sampler_used"], state["sampler"])  # that chunk's steps taken
+        self.loss_sum = state["loss_sum"].to(self.device)
+        self.loss_steps = state["loss_steps"]
+        self.evaluator.seconds = state.get("evaluation_seconds", 0.0)
+        self.evaluator.sent_bytes = state.get("evaluation_bytes", 0.0)
+        self.start_network_clock(state.get("network"))
+        self.comm.restore_counters(state["traffic"])
+        self.comm.load_state_dict(state.get("communicator", {}))
+        self.party_set.party_events = list(state.get("party_events", []))
+        self.party_set.graph_changes = list(state.get("graph_changes", []))
+
+    def _guard_finite(self, losses: Tensor, first_iteration: int) -> None:
+        if bool(torch.isfinite(losses).all()) and bool(torch.isfinite(self.x).all()):
+            return
+        bad = (~torch.isfinite(losses)).nonzero()
+        if len(bad):
+            step, row = (int(v) for v in bad[0])
+            where = (
+                f"the loss of party {self.engine.local_parties[row]} at iteration "
+                f"{first_iteration + step}"
+            )
+        else:
+            row = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
+            where = (
+                f"the parameters of party {self.engine.local_parties[row]} by iteration "
+                f"{self.iteration}"
+            )
+        raise TrainingDiverged(
+            f"Training diverged: {where} became non-finite (NaN or inf) with --lr "
+            f"{self.config.lr}. Try a lower learning rate, e.g. --lr {self.config.lr / 10:g}."
+        )
+
+    def averaged_parameters(self) -> Tensor:
+        """The output model of Alg. 1: :math:`\\bar x = \\frac1N \\sum_n x_n` (collective)."""
+        return self.engine.mean(self.x)
+
+    def averaged_buffers(self) -> dict[str, Tensor]:
+        """BatchNorm statistics of the averaged model: the mean over all parties (collective)."""
+        return mean_buffers(self.engine, self.compute.buffers)
+
+    @property
+    def writes_outputs(self) -> bool:
+        """The main process writes the run folder; with per-party files every party does."""
+        return self.engine.is_main or self.data.federated
+
+    @property
+    def validates(self) -> bool:
+        """Whether the evaluations score validation rows (``--validation-fraction``)."""
+        return self.data.final_test is not None or self.validated
+
+    def use_final_test(self) -> None:
+        """``--validation-fraction``: read the test rows now (collective with per-party files)
+        and score them from here on; the training loop calls it once, at the end."""
+        held = self.data.final_test()
+        self.validated, self.n_validation = True, self.data.n_test
+        self.data = dataclasses.replace(
+            self.data, x_test=held.x, y_test=held.y, test_parts=held.parts, n_test=held.rows,
+            held_out="test", final_test=None, test_positives=held.positives,
+            test_split=held.split or self.data.test_split,
+        )  # fmt: skip
+        self.evaluator.use_rows(held.x, held.y, held.parts)
+
+    def mean_traffic(self) -> dict[str, float]:
+        """Bytes, messages and rounds per party, averaged over all parties (collective)."""
+        local = torch.tensor(self.comm.counters(), dtype=torch.float64, device=self.device)
+        if self.engine.name == "simulator":  # its counters are means already: count the sum
+            self.engine.count_collective(local)
+        else:
+            local = self.engine.total(local) / self.engine.n_parties
+        names = ("comm_bytes_per_party", "messages_per_party", "rounds")
+        return dict(zip(names, local.tolist(), strict=True))
+
+    def start_network_clock(self, recorded: list[float] | None = None) -> None:
+        """From now on, count the training's collectives (bytes, round trips) and waits
+        (``recorded``: those of the run before a resume, from :meth:`network_state`)."""
+        engine = self.engine
+        now = (float(engine.collective_bytes), engine.collective_round_trips, engine.wait_seconds)
+        before = recorded or [0.0, 0.0, 0.0]
+        self._network_start = [a - b for a, b in zip(now, before, strict=True)]
+
+    def network_state(self) -> list[float]:
+        """The training's collective bytes, their round trips and its communication waits."""
+        engine = self.engine
+        now = (float(engine.collective_bytes), engine.collective_round_trips, engine.wait_seconds)
+        start = getattr(self, "_network_start", [0.0, 0.0, 0.0])
+        return [a - b for a, b in zip(now, start, strict=True)]
+
+    def compute_seconds(self, elapsed: float) -> float:
+        """One party's compute in ``elapsed`` seconds of training: its wall time less its
+        waits for communication, shared among the parties this process runs (the simulator
+        runs all N: one party's share is ``1 / N`` of its time)."""
+        waits = self.network_state()[2]
+        return max(0.0, elapsed - waits) / len(self.engine.local_parties)
+
+    def estimated_wan_seconds(self, elapsed: float, traffic: dict[str, float]) -> float:
+        """``--wan``: one party's compute, plus one RTT per gossip round and per round trip of
+        the other collectives, plus the busiest party's gossip and collective bytes at the
+        link's bandwidth (:meth:`slate.communication.gossip.WanLink.seconds`); NaN without
+        ``--wan``."""
+        if self.wan is None:
+            return math.nan
+        collective_bytes, round_trips, _ = self.network_state()
+        exchanged = traffic["comm_bytes_per_party"] * self.comm.busiest_share
+        return self.wan.seconds(
+            self.compute_seconds(elapsed), traffic["rounds"], exchanged, round_trips,
+            collective_bytes,
+        )  # fmt: skip
+
+    def evaluate(self) -> tuple[dict[str, float], float, dict[str, float]]:
+        """The evaluation of this iteration, the mean training loss since the last one and the
+        mean traffic: the loss and the counters ride in the evaluation's own exchange."""
+        counters = [float(v) for v in self.comm.counters()]  # means over the local parties
+        riders = torch.tensor([float(self.loss_sum.sum()), *counters], dtype=torch.float64)
+        values = self.evaluator.evaluate(self.x, self.iteration, riders)
+        summed, n = self.evaluator.summed_riders, self.engine.n_parties
+        loss = float(summed[0]) / (max(self.loss_steps, 1) * n)
+        self.loss_sum = torch.zeros_like(self.loss_sum)  # not in place: snapshots hold it
+        self.loss_steps = 0
+        processes = n // len(self.engine.local_parties)  # each holds its parties' mean
+        names = ("comm_bytes_per_party", "messages_per_party", "rounds")
+        traffic = {name: float(v) / processes for name, v in zip(names, summed[1:], strict=True)}
+        return values, loss, traffic
+
+
+def _rows(table: Tensor, indices: Tensor) -> Tensor:
+    """``table[indices]`` by ``index_select`` (3x faster than advanced indexing on CPU)."""
+    return table.index_select(0, indices.reshape(-1)).view(*indices.shape, *table.shape[1:])

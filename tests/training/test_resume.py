@@ -1,0 +1,214 @@
+"""Crash safety: a run killed (SIGKILL) or interrupted (SIGINT) and resumed ends bit-identical.
+
+Every run is a real ``python -m slate train`` process. The reference is the same command run
+without interruption; parameters (``model.pt``), history (all but wall times) and test AP must
+be exactly equal.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ITERATIONS = 1200
+FLAGS = [
+    "--dataset", "digits", "--nodes", "4", "--iterations", str(ITERATIONS),
+    "--eval-every", "100", "--checkpoint-every", "100", "--seed", "1", "--no-progress",
+]  # fmt: skip
+ALGORITHMS = {
+    "slate": ["--algorithm", "slate", "--gradient-tracking"],
+    "slate-m": ["--algorithm", "slate-m"],
+    "dpsgd": ["--algorithm", "dpsgd"],
+    "coda": ["--algorithm", "coda", "--lr-dual", "0.01"],
+    # Parties dropped before and after the checkpoints: the party set is restored on resume.
+    "slate-drops": [
+        "--algorithm",
+        "slate",
+        "--gradient-tracking",
+        "--drop-party",
+        "1@150",
+        "--drop-party",
+        "3@700",
+    ],
+    # Local steps, a time-varying graph and compressed gossip: CHOCO's public copies and the
+    # round counter are part of the checkpoint.
+    "slate-choco": [
+        "--algorithm",
+        "slate",
+        "--topology",
+        "base-2",
+        "--gossip-every",
+        "3",
+        "--compress",
+        "topk:0.1",
+    ],
+}
+
+
+def slate(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slate", *args], capture_output=True,
+                          text=True, timeout=300, **kwargs)  # fmt: skip
+
+
+def history_without_times(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "history.csv") as handle:
+        return [{k: v for k, v in row.items() if k != "elapsed_seconds"}
+                for row in csv.DictReader(handle)]  # fmt: skip
+
+
+def assert_identical(ours: Path, reference: Path) -> None:
+    a = torch.load(ours / "model.pt", weights_only=True)
+    b = torch.load(reference / "model.pt", weights_only=True)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert history_without_times(ours) == history_without_times(reference)
+    summary_a = json.loads((ours / "summary.json").read_text())
+    summary_b = json.loads((reference / "summary.json").read_text())
+    for key in ("test_ap", "test_auroc", "party_ap_min", "party_ap_max", "consensus_distance",
+                "comm_bytes_per_party", "messages_per_party", "rounds", "iterations"):  # fmt: skip
+        assert summary_a[key] == summary_b[key], key
+
+
+def interrupt_after_first_checkpoint(command: list[str], marker, sig: int, seed: int) -> int:
+    """Start ``command``, wait for its first checkpoint, wait a random moment, send ``sig``."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not marker() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    time.sleep(random.Random(seed).uniform(0.0, 0.4))
+    os.killpg(process.pid, sig)  # the launcher and its workers, like a crash or a Ctrl-C
+    process.communicate(timeout=120)
+    return process.returncode
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """Uninterrupted runs of each algorithm (simulator)."""
+    root = tmp_path_factory.mktemp("reference")
+    for name, flags in ALGORITHMS.items():
+        done = slate("train", *FLAGS, *flags, "--out", str(root / name))
+        assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_simulator_resume_is_bit_identical(references, tmp_path, name, sig):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "slate", "train", *FLAGS, *ALGORITHMS[name], "--out", str(out)]
+    code = interrupt_after_first_checkpoint(
+        command, lambda: (out / "checkpoint.pt").exists(), sig, seed=hash(name) % 1000
+    )
+    assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
+    saved = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert 0 < saved["iteration"] < ITERATIONS
+    assert not (out / "summary.json").exists()
+    done = slate("train", "--resume", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert f"resumed from iteration {saved['iteration']}" in done.stdout
+    assert_identical(out, references / name)
+
+
+def test_sigint_prints_how_to_resume(tmp_path):
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "slate", "train", *FLAGS, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while not (out / "checkpoint.pt").exists() and process.poll() is None:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert f"slate train --resume {out}" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
+def test_distributed_resume_is_bit_identical(tmp_path, sig):
+    flags = [*FLAGS[:3], "2", *FLAGS[4:], "--algorithm", "slate", "--engine", "distributed"]
+    reference = tmp_path / "reference"
+    done = slate("train", *flags, "--out", str(reference))
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "slate", "train", *flags, "--out", str(out)]
+    code = interrupt_after_first_checkpoint(
+        command, lambda: len(list(out.glob("checkpoint-rank1-*.pt"))) > 0, sig, seed=7
+    )
+    assert code != 0
+    assert not (out / "summary.json").exists()
+    done = slate("train", "--resume", str(out), "--engine", "distributed", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert_identical(out, reference)
+
+
+def test_resume_refuses_a_changed_config(tmp_path):
+    out = tmp_path / "run"
+    code = interrupt_after_first_checkpoint(
+        [sys.executable, "-m", "slate", "train", *FLAGS, "--out", str(out)],
+        lambda: (out / "checkpoint.pt").exists(), signal.SIGKILL, seed=3,
+    )  # fmt: skip
+    assert code == -signal.SIGKILL
+    done = slate("train", "--resume", str(out), "--lr", "0.5", "--nodes", "3")
+    assert done.returncode == 2
+    assert "lr" in done.stderr and "nodes" in done.stderr and "Traceback" not in done.stderr
+    longer = slate("train", "--resume", str(out), "--iterations", str(ITERATIONS + 100),
+                   "--no-progress")  # fmt: skip
+    assert longer.returncode == 0, longer.stderr
+    assert json.loads((out / "summary.json").read_text())["iterations"] == ITERATIONS + 100
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", b"PK\x03\x04broken zip"])
+def test_resume_from_a_damaged_checkpoint_is_a_clear_error(tmp_path, content):
+    (tmp_path / "checkpoint.pt").write_bytes(content)
+    done = slate("train", "--resume", str(tmp_path))
+    assert done.returncode == 2
+    assert "not a readable slate checkpoint" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path):
+    done = slate("train", "--resume", str(tmp_path / "nothing"))
+    assert done.returncode == 2 and "no checkpoint" in done.stderr
+    # It names both kinds of checkpoint a run folder can hold.
+    assert "checkpoint.pt" in done.stderr and "checkpoint-rank<r>-<iteration>.pt" in done.stderr
+
+
+def test_every_torch_load_is_weights_only():
+    src = Path(__file__).resolve().parents[2] / "src"
+    calls = [
+        (path, line)
+        for path in src.rglob("*.py")
+        for line in path.read_text().splitlines()
+        if "torch.load(" in line
+    ]
+    assert calls, "expected slate to load checkpoints with torch.load"
+    for path, line in calls:
+        assert "weights_only=True" in line, f"{path}: {line.strip()}"
+    assert not any("pickle" in p.read_text() and "import pickle" in p.read_text()
+                   for p in src.rglob("*.py"))  # fmt: skip
+
+
+@pytest.mark.parametrize("hidden", [True, False], ids=["no-progress", "bar"])
+def test_resume_keeps_the_progress_choice(tmp_path, hidden):
+    """Issue 23: a run started with --no-progress resumes without a bar (and one with a bar,
+    with one), although --no-progress is no part of the run's config."""
+    out = tmp_path / "run"
+    flags = ["--dataset", "digits", "--nodes", "2", "--iterations", "200", "--eval-every", "100",
+             "--checkpoint-every", "100", "--out", str(out)]  # fmt: skip
+    first = slate("train", *flags, *(["--no-progress"] if hidden else []))
+    assert first.returncode == 0, first.stderr
+    resumed = slate("train", "--resume", str(out), "--iterations", "300")
+    assert resumed.returncode == 0, resumed.stderr
+    assert ("%|" in resumed.stderr) is not hidden, resumed.stderr
