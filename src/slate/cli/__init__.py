@@ -22,10 +22,10 @@ from slate.cli.commands import (
     run_train,
     run_tune,
 )
-from slate.cli.identity import run_keygen, run_roster
+from slate.cli.identity_commands import run_keygen, run_roster
 from slate.cli.memory import keep_freed_memory
 from slate.cli.parser import build_parser
-from slate.cli.reproduce import run_reproduce
+from slate.cli.reproduce_command import run_reproduce
 from slate.errors import RunInterrupted, SlateError
 from slate.training.party_process import exit_worker
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from slate.cli.identity import add_identity_parsers
-from slate.cli.reproduce import add_reproduce_parser
+from slate.cli.identity_commands import add_identity_parsers
+from slate.cli.reproduce_command import add_reproduce_parser
 from slate.cli.train_flags import add_train_arguments
 
 __all__ = ["build_parser"]

@@ -56,7 +56,7 @@ from slate.metrics.operating_points import (
 )
 
 __all__ = [
-    "Evaluation",
+    "ModelEvaluation",
     "Predictions",
     "evaluate",
     "format_evaluation",
@@ -305,7 +305,7 @@ def write_predictions(predictions: Predictions, out: str | Path | None) -> None:
 
 
 @dataclass
-class Evaluation:
+class ModelEvaluation:
     """``slate evaluate``'s numbers on one labelled file, and its PR curve."""
 
     run: str
@@ -333,7 +333,7 @@ class Evaluation:
         }
 
 
-def evaluate(run_dir: str | Path, data: str | Path) -> Evaluation:
+def evaluate(run_dir: str | Path, data: str | Path) -> ModelEvaluation:
     """AP, AUROC, positive rate and the operating-point table of the run's model on ``data``.
 
     The metrics are :mod:`slate.metrics`' (equal to scikit-learn's) on the logits, as in
@@ -344,7 +344,7 @@ def evaluate(run_dir: str | Path, data: str | Path) -> Evaluation:
     precision, recall, edges, y = _curve_of(logits, labels, str(data))
     positives = int(y.sum())
     auroc = metrics.auroc(logits, y) if positives < len(y) else None
-    return Evaluation(
+    return ModelEvaluation(
         str(run_dir), str(data), len(y), positives, metrics.average_precision(logits, y), auroc,
         operating_points(precision, recall, edges, positives=positives), (precision, recall),
         notes, _calibration_scores(run_dir, logits, y),
@@ -361,7 +361,7 @@ def _calibration_scores(run_dir: str | Path, logits: Tensor, y: Tensor) -> dict[
     return {"method": calibrator.method, **scores}
 
 
-def format_evaluation(result: Evaluation) -> str:
+def format_evaluation(result: ModelEvaluation) -> str:
     """The console report: the metrics, then the operating-point table."""
     auroc = "n/a (no negative row)" if result.auroc is None else f"{result.auroc:.6f}"
     lines = [
@@ -396,7 +396,7 @@ def _bounds(bounds: tuple[float, float] | None) -> str:
     return "n/a" if bounds is None else f"{bounds[0]:.2f}-{bounds[1]:.2f}"
 
 
-def write_evaluation(result: Evaluation, out_dir: str | Path) -> None:
+def write_evaluation(result: ModelEvaluation, out_dir: str | Path) -> None:
     """``evaluation.json`` and ``pr_curve.png`` (the operating points marked) in ``out_dir``."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

@@ -54,8 +54,8 @@ __all__ = [
     "CONTROL",
     "LINKS",
     "Comparison",
-    "Outcome",
     "Setting",
+    "SettingOutcome",
     "communication",
     "compare_with_control",
     "control_setting",
@@ -132,7 +132,7 @@ def settings_for(dataset: str, iterations: int) -> list[Setting]:
 
 
 @dataclass
-class Outcome:
+class SettingOutcome:
     """A setting's runs over the seeds: summaries and history columns."""
 
     setting: Setting
@@ -198,7 +198,7 @@ class Comparison:
         return "better" if self.mean > 0 else "worse"
 
 
-def compare_with_control(outcome: Outcome, control: Outcome) -> Comparison:
+def compare_with_control(outcome: SettingOutcome, control: SettingOutcome) -> Comparison:
     """Pair ``outcome``'s runs with the control's by seed (``summary.json``'s ``seed``) and
     take the differences of their final test AP; a seed missing from either is a ConfigError."""
     mine = {int(s["seed"]): float(s["test_ap"]) for s in outcome.summaries}
@@ -225,7 +225,10 @@ def read_history(folder: Path) -> dict[str, np.ndarray]:
 
 
 def wan_seconds(
-    outcome: Outcome, link: WanLink, compute_per_iteration: float, target: float | None = None
+    outcome: SettingOutcome,
+    link: WanLink,
+    compute_per_iteration: float,
+    target: float | None = None,
 ) -> float:
     """Estimated WAN seconds of ``outcome``'s run (mean over seeds): the whole run, or, with
     ``target``, until the mean AP first reaches it (NaN: never). ``compute_per_iteration`` is
@@ -273,7 +276,9 @@ def communication(
     return results
 
 
-def _run_dataset(name, preset, data_dir, out, seeds, device, iterations, log) -> list[Outcome]:
+def _run_dataset(
+    name, preset, data_dir, out, seeds, device, iterations, log
+) -> list[SettingOutcome]:
     _, _, every = PLANS.get(name, DEFAULT_PLAN)
     common = {"data_dir": data_dir, "device": device, "iterations": iterations}
     common["eval_every"] = every if iterations is None else None
@@ -287,12 +292,12 @@ def _run_dataset(name, preset, data_dir, out, seeds, device, iterations, log) ->
             config = train_config(preset, "slate", seed, **common, **setting.flags)
             summaries.append(run_or_reuse(config, folder, log))
             histories.append(read_history(folder))
-        outcomes.append(Outcome(setting, summaries, histories))
+        outcomes.append(SettingOutcome(setting, summaries, histories))
     return outcomes
 
 
 def _dataset_report(
-    dataset: str, preset: dict[str, Any], outcomes: list[Outcome], figures: Path
+    dataset: str, preset: dict[str, Any], outcomes: list[SettingOutcome], figures: Path
 ) -> tuple[list[dict[str, Any]], str]:
     ring = outcomes[0]
     control = next(o for o in outcomes if o.setting.key == CONTROL)
@@ -368,7 +373,10 @@ def _partition_words(preset: dict[str, Any]) -> str:
 
 
 def _control_section(
-    dataset: str, outcomes: list[Outcome], control: Outcome, comparisons: dict[str, Comparison]
+    dataset: str,
+    outcomes: list[SettingOutcome],
+    control: SettingOutcome,
+    comparisons: dict[str, Comparison],
 ) -> str:
     """The table of every setting's final AP against the no-gossip control's, and what it says
     in words: which settings are not distinguishable from training alone."""
@@ -434,7 +442,7 @@ def _control_section(
     )
 
 
-def _recommendations(outcomes: list[Outcome], target: float, ring: Outcome) -> str:
+def _recommendations(outcomes: list[SettingOutcome], target: float, ring: SettingOutcome) -> str:
     """Per link, the serverless setting meeting the AP criterion whose whole run is fastest."""
     compute = ring.seconds_per_iteration() / int(ring.summaries[0]["nodes"])
     eligible = [o for o in outcomes if o.setting.serverless and o.final("test_ap")[0] >= target]
@@ -454,7 +462,7 @@ def _recommendations(outcomes: list[Outcome], target: float, ring: Outcome) -> s
     )  # fmt: skip
 
 
-def _plot_curves(dataset: str, outcomes: list[Outcome], figures: Path) -> str:
+def _plot_curves(dataset: str, outcomes: list[SettingOutcome], figures: Path) -> str:
     """AP against bytes and rounds (log axes: the no-gossip control, which sends nothing, is
     left out), and the ring's and the control's AP against iterations."""
     text = ""

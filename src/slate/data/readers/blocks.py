@@ -12,7 +12,7 @@ import numpy as np
 
 from slate.data.readers.cells import CellContext, ColumnReader, GrowingArray, LabelReader
 from slate.data.readers.files import MAX_ELEMENTS
-from slate.data.readers.text_records import Records
+from slate.data.readers.text_records import TextRecords
 from slate.errors import DataError
 
 __all__ = ["block_rows", "blocks", "check_widths", "rescan_text", "scan_rows"]
@@ -23,7 +23,7 @@ _MIN_BLOCK_ROWS = 64
 
 
 def scan_rows(
-    records: Records,
+    records: TextRecords,
     pending: tuple[Sequence[int], list[list[str]]],
     n_cols: int,
     header: bool,
@@ -73,7 +73,7 @@ def rescan_text(
     for column in columns:
         column.restart_text()
     seen = 0
-    with Records(name, encoding, delimiter) as records:
+    with TextRecords(name, encoding, delimiter) as records:
         per_block = block_rows(n_cols)
         start_lines, start_rows = records.block(per_block)
         if header:
@@ -91,7 +91,7 @@ def rescan_text(
 
 
 def blocks(
-    records: Records, pending: tuple[Sequence[int], list[list[str]]], size: int
+    records: TextRecords, pending: tuple[Sequence[int], list[list[str]]], size: int
 ) -> Iterator[tuple[Sequence[int], list[list[str]]]]:
     """The rows already read (in blocks of ``size``), then the rest of the file's."""
     lines, rows = pending

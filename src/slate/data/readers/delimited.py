@@ -33,7 +33,7 @@ from slate.data.readers.formats import parse_disguised_numbers
 from slate.data.readers.table import CsvTable, RawTable, TextColumn
 from slate.data.readers.text_records import (
     WHITESPACE,
-    Records,
+    TextRecords,
     check_names,
     describe_named_columns,
     detect_header,
@@ -311,7 +311,7 @@ def read_table_chunks(
     name = os.fspath(path)
     _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
     context = make_context(name, na_values, np.float64)
-    with Records(name, encoding, delimiter) as records:
+    with TextRecords(name, encoding, delimiter) as records:
         layout, pending = _layout(
             records, label_column, positive_label, None, categorical_columns, labels, False,
             context, np.float64, True,
@@ -410,7 +410,7 @@ class _Layout:
 
 
 def _layout(
-    records: Records,
+    records: TextRecords,
     label_column: str | int | None,
     positive_label: str | None,
     header: bool | None,
@@ -491,7 +491,7 @@ def _read(
     """Read the file into typed blocks per column, or raise one DataError listing every problem."""
     _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
     context = make_context(name, na_values, dtype)
-    with Records(name, encoding, delimiter) as records:
+    with TextRecords(name, encoding, delimiter) as records:
         layout, pending = _layout(
             records, label_column, positive_label, header, categorical_columns, labels, strict,
             context, dtype, empty_ok,

@@ -18,7 +18,7 @@ from slate.errors import DataError
 
 __all__ = [
     "WHITESPACE",
-    "Records",
+    "TextRecords",
     "check_names",
     "describe_columns",
     "describe_named_columns",
@@ -51,7 +51,7 @@ def _tab_separated(line: str) -> str:
     return _RUNS_OF_BLANKS.sub("\t", line[: len(line) - end].strip(" \t")) + line[len(line) - end :]
 
 
-class Records:
+class TextRecords:
     """The non-blank records of a delimited text file, read in blocks with their first lines.
 
     The file may be plain or gzip (recognised by its magic bytes). With ``delimiter=None`` the
@@ -97,7 +97,7 @@ class Records:
             lines, delimiter = map(_tab_separated, lines), "\t"
         self._reader = csv.reader(lines, delimiter=delimiter, strict=True)
 
-    def __enter__(self) -> Records:
+    def __enter__(self) -> TextRecords:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

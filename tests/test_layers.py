@@ -1,0 +1,216 @@
+"""The package map of ``docs/index.md`` holds: each subpackage imports only the layers below its
+own, and no modules import each other in a circle.
+
+Every ``import slate...`` and ``from slate... import`` in ``src/slate`` is read with :mod:`ast`,
+including the imports inside functions and under ``TYPE_CHECKING`` (a circle that only a lazy
+import hides is still a circle of the design).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "slate"
+
+#: Bottom to top. A unit (a subpackage, or a module at the top of ``src/slate``) may import
+#: units of its own layer or of the layers below. Within a layer the order below is the order
+#: of the allowed imports too (``optim`` uses ``algorithms``, not the other way round).
+LAYERS: list[list[str]] = [
+    ["errors", "version", "config"],
+    ["metrics", "objectives", "models", "topology", "security"],
+    ["communication"],
+    ["data", "engines"],
+    ["algorithms", "optim"],
+    ["inference"],
+    ["training"],
+    ["estimator", "studies"],
+    ["cli"],
+    ["__init__", "__main__"],
+]
+RANK = {
+    unit: (layer, position)
+    for layer, units in enumerate(LAYERS)
+    for position, unit in enumerate(units)
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unit_of(module: str) -> str:
+    """``slate.training.run`` -> ``training``; ``slate.errors`` -> ``errors``; ``slate`` ->
+    ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def slate_imports(path: Path, known: set[str]) -> set[str]:
+    """The slate modules that ``path`` imports (a ``from slate.pkg import name`` counts as the
+    module ``slate.pkg.name`` where that is a module, else as ``slate.pkg``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "slate")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] != "slate":
+                continue
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if candidate in known else node.module)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    known = set(files)
+    return {name: slate_imports(path, known) & known for name, path in files.items()}
+
+
+def test_every_unit_of_the_package_has_a_layer():
+    units = {unit_of(m) for m in import_graph()}
+    assert units == set(RANK), f"not in LAYERS: {units - set(RANK)}; gone: {set(RANK) - units}"
+
+
+def test_no_import_runs_up_a_layer():
+    upward = []
+    for module, imported in import_graph().items():
+        here = RANK[unit_of(module)]
+        for target in imported:
+            there = RANK[unit_of(target)]
+            if unit_of(target) != unit_of(module) and there > here:
+                upward.append(f"{module} -> {target}")
+    assert not upward, "imports that run up the package map:\n" + "\n".join(sorted(upward))
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively: the components with more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        circles.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return circles
+
+
+def test_tarjan_finds_a_planted_circle_and_nothing_else():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert strongly_connected(graph) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert strongly_connected(import_graph()) == []
+
+
+@pytest.mark.parametrize("unit", [u for layer in LAYERS for u in layer if not u.startswith("__")])
+def test_the_package_map_names_every_unit(unit):
+    doc = (ROOT / "docs" / "index.md").read_text()
+    name = f"`{unit}.py`" if (PACKAGE / f"{unit}.py").is_file() else f"`{unit}/`"
+    assert name in doc.split("## Package map")[1].split("Module by module")[0]
+
+
+def test_no_file_is_longer_than_600_lines():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 600
+    }
+    assert not long
+
+
+def engine_name_branches(path: Path) -> list[str]:
+    """Comparisons of ``<...>engine.name`` with anything, and ``getattr(<...>, "recovers")``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                if (
+                    isinstance(side, ast.Attribute)
+                    and side.attr == "name"
+                    and "engine" in ast.unparse(side.value)
+                ):
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and any(isinstance(a, ast.Constant) and a.value == "recovers" for a in node.args)
+        ):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_engine_branch_finder_sees_both_kinds(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'if run.engine.name == "distributed":\n    pass\nx = getattr(engine, "recovers", 0)\n'
+    )
+    assert len(engine_name_branches(sample)) == 2
+
+
+def test_nothing_outside_engines_branches_on_an_engine_s_name():
+    outside = [p for p in PACKAGE.rglob("*.py") if "engines" not in p.relative_to(PACKAGE).parts]
+    assert [hit for p in outside for hit in engine_name_branches(p)] == []
+
+
+#: Names that stand in more than one place for one thing: each package's base classes, and SLATE
+#: as an algorithm of the simulator and engines and as a ``torch.optim`` optimizer.
+SAME_THING = {"__init__", "__main__", "base", "slate", "SLATE"}
+
+
+def test_no_module_or_class_name_means_two_things():
+    modules: dict[str, list[str]] = {}
+    classes: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        where = str(path.relative_to(PACKAGE))
+        modules.setdefault(path.stem, []).append(where)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(where)
+    twice = {
+        name: places
+        for table in (modules, classes)
+        for name, places in table.items()
+        if len(places) > 1 and name not in SAME_THING
+    }
+    assert twice == {}
