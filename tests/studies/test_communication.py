@@ -19,8 +19,8 @@ from slate.studies.communication import (
     CONTROL,
     LINKS,
     Comparison,
-    Outcome,
     Setting,
+    SettingOutcome,
     _control_section,
     communication,
     compare_with_control,
@@ -107,7 +107,7 @@ def test_the_report_recommends_a_setting_per_link(study) -> None:
 def test_wan_seconds_is_compute_plus_rtt_per_round_plus_bytes_over_bandwidth(study) -> None:
     out, _, _ = study
     folder = out / "digits/communication/ring/seed0"
-    outcome = Outcome(
+    outcome = SettingOutcome(
         settings_for("digits", ITERATIONS)[0], [_summary(out, "ring")], [read_history(folder)]
     )
     link = WanLink(80.0, 10.0)
@@ -192,9 +192,9 @@ def test_the_verdict_needs_the_tolerance_and_a_paired_interval_that_excludes_zer
     assert noisy.verdict == "not distinguishable"
 
 
-def _fake(key: str, aps: dict[int, float]) -> Outcome:
+def _fake(key: str, aps: dict[int, float]) -> SettingOutcome:
     summaries = [{"seed": k, "test_ap": v, "iterations": 100, "nodes": 4} for k, v in aps.items()]
-    return Outcome(Setting(key, key), summaries, [])
+    return SettingOutcome(Setting(key, key), summaries, [])
 
 
 def test_a_run_where_the_ring_ties_the_control_says_so() -> None:
