@@ -434,3 +434,39 @@ def test_any_payload_size_round_trips_against_the_reference(size, seed):
     assert len(sealed) == sealed_size(size)
     assert reference.decrypt(reference_nonce(round), sealed, reference_ad(0, 1, round)) == plaintext
     assert at_b.open(sealed, round) == plaintext
+
+
+# -- sealing into given buffers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("into", [True, False])  # cryptography's *_into, or the fallback
+def test_sealing_into_a_buffer_equals_sealing(monkeypatch, into):
+    import slate.security.sealing as sealing
+
+    monkeypatch.setattr(sealing, "_INTO", into and sealing._INTO)
+    a, b = Site(0), Site(1)
+    at_a, at_b, twin = a.channel(b), b.channel(a), a.channel(b)
+    plaintext = random.Random(1).randbytes(1000)
+    out = bytearray(sealed_size(1000))
+    at_a.seal_into(plaintext, 5, out)
+    assert bytes(out) == twin.seal(plaintext, 5)
+    opened = bytearray(1000)
+    at_b.open_into(out, 5, opened)
+    assert opened == plaintext
+    with pytest.raises(ValueError, match="nonce would be used twice"):
+        at_a.seal_into(plaintext, 5, out)
+    with pytest.raises(ValueError, match="takes"):
+        at_a.seal_into(plaintext, 6, bytearray(10))
+    # a refused message leaves zeros behind, never unauthenticated plaintext
+    sealed = bytearray(at_a.seal(plaintext, 7))
+    sealed[0] ^= 1
+    opened = bytearray(b"\xaa" * 1000)
+    with pytest.raises(SealedMessageRefused) as caught:
+        at_b.open_into(sealed, 7, opened)
+    assert caught.value.reason == "tag" and opened == bytes(1000)
+    with pytest.raises(SealedMessageRefused):
+        at_b.open_into(b"short", 8, bytearray())
+    assert at_b.open(at_a.seal(b"", 9), 9) == b""
+    with pytest.raises(SealedMessageRefused) as caught:
+        at_b.open_into(sealed, 5, bytearray(1000))
+    assert caught.value.reason == "replayed"

@@ -14,18 +14,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from slate.security.sealing import SealedChannel, plain_size, sealed_size
+from slate.security.sealing import SealedChannel, sealed_size
 
 __all__ = ["open_tensor", "seal_tensor", "sealed_numel", "tensor_bytes"]
 
 
 def tensor_bytes(tensor: Tensor) -> memoryview:
-    """The bytes of ``tensor`` in row-major order (a view when it is already contiguous on the
-    CPU, else one copy)."""
-    flat = tensor.detach().reshape(-1).contiguous().cpu()
-    if flat.numel() == 0:
+    """The bytes of ``tensor`` in row-major order, as a 1-D byte view: of its own memory
+    (writable) when it is contiguous on the CPU, else of a copy."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        tensor = tensor.contiguous().cpu()
+    if tensor.numel() == 0:
         return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+    try:  # the quick way: numpy's buffer (a few torch calls cost more than sealing 1 KB)
+        view = memoryview(tensor.numpy())
+        return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+    except (TypeError, ValueError, RuntimeError):  # a dtype without a numpy or buffer format
+        return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
 
 
 def sealed_numel(numel: int, dtype: torch.dtype) -> int:
@@ -36,8 +42,11 @@ def sealed_numel(numel: int, dtype: torch.dtype) -> int:
 
 def seal_tensor(channel: SealedChannel, tensor: Tensor, round: int) -> Tensor:
     """``tensor``'s bytes sealed for the channel's peer in ``round``, as a 1-D ``uint8`` CPU
-    tensor of :func:`sealed_numel` elements (ready for ``isend``)."""
-    return _as_uint8(channel.seal(tensor_bytes(tensor), round))
+    tensor of :func:`sealed_numel` elements (ready for ``isend``), written in place."""
+    plain = tensor_bytes(tensor)
+    out = torch.empty(sealed_size(plain.nbytes), dtype=torch.uint8)
+    channel.seal_into(plain, round, tensor_bytes(out))
+    return out
 
 
 def open_tensor(
@@ -58,19 +67,13 @@ def open_tensor(
             f"a sealed message of {raw.nbytes} bytes cannot hold {dtype} of shape "
             f"{tuple(shape)} ({expected} bytes sealed)"
         )
-    plain = channel.open(raw, round)
-    if len(plain) == 0:
-        return torch.empty(tuple(shape), dtype=dtype)
-    assert len(plain) == plain_size(expected)
-    return torch.frombuffer(bytearray(plain), dtype=dtype).reshape(tuple(shape))
-
-
-def _as_uint8(data: bytes) -> Tensor:
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)  # never empty: the tag
+    out = torch.empty(tuple(shape), dtype=dtype)
+    channel.open_into(raw, round, tensor_bytes(out) if out.numel() else bytearray())
+    return out
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def _numel(shape: tuple[int, ...] | torch.Size) -> int:

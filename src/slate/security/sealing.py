@@ -95,6 +95,11 @@ MAX_RUN_ID = 128
 _RECORD_FIELDS = {"format": str, "run": str, "gen": int, "rank": int, "x25519": str, "sig": str}
 
 REASONS = ("tag", "replayed", "out of order")
+#: Whether this ``cryptography`` seals into a given buffer (``AESGCM.encrypt_into``, newer
+#: releases); older ones seal into new bytes, then copy.
+_INTO = hasattr(AESGCM, "encrypt_into") and hasattr(AESGCM, "decrypt_into")
+
+Buffer = bytes | bytearray | memoryview  # anything with the buffer protocol, in practice
 
 
 class SealedMessageRefused(SlateError):
@@ -386,42 +391,89 @@ class SealedChannel:
         public = verify_sealing_key_record(record, peer_site_key, own.run_id, own.generation, peer)
         return cls(own, peer, public)
 
-    def seal(self, plaintext: bytes | bytearray | memoryview, round: int) -> bytes:
+    def seal(self, plaintext: Buffer, round: int) -> bytes:
         """``plaintext`` sealed for the peer in ``round``: ciphertext then tag,
         :func:`sealed_size` bytes. ``round`` must exceed every round sealed before."""
+        nonce, ad = self._next_out(round)
+        sealed = self._out.encrypt(nonce, plaintext, ad)
+        self._last_out = round
+        return sealed
+
+    def seal_into(self, plaintext: Buffer, round: int, out: Buffer) -> None:
+        """:meth:`seal`, written into ``out`` (a writable buffer of exactly
+        ``sealed_size(len(plaintext))`` bytes, e.g. a ``uint8`` tensor's memory) without an
+        intermediate copy where ``cryptography`` offers ``encrypt_into``."""
+        size = sealed_size(memoryview(plaintext).nbytes)
+        if memoryview(out).nbytes != size:
+            raise ValueError(f"the sealed message takes {size} bytes, not {memoryview(out).nbytes}")
+        nonce, ad = self._next_out(round)
+        if _INTO:
+            self._out.encrypt_into(nonce, plaintext, ad, out)
+        else:  # cryptography before encrypt_into
+            memoryview(out).cast("B")[:] = self._out.encrypt(nonce, plaintext, ad)
+        self._last_out = round
+
+    def open(self, sealed: Buffer, round: int) -> bytes:
+        """The plaintext of ``sealed``, the peer's message for ``round``; raises
+        :class:`SealedMessageRefused` naming the peer when the round was already opened, is
+        earlier than the last one opened, or the tag does not verify."""
+        nonce, ad = self._next_in(round)
+        try:
+            plaintext = self._in.decrypt(nonce, sealed, ad)
+        except InvalidTag:
+            raise SealedMessageRefused(self.peer, self.rank, round, "tag") from None
+        self._opened(round)
+        return plaintext
+
+    def open_into(self, sealed: Buffer, round: int, out: Buffer) -> None:
+        """:meth:`open`, written into ``out`` (a writable buffer of exactly
+        ``plain_size(len(sealed))`` bytes) without an intermediate copy where ``cryptography``
+        offers ``decrypt_into``. On a refusal ``out`` is overwritten with zeros: what a failed
+        decryption may have left there is never readable."""
+        size = memoryview(sealed).nbytes - TAG_BYTES
+        view = memoryview(out).cast("B")
+        nonce, ad = self._next_in(round)
+        if size < 0 or view.nbytes != size:
+            if size >= 0:
+                raise ValueError(f"the plaintext takes {size} bytes, not {view.nbytes}")
+            raise SealedMessageRefused(self.peer, self.rank, round, "tag")  # shorter than a tag
+        try:
+            if _INTO and size > 0:
+                self._in.decrypt_into(nonce, sealed, ad, view)
+            else:
+                view[:] = self._in.decrypt(nonce, sealed, ad)
+        except InvalidTag:
+            view[:] = bytes(size)
+            raise SealedMessageRefused(self.peer, self.rank, round, "tag") from None
+        self._opened(round)
+
+    def _next_out(self, round: int) -> tuple[bytes, bytes]:
+        """The nonce and associated data of sealing ``round``, once it is checked to be after
+        every round sealed before (so a nonce never repeats under the sending key)."""
         _check_round(round)
         if self._last_out is not None and round <= self._last_out:
             raise ValueError(
                 f"round {round} is not after the last sealed round {self._last_out}: a nonce "
                 "would be used twice under one key"
             )
-        sealed = self._out.encrypt(
-            round.to_bytes(NONCE_BYTES, "big"), plaintext, self._ad_out + _round_bytes(round)
-        )
-        self._last_out = round
-        return sealed
+        return round.to_bytes(NONCE_BYTES, "big"), self._ad_out + _round_bytes(round)
 
-    def open(self, sealed: bytes | bytearray | memoryview, round: int) -> bytes:
-        """The plaintext of ``sealed``, the peer's message for ``round``; raises
-        :class:`SealedMessageRefused` naming the peer when the round was already opened, is
-        earlier than the last one opened, or the tag does not verify."""
+    def _next_in(self, round: int) -> tuple[bytes, bytes]:
+        """The nonce and associated data of opening ``round``; refuses a round already opened
+        (replayed) or earlier than the last one opened (out of order)."""
         _check_round(round)
         if self._last_in is not None and round <= self._last_in:
             at = bisect.bisect_left(self._recent, round)
             replayed = at < len(self._recent) and self._recent[at] == round
             reason = "replayed" if replayed else "out of order"
             raise SealedMessageRefused(self.peer, self.rank, round, reason)
-        try:
-            plaintext = self._in.decrypt(
-                round.to_bytes(NONCE_BYTES, "big"), sealed, self._ad_in + _round_bytes(round)
-            )
-        except InvalidTag:
-            raise SealedMessageRefused(self.peer, self.rank, round, "tag") from None
+        return round.to_bytes(NONCE_BYTES, "big"), self._ad_in + _round_bytes(round)
+
+    def _opened(self, round: int) -> None:
         self._last_in = round
         self._recent.append(round)  # opened rounds only grow, so the list stays sorted
         if len(self._recent) >= 2 * REPLAY_MEMORY:
             del self._recent[:REPLAY_MEMORY]
-        return plaintext
 
     @property
     def last_sealed(self) -> int | None:
