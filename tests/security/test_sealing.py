@@ -470,3 +470,14 @@ def test_sealing_into_a_buffer_equals_sealing(monkeypatch, into):
     with pytest.raises(SealedMessageRefused) as caught:
         at_b.open_into(sealed, 5, bytearray(1000))
     assert caught.value.reason == "replayed"
+
+
+def test_tensors_round_trip_without_the_into_methods(monkeypatch):
+    import slate.security.sealing as sealing
+
+    monkeypatch.setattr(sealing, "_INTO", False)
+    a, b = Site(0), Site(1)
+    tensor = float32_specials().reshape(1, -1)
+    sealed = seal_tensor(a.channel(b), tensor, 1)
+    back = open_tensor(b.channel(a), sealed, 1, torch.float32, tensor.shape)
+    assert torch.equal(back.view(torch.int32), tensor.view(torch.int32))
