@@ -12,6 +12,7 @@ from torch import Tensor
 
 from slate.data.schema import PartyCounts
 from slate.data.spec import RANK_PLACEHOLDER, party_path, uses_party_files
+from slate.errors import DataError
 
 __all__ = [
     "RANK_PLACEHOLDER",
@@ -21,6 +22,7 @@ __all__ = [
     "describe_rows",
     "party_path",
     "row_blocks",
+    "stop_on_errors",
     "uses_party_files",
 ]
 
@@ -115,3 +117,11 @@ def describe_rows(
         f"{name}: {len(y_train)} train ({y_train.mean():.2%} positive), "
         f"{len(y_held)} {held_out} ({y_held.mean():.2%} positive); {held_out} set: {split}"
     )
+
+
+def stop_on_errors(reports: list[list[Any]]) -> None:
+    """Stop every party, naming those whose report (a gathered list: the party first, an error
+    or ``None`` last) holds an error."""
+    failed = [(report[0], report[-1]) for report in reports if report[-1] is not None]
+    if failed:
+        raise DataError(" ".join(f"Party {rank}: {error}" for rank, error in failed))

@@ -72,7 +72,8 @@ def load_local_data(
         shards = [shard]
     else:
         shards, options = [_preloaded(dataset)], None
-    return cut(spec, shards, agree(spec, shards, exchange, options), local_parties, exchange)
+    agreement = agree(spec, shards, exchange, options)
+    return cut(spec, shards, agreement, local_parties, exchange)
 
 
 def parties_for_positives(positives: int, b: int) -> int:
