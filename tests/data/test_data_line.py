@@ -1,9 +1,10 @@
 """The data line (issue 21): a run's config reaches the data modules once, in one direction.
 
 The profiler records every call into a ``slate.data`` module that takes the run's ``config`` (or
-the ``options`` built from it) and comes from another module. Each module may be entered at
-most twice: the run's config goes through :mod:`slate.data.sources`, the one orchestrator,
-which builds :class:`~slate.data.options.TableOptions` once.
+the :class:`~slate.data.spec.DataSpec` or ``options`` built from it) and comes from another
+module. Each module may be entered at most twice: the run builds the spec once and passes it to
+:mod:`slate.data.sources`, the one orchestrator, which builds
+:class:`~slate.data.options.TableOptions` once.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _entries(config: TrainConfig) -> collections.Counter:
         module = frame.f_globals.get("__name__", "")
         caller = frame.f_back.f_globals.get("__name__", "")
         arguments = frame.f_code.co_varnames[: frame.f_code.co_argcount]
-        carries = "config" in arguments or "options" in arguments
+        carries = bool({"config", "spec", "source", "options"} & set(arguments))
         if module.startswith("slate.data") and module != caller and carries:
             entries[module] += 1
 
@@ -61,4 +62,5 @@ def test_a_csv_run_enters_each_data_module_at_most_twice(tmp_path, per_party):
     entries = _entries(config)
     assert entries["slate.data.sources"] == 1  # the one orchestrator, entered from the run
     assert entries["slate.data.options"] == 1  # the options are built once
+    assert entries["slate.data.spec"] <= 2  # the spec is built once (and passed as it is)
     assert max(entries.values()) <= 2, entries

@@ -16,9 +16,9 @@ import pytest
 from slate.config import TrainConfig, resolve_config
 from slate.data.encoding import OTHER, CategoryLimits
 from slate.data.options import TableOptions
+from slate.data.parts import hold_out
 from slate.data.readers.delimited import read_table
 from slate.data.sources import load_dataset
-from slate.data.split import holdout_positions
 
 
 def _messy(path, rows=400, seed=0):
@@ -45,7 +45,7 @@ def test_a_single_file_is_split_before_anything_is_fitted(tmp_path):
     # The same rows, written as two files by the same seeded split.
     lines = (tmp_path / "all.csv").read_text().splitlines()
     table = read_table(tmp_path / "all.csv", "y", "1")
-    kept, held = holdout_positions(table.y, 0.25, 0, "x")
+    kept, held = hold_out(table.y, 0.25, 0, "x")
     for name, rows in (("tr.csv", np.sort(kept)), ("te.csv", np.sort(held))):
         (tmp_path / name).write_text("\n".join([lines[0]] + [lines[1 + r] for r in rows]) + "\n")
     two = load_dataset(_config(train=str(tmp_path / "tr.csv"), test=str(tmp_path / "te.csv")))

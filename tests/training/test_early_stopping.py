@@ -15,9 +15,9 @@ import pytest
 
 from slate.cli import main
 from slate.config import TrainConfig
+from slate.data.parts import hold_out
 from slate.data.readers import files
 from slate.data.readers.delimited import read_table
-from slate.data.split import holdout_positions
 from slate.training.loop import train
 from slate.training.run import Run
 
@@ -101,7 +101,7 @@ def test_validation_rows_are_the_split_of_the_training_rows_and_nothing_else_is_
     config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
     result = train(config, progress=False, log=lambda _: None)
     table = read_table(tmp_path / "train.csv", "y", "1")
-    kept, held = holdout_positions(table.y, 0.25, 0, "t", "--validation-fraction")
+    kept, held = hold_out(table.y, 0.25, 0, "t", "--validation-fraction")
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())["preprocessing"]
     assert saved["means"]["a"] == pytest.approx(float(table.numeric["a"][kept].mean()), rel=1e-12)
     assert result.summary["n_train"] == len(kept) and result.summary["n_validation"] == len(held)

@@ -83,12 +83,12 @@ def _split_ids(config: TrainConfig, data) -> tuple[np.ndarray, np.ndarray]:
     """The IDs of tune's tuning and validation rows: the same seeded splits of the table (its
     ID column is read but never a feature), checked against tune's labels."""
     from slate.data.options import TableOptions
-    from slate.data.split import split_table
+    from slate.data.parts import TablePart
 
-    table = TableOptions.from_config(config).read(config.train)
+    table = TablePart(TableOptions.from_config(config).read(config.train))
     if not config.test:
-        table, _ = split_table(table, config.test_fraction, config.split_seed, config.train)
-    tuning, validation = split_table(table, 0.25, 3, "t")
+        table, _ = table.split(config.test_fraction, config.split_seed, config.train)
+    tuning, validation = (part.table for part in table.split(0.25, 3, "t"))
     assert np.array_equal(tuning.y, data.y_train) and np.array_equal(validation.y, data.y_test)
     return tuning.numeric["pid"], validation.numeric["pid"]
 

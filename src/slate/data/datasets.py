@@ -1,6 +1,6 @@
 """Named datasets: where their files live, how they are split, and what the test set is.
 
-``read_named_dataset(config)`` returns a :class:`Dataset` with dense float32 features and 0/1
+``read_named_dataset(spec)`` returns a :class:`Dataset` with dense float32 features and 0/1
 labels.
 
 * ``digits`` (the default) ships with scikit-learn: 8x8 digits scaled to [0, 1], classes 0-4
@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from slate.config import TrainConfig
 from slate.data.imbalance import binarize_classes, drop_positives
-from slate.data.split import split_stratified
+from slate.data.local_data import describe_rows
+from slate.data.parts import ArrayPart
+from slate.data.spec import DataSpec
 
 __all__ = [
     "DATASET_NAMES",
@@ -62,11 +63,7 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
     def describe(self) -> str:
-        return (
-            f"{self.name}: {len(self.y_train)} train ({self.y_train.mean():.2%} positive), "
-            f"{len(self.y_test)} {self.held_out} ({self.y_test.mean():.2%} positive); "
-            f"{self.held_out} set: {self.test_split}"
-        )
+        return describe_rows(self.name, self.y_train, self.y_test, self.held_out, self.test_split)
 
 
 def find_file(folder: Path, name: str) -> Path | None:
@@ -77,37 +74,36 @@ def find_file(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _load_digits(config: TrainConfig) -> Dataset:
+def _load_digits(spec: DataSpec) -> Dataset:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
-    x_tr, x_te, c_tr, c_te = split_stratified(
-        x, digits.target, config.test_fraction, config.split_seed
-    )
-    keep = drop_positives(c_tr, 10, keep=0.2, seed=config.split_seed)
+    train, test = ArrayPart(x, digits.target).split(spec.test_fraction, spec.split_seed)
+    x_tr, x_te, c_tr, c_te = train.x, test.x, train.y, test.y
+    keep = drop_positives(c_tr, 10, keep=0.2, seed=spec.split_seed)
     return Dataset(
         "digits",
         x_tr[keep],
         binarize_classes(c_tr[keep], 10),
         x_te,
         binarize_classes(c_te, 10),
-        f"seeded stratified {config.test_fraction:.0%} split of sklearn digits "
-        f"(split seed {config.split_seed}), training positives reduced to 20%",
+        f"seeded stratified {spec.test_fraction:.0%} split of sklearn digits "
+        f"(split seed {spec.split_seed}), training positives reduced to 20%",
     )
 
 
-def _data_folder(config: TrainConfig, name: str) -> Path:
+def _data_folder(spec: DataSpec, name: str) -> Path:
     from slate.data.download import ensure_files
 
-    root = Path(config.data_dir) if config.data_dir else Path("data")
-    return ensure_files(name, root, download=config.download)
+    root = Path(spec.data_dir) if spec.data_dir else Path("data")
+    return ensure_files(name, root, download=spec.download)
 
 
-def _load_w(config: TrainConfig, name: str) -> Dataset:
+def _load_w(spec: DataSpec, name: str) -> Dataset:
     from slate.data.readers.libsvm import read_libsvm
 
-    folder = _data_folder(config, name)
+    folder = _data_folder(spec, name)
     x_train, y_train = read_libsvm(find_file(folder, name), n_features=300)
     test_path = find_file(folder, f"{name}.t")
     if test_path is not None:
@@ -115,17 +111,16 @@ def _load_w(config: TrainConfig, name: str) -> Dataset:
         return Dataset(
             name, x_train, y_train, x_test, y_test, f"official test file {test_path.name}"
         )
-    x_tr, x_te, y_tr, y_te = split_stratified(
-        x_train, y_train, config.test_fraction, config.split_seed
-    )
+    train, test = ArrayPart(x_train, y_train).split(spec.test_fraction, spec.split_seed)
+    x_tr, x_te, y_tr, y_te = train.x, test.x, train.y, test.y
     return Dataset(
         name,
         x_tr,
         y_tr,
         x_te,
         y_te,
-        f"{name}.t not found: seeded stratified {config.test_fraction:.0%} split of {name} "
-        f"(split seed {config.split_seed})",
+        f"{name}.t not found: seeded stratified {spec.test_fraction:.0%} split of {name} "
+        f"(split seed {spec.split_seed})",
     )
 
 
@@ -175,33 +170,33 @@ def _read_images(name: str, folder: Path):
     return read_tiny_imagenet(folder)[:4]
 
 
-def _load_images(config: TrainConfig, name: str) -> Dataset:
-    spec = IMAGE_SETS[name]
-    root = Path(config.data_dir) if config.data_dir else Path("data")
-    folder = _data_folder(config, name) if spec.downloadable else root / name
+def _load_images(spec: DataSpec, name: str) -> Dataset:
+    image = IMAGE_SETS[name]
+    root = Path(spec.data_dir) if spec.data_dir else Path("data")
+    folder = _data_folder(spec, name) if image.downloadable else root / name
     x_tr, c_tr, x_te, c_te = _read_images(name, folder)
-    keep = drop_positives(c_tr, spec.n_classes, keep=0.2, seed=config.split_seed)
+    keep = drop_positives(c_tr, image.n_classes, keep=0.2, seed=spec.split_seed)
     return Dataset(
         name,
-        normalise_images(x_tr[keep], spec.mean, spec.std),
-        binarize_classes(c_tr[keep], spec.n_classes),
-        normalise_images(x_te, spec.mean, spec.std),
-        binarize_classes(c_te, spec.n_classes),
+        normalise_images(x_tr[keep], image.mean, image.std),
+        binarize_classes(c_tr[keep], image.n_classes),
+        normalise_images(x_te, image.mean, image.std),
+        binarize_classes(c_te, image.n_classes),
         f"official test set of {name}, unchanged (training positives reduced to 20%, "
-        f"seed {config.split_seed})",
+        f"seed {spec.split_seed})",
     )
 
 
 NAMED_LOADERS = {
     "digits": _load_digits,
-    "w7a": lambda config: _load_w(config, "w7a"),
-    "w8a": lambda config: _load_w(config, "w8a"),
-    **{name: (lambda config, name=name: _load_images(config, name)) for name in IMAGE_SETS},
+    "w7a": lambda spec: _load_w(spec, "w7a"),
+    "w8a": lambda spec: _load_w(spec, "w8a"),
+    **{name: (lambda spec, name=name: _load_images(spec, name)) for name in IMAGE_SETS},
 }
 #: Every ``--dataset``: the named sets above, and the user's own ``libsvm`` or ``csv`` files.
 DATASET_NAMES = (*NAMED_LOADERS, "libsvm", "csv")
 
 
-def read_named_dataset(config: TrainConfig) -> Dataset:
-    """The named dataset ``config.dataset``, read and split (module docstring)."""
-    return NAMED_LOADERS[config.dataset](config)
+def read_named_dataset(spec: DataSpec) -> Dataset:
+    """The named dataset ``spec.dataset``, read and split (module docstring)."""
+    return NAMED_LOADERS[spec.dataset](spec)

@@ -11,18 +11,20 @@ import numpy as np
 from torch import Tensor
 
 from slate.data.schema import PartyCounts
+from slate.data.spec import RANK_PLACEHOLDER, party_path, uses_party_files
+from slate.errors import DataError
 
 __all__ = [
     "RANK_PLACEHOLDER",
     "Exchange",
     "HeldOut",
     "LocalData",
+    "describe_rows",
     "party_path",
     "row_blocks",
+    "stop_on_errors",
     "uses_party_files",
 ]
-
-RANK_PLACEHOLDER = "{rank}"
 
 
 class Exchange(Protocol):
@@ -100,19 +102,26 @@ class LocalData:
         return self.description
 
 
-def uses_party_files(config: Any) -> bool:
-    """Whether each party reads its own files (``--party-files``, or ``{rank}`` in a path)."""
-    return bool(config.party_files) or any(
-        RANK_PLACEHOLDER in (path or "") for path in (config.train, config.test)
-    )
-
-
-def party_path(template: str, rank: int) -> str:
-    """``template`` with ``{rank}`` replaced by the party's index."""
-    return template.replace(RANK_PLACEHOLDER, str(rank))
-
-
 def row_blocks(lengths: list[int]) -> list[np.ndarray]:
     """Consecutive position ranges of blocks of these ``lengths``."""
     offsets = np.cumsum([0, *lengths])
     return [np.arange(offsets[k], offsets[k + 1]) for k in range(len(lengths))]
+
+
+def describe_rows(
+    name: str, y_train: np.ndarray, y_held: np.ndarray, held_out: str, split: str
+) -> str:
+    """One console line: the training and held-out row counts, their positive shares, and how
+    the held-out rows were made."""
+    return (
+        f"{name}: {len(y_train)} train ({y_train.mean():.2%} positive), "
+        f"{len(y_held)} {held_out} ({y_held.mean():.2%} positive); {held_out} set: {split}"
+    )
+
+
+def stop_on_errors(reports: list[list[Any]]) -> None:
+    """Stop every party, naming those whose report (a gathered list: the party first, an error
+    or ``None`` last) holds an error."""
+    failed = [(report[0], report[-1]) for report in reports if report[-1] is not None]
+    if failed:
+        raise DataError(" ".join(f"Party {rank}: {error}" for rank, error in failed))

@@ -46,7 +46,8 @@ class TableOptions:
 
     @classmethod
     def from_config(cls, config: Any) -> TableOptions:
-        """The options of a :class:`~slate.config.TrainConfig`, checked: the label is named, and
+        """The options of a :class:`~slate.data.spec.DataSpec` (or of the
+        :class:`~slate.config.TrainConfig` it is built from), checked: the label is named, and
         no column is named by two column flags."""
         if config.label_column is None or config.positive_label is None:
             raise ConfigError("--dataset csv needs --label-column C and --positive-label V.")

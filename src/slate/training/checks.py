@@ -18,10 +18,10 @@ import torch
 from slate.algorithms import AlgorithmConfig, build_algorithm
 from slate.communication.gossip import check_gossip_flags
 from slate.config import TrainConfig, resolve_config
-from slate.data.local_data import uses_party_files
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.sampler import validate_batch_shape
 from slate.data.sources import load_dataset
+from slate.data.spec import DataSpec
 from slate.errors import ConfigError
 from slate.topology import build_topology
 
@@ -71,9 +71,10 @@ def check_inputs(config: TrainConfig) -> TrainConfig:
     resolve_device(config.device)
     build_topology(config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period)
     build_algorithm(config.algorithm, algorithm_config(config))
-    if uses_party_files(config):
+    spec = DataSpec.from_config(config)
+    if spec.per_party:
         return config  # each party reads and checks its own files; they agree before training
-    data = load_dataset(config)
+    data = load_dataset(spec)
     parts = make_partition(
         data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
     )

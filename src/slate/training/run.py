@@ -29,6 +29,7 @@ from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
+from slate.data.spec import DataSpec
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
@@ -108,7 +109,8 @@ class Run:
         started = time.perf_counter()
         # A party returning to a run in progress replays the data set-up's exchanges.
         self.exchange = RecordedExchange(self.engine, exchanges)
-        self.data = load_local_data(self.config, self.engine.local_parties, self.exchange, data)
+        spec = DataSpec.from_config(self.config)
+        self.data = load_local_data(spec, self.engine.local_parties, self.exchange, data)
         # A dataset read before the run (to choose N, or by the caller) counts its read too.
         self.load_seconds = time.perf_counter() - started + (data.read_seconds if data else 0.0)
         self.config = with_evaluation_defaults(
