@@ -81,18 +81,16 @@ def parties_for_positives(positives: int, b: int) -> int:
     return max(1, min(MAX_DEFAULT_PARTIES, positives // b))
 
 
-def default_parties(config: TrainConfig) -> tuple[int, Dataset, str] | None:
+def default_parties(config: TrainConfig, resolved: TrainConfig) -> tuple[int, Dataset, str] | None:
     """For a user's own file without ``--nodes``: the largest N <= 20 whose stratified parties
     each hold at least ``b`` training positives, the dataset read to count them, and a note
     saying why; None where the default applies (named datasets, per-party files, a given N).
+    ``config`` holds the flags as given, ``resolved`` the same with their defaults filled.
     """
-    from slate.config import resolve_config
-
     if config.nodes is not None or config.dataset not in ("csv", "libsvm"):
         return None
     if uses_party_files(config):
         return None
-    resolved = resolve_config(config)
     data = load_dataset(resolved, resolved.validation_fraction, resolved.split_seed)
     positives, b = int(data.y_train.sum()), resolved.positives
     nodes = parties_for_positives(positives, b)
