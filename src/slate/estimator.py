@@ -33,7 +33,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted
 from torch import nn
 
-from slate.config import TrainConfig, resolve_config
+from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.partition import make_partition
 from slate.data.preprocess import Standardizer
@@ -41,6 +41,7 @@ from slate.data.sources import parties_for_positives
 from slate.errors import ConfigError, DataError, TopologyError, TrainingDiverged
 from slate.inference.scoring import logits_of
 from slate.models import build_model
+from slate.training.configuration import resolve_and_check
 from slate.training.loop import train
 
 try:
@@ -281,9 +282,6 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         if standardizer is not None:
             features = standardizer.apply(features)
         config = self.train_config(None if parts is None else len(parts))
-        if config.nodes is None:  # as slate train chooses N for a table
-            b = resolve_config(config).positives
-            config = dataclasses.replace(config, nodes=parties_for_positives(int(labels.sum()), b))
         dataset = Dataset(
             name="array", x_train=features, y_train=labels, x_test=features, y_test=labels,
             test_split="the training rows (SlateClassifier: scored at the start and the end)",
@@ -291,7 +289,12 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         )  # fmt: skip
         log = _RunLog(self.verbose)
         try:
-            result = train(config, data=dataset, write=False, progress=self.verbose, log=log)
+            settings = resolve_and_check(config)
+            if config.nodes is None:  # as slate train chooses N for a table
+                b = settings.flags.positives
+                settings = settings.replace(nodes=parties_for_positives(int(labels.sum()), b))
+                config = dataclasses.replace(config, nodes=settings.flags.nodes)
+            result = train(settings, data=dataset, write=False, progress=self.verbose, log=log)
         except _SLATE_INPUT_ERRORS as err:
             raise ValueError(_with_parameter_names(str(err)) + _party_note(err, ids)) from err
         log.warn_if_not_learning()

@@ -59,10 +59,12 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if in_worker():
             return run_worker(config, args)
         return launch(config, argv, args.timeout)
-    data = None
+    from slate.training.configuration import resolve_and_check
+
+    settings, data = resolve_and_check(config), None
     if not args.resume:
-        config, data = with_default_parties(config)
-    train(config, progress=not args.no_progress, resume=bool(args.resume), data=data)
+        settings, data = with_default_parties(settings)
+    train(settings, progress=not args.no_progress, resume=bool(args.resume), data=data)
     return 0
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from slate.config import TrainConfig
 from slate.data.datasets import DATASET_NAMES, NAMED_LOADERS, Dataset, read_named_dataset
 from slate.data.line import agree, cut
 from slate.data.local_data import Exchange, LocalData
@@ -83,20 +84,17 @@ def parties_for_positives(positives: int, b: int) -> int:
     return max(1, min(MAX_DEFAULT_PARTIES, positives // b))
 
 
-def default_parties(config: Any) -> tuple[int, Dataset, str] | None:
+def default_parties(config: TrainConfig, resolved: TrainConfig) -> tuple[int, Dataset, str] | None:
     """For a user's own file without ``--nodes``: the largest N <= 20 whose stratified parties
     each hold at least ``b`` training positives, the dataset read to count them, and a note
     saying why; None where the default applies (named datasets, per-party files, a given N).
-    ``config`` is the (unresolved) :class:`~slate.config.TrainConfig`.
+    ``config`` holds the flags as given, ``resolved`` the same with their defaults filled.
     """
-    from slate.config import resolve_config
-
     if config.nodes is not None or config.dataset not in ("csv", "libsvm"):
         return None
-    spec = DataSpec.of(config)
+    spec = DataSpec.from_config(resolved)
     if spec.per_party:
         return None
-    spec = DataSpec.from_config(resolve_config(config))
     data = load_dataset(spec, spec.validation_fraction, spec.split_seed)
     positives, b = int(data.y_train.sum()), spec.positives
     nodes = parties_for_positives(positives, b)

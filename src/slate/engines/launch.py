@@ -35,7 +35,8 @@ from slate.engines.membership import (
 )
 from slate.engines.store_records import Records
 from slate.errors import ConfigError
-from slate.security.identity import Roster, SiteIdentity
+from slate.security.identity import SiteIdentity
+from slate.security.roster import Roster
 
 __all__ = [
     "in_worker",

@@ -38,7 +38,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slate.security.identity import Roster, SiteIdentity
+from slate.security.identity import SiteIdentity
+from slate.security.roster import Roster
 
 __all__ = ["RECORD_LIMIT", "Records", "SigningStore", "parse_rank"]
 

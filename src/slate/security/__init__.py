@@ -7,23 +7,17 @@ roster and its own private key (:func:`site_identity`) to sign what it sends and
 it receives. The roster's :attr:`Roster.digest` lets the sites check that they hold the same
 file.
 
-This package is a low layer: it imports only the standard library, ``cryptography`` and
-:mod:`slate.errors`.
+Three modules: :mod:`~slate.security.keys` (the key files), :mod:`~slate.security.roster` (the
+roster file) and :mod:`~slate.security.identity` (this site's key bound to its rank);
+:mod:`~slate.security.messages` checks the shape of what the parties exchange. This package is a
+low layer: it imports only the standard library, ``cryptography`` and :mod:`slate.errors`.
 """
 
 from __future__ import annotations
 
-from slate.security.identity import (
-    Roster,
-    Site,
-    SiteIdentity,
-    make_roster,
-    read_private_key,
-    read_public_key,
-    site_identity,
-    write_keypair,
-    write_roster,
-)
+from slate.security.identity import SiteIdentity, site_identity
+from slate.security.keys import read_private_key, read_public_key, write_keypair
+from slate.security.roster import Roster, Site, make_roster, write_roster
 
 __all__ = [
     "Roster",

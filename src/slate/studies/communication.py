@@ -44,11 +44,11 @@ import numpy as np
 from scipy import stats
 
 from slate.communication.gossip import EXCHANGE_GOODPUT, WanLink
-from slate.config import resolve_config
 from slate.errors import ConfigError
 from slate.metrics import plots
 from slate.studies.reproduce import default_config_dir, load_preset, run_or_reuse, train_config
 from slate.studies.tables import markdown_table, write_csv
+from slate.training.configuration import resolve_and_check
 
 __all__ = [
     "CONTROL",
@@ -282,7 +282,7 @@ def _run_dataset(
     _, _, every = PLANS.get(name, DEFAULT_PLAN)
     common = {"data_dir": data_dir, "device": device, "iterations": iterations}
     common["eval_every"] = every if iterations is None else None
-    total = resolve_config(train_config(preset, "slate", seeds[0], **common)).iterations
+    total = resolve_and_check(train_config(preset, "slate", seeds[0], **common)).flags.iterations
     outcomes = []
     for setting in settings_for(name, total):
         summaries, histories = [], []

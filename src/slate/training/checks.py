@@ -1,9 +1,9 @@
 """A run's flags checked, and the settings derived from them, before anything is built.
 
-:func:`check_inputs` is what the distributed launcher calls once, so that bad input gives one
-clear error instead of one per party; :class:`slate.training.run.Run` calls the same checks. The
-derived settings: the device, whether to compile, the evaluation interval and whether to score each
-party's own model, the algorithm's config.
+:func:`check_config` checks every flag that can be checked without data; it runs once, in
+:func:`slate.training.configuration.resolve_and_check`. The derived settings: the device, whether
+to compile, the evaluation interval and whether to score each party's own model, the algorithm's
+config.
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ from pathlib import Path
 
 import torch
 
-from slate.algorithms import AlgorithmConfig, build_algorithm
+from slate.algorithms import AlgorithmConfig
 from slate.communication.gossip import check_gossip_flags
-from slate.config import TrainConfig, resolve_config
-from slate.data.partition import check_party_counts, make_partition
+from slate.config import TrainConfig
 from slate.data.sampler import validate_batch_shape
-from slate.data.sources import load_dataset
-from slate.data.spec import DataSpec
 from slate.errors import ConfigError
-from slate.topology import build_topology
 
 __all__ = [
     "COMPILE_CHOICES",
@@ -31,7 +27,6 @@ __all__ = [
     "PARTY_LOSS_CHOICES",
     "algorithm_config",
     "check_config",
-    "check_inputs",
     "check_out_dir",
     "compressed",
     "evaluation_cost",
@@ -58,28 +53,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise ConfigError(f"--device {name!r} is not supported; use cpu or cuda.")
     return device
-
-
-def check_inputs(config: TrainConfig) -> TrainConfig:
-    """Resolve the config and check flags, topology and data, without building a run.
-
-    The distributed launcher calls it once, so that bad input gives one clear error instead
-    of one per party.
-    """
-    config = resolve_config(config)
-    check_config(config)
-    resolve_device(config.device)
-    build_topology(config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period)
-    build_algorithm(config.algorithm, algorithm_config(config))
-    spec = DataSpec.from_config(config)
-    if spec.per_party:
-        return config  # each party reads and checks its own files; they agree before training
-    data = load_dataset(spec)
-    parts = make_partition(
-        data.y_train, config.nodes, config.partition, config.seed, config.dirichlet_alpha
-    )
-    check_party_counts(data.y_train, parts, config.positives, config.batch_size, config.partition)
-    return config
 
 
 COMPILE_CHOICES = ("auto", "on", "off")

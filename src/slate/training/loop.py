@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import Tensor
 
-from slate.config import TrainConfig, resolve_config
+from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.engines.faults import ExchangeFailed
 from slate.engines.local import Engine
@@ -36,6 +36,7 @@ from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.metrics.divergence import advice_for, assess_divergence
 from slate.security.messages import ListOf, MapOf
 from slate.training import checkpoint
+from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.outputs import (
     build_summary,
@@ -413,7 +414,7 @@ def _common_checkpoint(
 
 
 def train(
-    config: TrainConfig,
+    config: TrainConfig | ResolvedConfig,
     *,
     progress: bool = True,
     write: bool = True,
@@ -427,9 +428,11 @@ def train(
     With the distributed engine every process calls this; only the main one (the lowest party
     in the run) logs and writes. Checkpoints go to the run folder every ``checkpoint_every``
     iterations; ``resume=True`` continues from the folder's checkpoint. SIGINT / SIGTERM write a
-    checkpoint and raise :class:`RunInterrupted`.
+    checkpoint and raise :class:`RunInterrupted`. ``config`` is resolved and checked here unless
+    it is a :class:`~slate.training.configuration.ResolvedConfig` already.
     """
-    config = resolve_config(config)
+    resolved = as_resolved(config)
+    config = resolved.flags
     returning = bool(getattr(engine, "returning", False))
     if returning and not resume:
         raise ConfigError(
@@ -440,7 +443,10 @@ def train(
     replay = own if own is not None else (_own_setup(config, engine) if returning else None)
     try:
         run = Run(
-            config, data=data, engine=engine, exchanges=replay.get("exchanges") if replay else None
+            resolved,
+            data=data,
+            engine=engine,
+            exchanges=replay.get("exchanges") if replay else None,
         )
     except ExchangeFailed as err:  # a party lost while the parties agree on the data
         raise engine.set_up_failure(err) from None

@@ -15,11 +15,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slate.config import TrainConfig, resolve_config
+from slate.config import TrainConfig
 from slate.engines.debug_log import DEBUG_LOG, send_native_stderr_to
 from slate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from slate.data.datasets import Dataset
+    from slate.training.configuration import ResolvedConfig
 
 __all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_parties"]
 
@@ -27,16 +31,16 @@ __all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_par
 def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     """Check the input once here, then start one worker process per party."""
     from slate.engines.launch import launch_local
-    from slate.training.checks import check_inputs
+    from slate.training.configuration import check_inputs, resolve_and_check
     from slate.training.outputs import default_out_dir
 
-    given = config.nodes
-    config, _ = with_default_parties(config)
-    resolved = check_inputs(config)
+    settings, data = with_default_parties(resolve_and_check(config))
+    check_inputs(settings, data)  # the dataset read to choose N is not read again
+    resolved = settings.flags
     forwarded = list(argv)
     if config.out is None:
         forwarded += ["--out", str(default_out_dir(resolved))]
-    if given is None:
+    if config.nodes is None:
         forwarded += ["--nodes", str(resolved.nodes)]
     out = config.out or str(default_out_dir(resolved))
     logs = [
@@ -47,20 +51,20 @@ def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     return launch_local(forwarded, resolved.nodes, timeout, logs)
 
 
-def with_default_parties(config: TrainConfig) -> tuple[TrainConfig, Any]:
+def with_default_parties(settings: ResolvedConfig) -> tuple[ResolvedConfig, Dataset | None]:
     """A user's own file without ``--nodes``: N from its positives, said in one line
-    (:func:`slate.data.sources.default_parties`), and the dataset read to count them."""
+    (:func:`slate.data.sources.default_parties`), and the dataset read to count them, for the
+    run (or the launcher's check) to use; ``(settings, None)`` where no dataset was read.
+    ``settings`` is checked already: every flag (--out first) before any data is read."""
     from slate.data.sources import default_parties
-    from slate.training.checks import check_config
 
-    check_config(resolve_config(config))  # every flag (--out first) before any data is read
-    chosen = default_parties(config)
+    chosen = default_parties(settings.given, settings.flags)
     if chosen is None:
-        return config, None
+        return settings, None
     nodes, data, note = chosen
     if note:
         print(note)
-    return dataclasses.replace(config, nodes=nodes), data
+    return settings.replace(nodes=nodes), data
 
 
 def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
@@ -71,45 +75,53 @@ def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
         rank = int(os.environ["RANK"])
         send_native_stderr_to(Path(_party_out_dir(config, rank, alone=False)), rank)
     rendezvous = worker_rendezvous(args.timeout)
-    return _train_as_party(config, rendezvous, args, alone=False)
+    return _train_as_party(_resolved(config), rendezvous, args, alone=False)
 
 
-def _open_engine(config: TrainConfig, rendezvous, timeout: float):
+def _resolved(config: TrainConfig) -> ResolvedConfig:
+    """This process's one resolution and check of its flags."""
+    from slate.training.configuration import resolve_and_check
+
+    return resolve_and_check(config)
+
+
+def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float):
     """The distributed engine of this party: recovering from a lost party where it can."""
     from slate.engines.distributed import DistributedEngine, backend_for
-    from slate.training.checks import resolve_device
 
-    device = resolve_device(config.device)
+    device = settings.model.device
     if rendezvous is None:  # torchrun opened the default group; its agent handles failures
         return DistributedEngine(device)
-    recover = resolve_config(config).on_party_loss == "continue"
+    recover = settings.membership.on_party_loss == "continue"
     return DistributedEngine.open(device, rendezvous, timeout, recover, backend_for(device))
 
 
-def _train_as_party(config: TrainConfig, rendezvous, args: argparse.Namespace, alone: bool) -> int:
+def _train_as_party(
+    settings: ResolvedConfig, rendezvous, args: argparse.Namespace, alone: bool
+) -> int:
     """Train as this process's party, then leave together with the others."""
     import torch.distributed as dist
 
     from slate.engines.distributed import local_rank
-    from slate.training.checks import resolve_device
     from slate.training.loop import train
 
-    device = resolve_device(config.device)
+    device, given = settings.model.device, settings.given
     world = rendezvous.world if rendezvous is not None else dist.get_world_size()
-    if config.nodes is not None and config.nodes != world:
+    if given.nodes is not None and given.nodes != world:
         raise ConfigError(
-            f"--nodes {config.nodes} differs from the {world} processes that were launched."
+            f"--nodes {given.nodes} differs from the {world} processes that were launched."
         )
-    if rendezvous is None and resolve_config(config).on_party_loss == "continue":
+    if rendezvous is None and settings.membership.on_party_loss == "continue":
         # torchrun's agent stops (or restarts) every worker when one fails.
-        config = dataclasses.replace(config, on_party_loss="stop")
-    engine = _open_engine(config, rendezvous, args.timeout)
+        settings = settings.replace(on_party_loss="stop")
+    engine = _open_engine(settings, rendezvous, args.timeout)
+    changes: dict[str, Any] = {}
     if device.type == "cuda":
-        config = dataclasses.replace(config, device=f"cuda:{local_rank()}")
-    config = dataclasses.replace(config, out=_party_out_dir(config, engine.rank, alone))
+        changes["device"] = f"cuda:{local_rank()}"
+    changes["out"] = _party_out_dir(settings.flags, engine.rank, alone)
     # One party per process: several processes share the cores, so one thread each.
-    config = dataclasses.replace(config, nodes=world, threads=config.threads or 1)
-    train(config, engine=engine, progress=not args.no_progress, resume=bool(args.resume))
+    settings = settings.replace(**changes, nodes=world, threads=settings.flags.threads or 1)
+    train(settings, engine=engine, progress=not args.no_progress, resume=bool(args.resume))
     engine.leave()
     return 0
 
@@ -154,16 +166,17 @@ def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
                           f"got {args.rank}.")  # fmt: skip
     identity = _site_identity(args, config.nodes)
     config = dataclasses.replace(config, party_files=True)
-    from slate.training.checks import check_inputs
+    from slate.training.configuration import check_inputs
 
-    check_inputs(config)
+    settings = _resolved(config)
+    check_inputs(settings)  # the topology and the algorithm; this party's files are read once
     parse_rendezvous(args.rendezvous)  # a malformed address is refused before anything else
     send_native_stderr_to(Path(_party_out_dir(config, args.rank, alone=True)), args.rank)
     rendezvous = party_rendezvous(
         args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store,
         identity=identity,
     )  # fmt: skip
-    return _train_as_party(config, rendezvous, args, alone=True)
+    return _train_as_party(settings, rendezvous, args, alone=True)
 
 
 def _site_identity(args: argparse.Namespace, nodes: int):

@@ -24,12 +24,11 @@ import torch
 from torch import Tensor
 
 from slate.algorithms import Algorithm, build_algorithm
-from slate.communication.gossip import gossip_settings, parse_wan
+from slate.communication.gossip import gossip_settings
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
-from slate.data.spec import DataSpec
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
 from slate.engines.local import Engine, SimulatorEngine
@@ -38,13 +37,8 @@ from slate.models import build_model
 from slate.security.messages import as_received
 from slate.topology import build_topology
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
-from slate.training.checks import (
-    algorithm_config,
-    check_config,
-    resolve_device,
-    should_compile,
-    with_evaluation_defaults,
-)
+from slate.training.checks import should_compile, with_evaluation_defaults
+from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
 from slate.training.fault_plan import FaultPlan
 from slate.training.recovery import PartySet, RecordedExchange, parse_drops
@@ -62,17 +56,17 @@ class Run:
 
     def __init__(
         self,
-        config: TrainConfig,
+        config: TrainConfig | ResolvedConfig,
         data: Dataset | None = None,
         engine: Engine | None = None,
         exchanges: list[Any] | None = None,
     ) -> None:
-        self.config = config
-        check_config(config)
+        self.settings = as_resolved(config)  # resolved and checked once, by the caller
+        config = self.settings.flags
         if config.threads:
             torch.set_num_threads(config.threads)
         self.engine = engine or SimulatorEngine(config.nodes)
-        self.device = resolve_device(config.device)
+        self.device = self.settings.model.device
         distributed = self.engine.name == "distributed"
         self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
         self.faults.check("setup", 0)
@@ -103,18 +97,27 @@ class Run:
         # other: the survivors roll back to this position, iteration 0 before its evaluation.
         self.party_set.snapshot(after_evaluation=False)
 
+    @property
+    def config(self) -> TrainConfig:
+        """The run's resolved flags (the evaluation defaults filled once the data is read)."""
+        return self.settings.flags
+
     def _load_data(self, data: Dataset | None, exchanges: list[Any] | None) -> None:
         """Only this process's parties' examples are kept (and moved to the device); the
         evaluation defaults follow from the test set's size."""
         started = time.perf_counter()
         # A party returning to a run in progress replays the data set-up's exchanges.
         self.exchange = RecordedExchange(self.engine, exchanges)
-        spec = DataSpec.from_config(self.config)
-        self.data = load_local_data(spec, self.engine.local_parties, self.exchange, data)
+        self.data = load_local_data(
+            self.settings.data, self.engine.local_parties, self.exchange, data
+        )
         # A dataset read before the run (to choose N, or by the caller) counts its read too.
         self.load_seconds = time.perf_counter() - started + (data.read_seconds if data else 0.0)
-        self.config = with_evaluation_defaults(
+        filled = with_evaluation_defaults(
             self.config, self.data.n_test, party_ap_possible=not self.data.federated
+        )
+        self.settings = self.settings.replace(
+            eval_every=filled.eval_every, party_ap=filled.party_ap
         )
 
     def _build_sampler(self) -> None:
@@ -147,7 +150,8 @@ class Run:
         """The algorithm, the model and its per-party compute, the parties' starting parameters
         and the communicator."""
         config = self.config
-        self.algorithm: Algorithm = build_algorithm(config.algorithm, algorithm_config(config))
+        section = self.settings.algorithm
+        self.algorithm: Algorithm = build_algorithm(section.name, section.config)
         model = build_model(
             config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
         )
@@ -161,8 +165,8 @@ class Run:
             compile=should_compile(config, self.engine.name, self.device, model),
         )
         self.x = self.initial_parameters()
-        self.gossip = gossip_settings(config, self.topology, self.x.shape[1])
-        self.wan = parse_wan(config.wan)
+        self.gossip = gossip_settings(self.settings.communication, self.topology, self.x.shape[1])
+        self.wan = self.settings.communication.wan
         self.comm: Communicator = self.make_communicator(self.x)
 
     def _agree_on_the_run(self) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slate.config import TrainConfig, resolve_config
+from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.sources import load_dataset
 from slate.data.sources import validation_split as split_off_validation
@@ -91,9 +91,10 @@ def tune(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train every grid point on the training part, score AP on validation, return the best."""
+    from slate.training.configuration import resolve_and_check
     from slate.training.loop import train
 
-    config = resolve_config(config)
+    config = resolve_and_check(config).flags
     grid = grid or PAPER_GRIDS[config.algorithm]
     data = tuning_data(config, validation_fraction, config.split_seed)
     log(f"tuning {config.algorithm} on {data.describe()}")
@@ -101,7 +102,7 @@ def tune(
     names = list(grid)
     for values in itertools.product(*(grid[n] for n in names)):
         setting = dict(zip(names, values, strict=True))
-        candidate = dataclasses.replace(config, **setting)
+        candidate = resolve_and_check(dataclasses.replace(config, **setting))  # a new config
         summary = train(candidate, data=data, write=False, progress=False, log=lambda _: None)
         results.append({**setting, "validation_ap": summary.summary["test_ap"]})
         log("  " + "  ".join(f"{k}={v}" for k, v in setting.items())

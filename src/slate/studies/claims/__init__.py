@@ -49,7 +49,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from slate.config import resolve_config
 from slate.errors import ConfigError, DataError
 from slate.studies.claims.measures import (
     Spread,
@@ -72,6 +71,7 @@ from slate.studies.reproduce import (
     load_preset,
     train_config,
 )
+from slate.training.configuration import resolve_and_check
 
 __all__ = [
     "DIVERGED",
@@ -156,7 +156,7 @@ def claims(
     reason = dataset_available(preset, data_dir)
     if reason is not None:
         raise DataError(f"Dataset {dataset} is not present: {reason}.")
-    base = resolve_config(train_config(preset, "slate", seeds[0], data_dir=data_dir))
+    base = resolve_and_check(train_config(preset, "slate", seeds[0], data_dir=data_dir)).flags
     figures = out / FIGURES
     figures.mkdir(parents=True, exist_ok=True)
     ctx = Context(Runner(preset, data_dir, out, seeds, device, log), plan, base, figures)

@@ -1,0 +1,81 @@
+"""The configuration resolved and checked once, in sections (issue 31)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import slate.data.sources as sources
+import slate.training.configuration as configuration
+from slate.cli import main
+from slate.config import TrainConfig
+from slate.errors import ConfigError
+from slate.training.configuration import as_resolved, resolve_and_check
+
+
+def test_the_sections_carry_the_resolved_flags_and_what_they_derive():
+    resolved = resolve_and_check(TrainConfig(dataset="digits", wan="80,100"))
+    assert resolved.given.nodes is None and resolved.flags.nodes == 8
+    assert resolved.algorithm.config.lr == 0.05 and resolved.algorithm.positives == 4
+    assert resolved.algorithm.config.sampled_positive_rate == 4 / 20
+    assert resolved.model.device == torch.device("cpu") and resolved.model.name == "mlp"
+    assert resolved.communication.nodes == 8 and resolved.communication.wan is not None
+    assert resolved.membership.on_party_loss == "continue"
+    assert resolved.outputs.checkpoint_every == 100 and resolved.outputs.eval_every is None
+    assert resolved.data is resolved.flags  # until data/ has its own spec
+    four = resolved.replace(nodes=4, eval_every=50)
+    assert four.communication.nodes == 4 and four.outputs.eval_every == 50
+    assert four.given is resolved.given and resolved.flags.nodes == 8
+    assert as_resolved(four) is four
+
+
+def test_a_bad_flag_is_refused_at_resolution():
+    with pytest.raises(ConfigError, match="--iterations"):
+        resolve_and_check(TrainConfig(dataset="digits", iterations=0))
+
+
+def _count(monkeypatch, module, name) -> list[int]:
+    calls = [0]
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_a_simulator_run_resolves_and_checks_its_flags_once(tmp_path, monkeypatch):
+    resolved = _count(monkeypatch, configuration, "resolve_config")
+    checked = _count(monkeypatch, configuration, "check_config")
+    code = main(["train", "--dataset", "digits", "--iterations", "4", "--nodes", "2",
+                 "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+    assert code == 0
+    assert resolved == [1] and checked == [1]
+
+
+def _table(path, rows: int = 400, positives: int = 40) -> None:
+    rng = np.random.default_rng(0)
+    y = np.zeros(rows, dtype=int)
+    y[rng.choice(rows, positives, replace=False)] = 1
+    lines = ["a,b,y"] + [f"{rng.normal() + t:.4f},{rng.normal():.4f},{t}" for t in y]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_the_launcher_reads_a_table_once_to_choose_n_and_check_it(tmp_path, monkeypatch):
+    import slate.engines.launch as launch_module
+    from slate.training.party_process import launch
+
+    _table(tmp_path / "t.csv")
+    started = []
+    monkeypatch.setattr(launch_module, "launch_local", lambda *args: started.append(args) or 0)
+    reads = _count(monkeypatch, sources, "load_dataset")
+    checks = _count(monkeypatch, configuration, "load_dataset")
+    config = TrainConfig(dataset="csv", train=str(tmp_path / "t.csv"), label_column="y",
+                         positive_label="1", out=str(tmp_path / "run"))  # fmt: skip
+    assert launch(config, [], 5.0) == 0
+    assert reads[0] + checks[0] == 1
+    forwarded, nodes = started[0][0], started[0][1]
+    assert forwarded[-2:] == ["--nodes", str(nodes)] and nodes < 20  # chosen from the table
