@@ -10,6 +10,7 @@ import slate.data.sources as sources
 import slate.training.configuration as configuration
 from slate.cli import main
 from slate.config import TrainConfig
+from slate.data.spec import DataSpec
 from slate.errors import ConfigError
 from slate.training.configuration import as_resolved, resolve_and_check
 
@@ -23,7 +24,7 @@ def test_the_sections_carry_the_resolved_flags_and_what_they_derive():
     assert resolved.communication.nodes == 8 and resolved.communication.wan is not None
     assert resolved.membership.on_party_loss == "continue"
     assert resolved.outputs.checkpoint_every == 100 and resolved.outputs.eval_every is None
-    assert resolved.data is resolved.flags  # until data/ has its own spec
+    assert resolved.data == DataSpec.from_config(resolved.flags) and resolved.data.nodes == 8
     four = resolved.replace(nodes=4, eval_every=50)
     assert four.communication.nodes == 4 and four.outputs.eval_every == 50
     assert four.given is resolved.given and resolved.flags.nodes == 8

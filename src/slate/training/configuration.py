@@ -135,7 +135,9 @@ class ResolvedConfig:
     def replace(self, **changes: Any) -> ResolvedConfig:
         """These resolved flags changed and the sections derived again; nothing is resolved or
         checked again (a new configuration goes through :func:`resolve_and_check`)."""
-        return _derive(self.given, dataclasses.replace(self.flags, **changes))
+        flags = dataclasses.replace(self.flags, **changes)
+        data_changed = bool(changes.keys() & {f.name for f in dataclasses.fields(DataSpec)})
+        return _derive(self.given, flags, None if data_changed else self.data)
 
 
 def resolve_and_check(config: TrainConfig) -> ResolvedConfig:
@@ -175,12 +177,13 @@ def check_inputs(resolved: ResolvedConfig, dataset: Dataset | None = None) -> No
     check_party_counts(dataset.y_train, parts, flags.positives, flags.batch_size, flags.partition)
 
 
-def _derive(given: TrainConfig, flags: TrainConfig) -> ResolvedConfig:
-    """The sections of resolved ``flags`` (checked already)."""
+def _derive(given: TrainConfig, flags: TrainConfig, data: DataSpec | None = None) -> ResolvedConfig:
+    """The sections of resolved ``flags`` (checked already); ``data``, where given, is the data
+    section, unchanged since it was built."""
     return ResolvedConfig(
         given=given,
         flags=flags,
-        data=DataSpec.from_config(flags),
+        data=data if data is not None else DataSpec.from_config(flags),
         model=ModelSection(
             name=flags.model, hidden=flags.hidden, seed=flags.seed,
             device=resolve_device(flags.device), compile=flags.compile, threads=flags.threads,
