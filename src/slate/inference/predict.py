@@ -152,6 +152,7 @@ class Predictions:
     # With a threshold chosen on validation rows: its precision and recall on the test set.
     test_point: OperatingPoint | None = None
     test_source: str | None = None
+    test_binned: bool = False  # the test curve is a histogram's (federated test scores)
     notes: list[str] = field(default_factory=list)
     probabilities: np.ndarray | None = None  # float64, from calibration.json
 
@@ -182,10 +183,14 @@ class Predictions:
             return ""
         if t.precision is None:
             return f"; on {self.test_source} it flags no row (recall 0)"
+        edge = ""
+        if self.test_binned and self.point is not None and t.logit != self.point.logit:
+            # A histogram's curve (federated test scores): the rows from that bin edge up.
+            edge = f" (read at the test curve's first bin edge above it, logit {t.logit:.6g})"
         return (
             f"; on {self.test_source} it gives precision {t.precision:.4f}"
             f"{_interval(t.precision_interval)} and recall {t.recall:.4f}"
-            f"{_interval(t.recall_interval)}"
+            f"{_interval(t.recall_interval)}{edge}"
         )
 
 
@@ -298,6 +303,7 @@ def predict(
     out.point = point
     if calibrate is None and validation is not None:  # the honest number: the test set's
         out.test_point, out.test_source = _on_test_set(run_dir, point)
+        out.test_binned = _run_summary(run_dir).get("evaluation") == "federated"
     out.decisions = (logits.numpy().astype(np.float64) >= point.logit).astype(np.int8)
     return out
 
@@ -319,7 +325,7 @@ def _validation_curve(
     positives = saved.get("positives")
     source = (
         f"the run's validation rows ({Path(run_dir) / name}: {saved.get('rows')} rows, "
-        f"{positives} positive)"
+        f"{positives} positive{'' if positives == 1 else 's'})"
     )
     return curve, (None if positives is None else int(positives)), source
 
@@ -331,11 +337,7 @@ def _on_test_set(run_dir: str | Path, point: OperatingPoint) -> tuple[OperatingP
     positives = _run_test_positives(run_dir)
     if positives is not None and test.reachable:
         test = test.with_counts(positives)
-    source = _test_source(run_dir)
-    if _run_summary(run_dir).get("evaluation") == "federated" and test.logit != point.logit:
-        # A histogram's curve: the rows from the bin edge at or above the threshold up.
-        source += f", at its histogram's bin edge logit {test.logit:.6g}"
-    return test, source
+    return test, _test_source(run_dir)
 
 
 def _calibrated(run_dir: str | Path, logits: Tensor) -> np.ndarray | None:
