@@ -131,6 +131,18 @@ def add_model_parsers(sub) -> None:
             help="LIBSVM or CSV file as in training (image runs: the dataset folder, an IDX or "
             "CIFAR-10 file, or a .npy of raw pixels)",
         )  # fmt: skip
+        p.add_argument(
+            "--on-bad-row", default="error", choices=("error", "skip"),
+            help="a CSV row that cannot be scored (a cell that is not a number in a numeric "
+            "column, the wrong number of cells): error (default) stops at the first, naming "
+            "its line, column and cell; skip leaves such rows out (no score is written for "
+            "them) and reports their count and first lines",
+        )  # fmt: skip
+        p.add_argument(
+            "--delimiter", metavar="D",
+            help="the CSV file's cell separator, instead of the run's: one character, or "
+            "'whitespace' for runs of spaces and tabs",
+        )  # fmt: skip
     pred.add_argument("--out", metavar="FILE", help="the predictions CSV (default: stdout)")
     pred.add_argument(
         "--threshold", type=float, metavar="T",

@@ -62,6 +62,7 @@ from slate.metrics.operating_points import (
 __all__ = [
     "ModelEvaluation",
     "Predictions",
+    "Reading",
     "evaluate",
     "format_evaluation",
     "predict",
@@ -73,14 +74,29 @@ __all__ = [
 SCORE_FORMAT = "{:.9g}"  # float32 values written so that they read back exactly
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How ``predict`` and ``evaluate`` read a CSV file beyond the run's options: what to do
+    with a bad row (``"error"`` or ``"skip"``, :mod:`slate.inference.scoring`), and a
+    delimiter instead of the run's (``"whitespace"``: runs of spaces and tabs)."""
+
+    on_bad_row: str = "error"
+    delimiter: str | None = None
+
+
 def _scored(
-    model: nn.Module, pre: Preprocessing, data: str | Path, labels: str, run: str
+    model: nn.Module,
+    pre: Preprocessing,
+    data: str | Path,
+    labels: str,
+    run: str,
+    reading: Reading = Reading(),
 ) -> tuple[Tensor, np.ndarray | None, dict[str, list[str]], list[str]]:
     """Every row's logit, its labels, ID columns and the file's notes, read and scored one
     piece at a time (:func:`slate.inference.scoring.iter_input`): beyond these, the memory does not
     grow with the file's rows."""
     logits, pieces, ids, notes = [], [], {}, []
-    for piece in iter_input(pre, data, labels, run):
+    for piece in iter_input(pre, data, labels, run, reading.on_bad_row, reading.delimiter):
         logits.append(logits_of(model, piece.features))
         pieces.append(piece.labels)
         for column, values in piece.ids.items():
@@ -244,6 +260,7 @@ def predict(
     at_recall_of: float | None = None,
     at_precision_of: float | None = None,
     calibrate: str | Path | None = None,
+    reading: Reading = Reading(),
 ) -> Predictions:
     """Score every row of ``data`` with the run's model; with a threshold option, decide.
 
@@ -255,10 +272,11 @@ def predict(
             the calibration set (the run's test set, or ``calibrate``).
         at_precision_of: decision at the threshold of the highest recall with precision >= P.
         calibrate: a labelled file in the same format to choose the threshold on.
+        reading: bad rows and the delimiter of a CSV file (and of ``calibrate``).
     """
     _check_threshold_options(threshold, at_recall_of, at_precision_of, calibrate)
     model, pre = load_model(run_dir)
-    logits, _, ids, notes = _scored(model, pre, data, "optional", str(run_dir))
+    logits, _, ids, notes = _scored(model, pre, data, "optional", str(run_dir), reading)
     scores = torch.sigmoid(logits)
     out = Predictions(str(data), scores.numpy(), logits.numpy(), ids, notes=notes)
     out.probabilities = _calibrated(run_dir, logits)
@@ -270,7 +288,9 @@ def predict(
         return out
     validation = None
     if calibrate is not None:
-        held = read_input(pre, calibrate, "required", str(run_dir))
+        held = read_input(
+            pre, calibrate, "required", str(run_dir), reading.on_bad_row, reading.delimiter
+        )
         precision, recall, edges, _ = _curve_of(
             logits_of(model, held.features), held.labels, str(calibrate)
         )
@@ -406,14 +426,17 @@ class ModelEvaluation:
         }
 
 
-def evaluate(run_dir: str | Path, data: str | Path) -> ModelEvaluation:
-    """AP, AUROC, positive rate and the operating-point table of the run's model on ``data``.
+def evaluate(
+    run_dir: str | Path, data: str | Path, reading: Reading = Reading()
+) -> ModelEvaluation:
+    """AP, AUROC, positive rate and the operating-point table of the run's model on ``data``
+    (``reading``: bad rows and the delimiter of a CSV file; skipped rows are not measured).
 
     The metrics are :mod:`slate.metrics`' (equal to scikit-learn's) on the logits, as in
     training, so the run's own test file gives ``summary.json``'s ``test_ap``.
     """
     model, pre = load_model(run_dir)
-    logits, labels, _, notes = _scored(model, pre, data, "required", str(run_dir))
+    logits, labels, _, notes = _scored(model, pre, data, "required", str(run_dir), reading)
     precision, recall, edges, y = _curve_of(logits, labels, str(data))
     positives = int(y.sum())
     auroc = metrics.auroc(logits, y) if positives < len(y) else None
