@@ -159,7 +159,8 @@ def add_model_parsers(sub) -> None:
     pred.add_argument(
         "--calibrate", metavar="FILE",
         help="choose the --at-recall/--at-precision threshold on this labelled file (default: "
-        "the run's test set)",
+        "the run's validation rows when it was trained with --validation-fraction, reporting "
+        "the threshold's test precision and recall beside it; else the run's test set)",
     )  # fmt: skip
     ev.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     ev.add_argument("--out", metavar="DIR", help="also write evaluation.json and pr_curve.png")
