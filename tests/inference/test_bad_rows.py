@@ -204,3 +204,31 @@ def test_a_space_separated_file_is_told_about_the_flag(run, rows, tmp_path, caps
     _write(tmp_path / "commas.csv", rows[:50])
     assert _main_ok(run, tmp_path / "commas.csv", tmp_path / "c.csv", capsys)
     assert _scores(tmp_path / "s.csv") == _scores(tmp_path / "c.csv")
+
+
+def test_evaluate_skips_rows_without_a_label(run, rows, tmp_path, capsys):
+    block = block_rows(len(HEADER))
+    unlabelled = {12: "", block + 2: "?"}
+    spoilt = [list(r) for r in rows[: block + 100]]
+    for k, cell in unlabelled.items():
+        spoilt[k][6] = cell
+    _write(tmp_path / "unlabelled.csv", spoilt)
+    _write(tmp_path / "labelled.csv", [r for k, r in enumerate(spoilt) if k not in unlabelled])
+    data = str(tmp_path / "unlabelled.csv")
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run), "--data", data]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"slate: error: {data}, line {_line(12)}, column 'rings': the label cell is missing"
+    )
+    assert main(["evaluate", "--run", str(run), "--data", data, "--json",
+                 "--on-bad-row", "skip"]) == 0  # fmt: skip
+    printed = capsys.readouterr()
+    skipped = json.loads(printed.out)
+    assert f"skipped 2 bad rows of {data}" in printed.err
+    assert f"at lines {_line(12)}, {_line(block + 2)};" in printed.err
+    assert main(["evaluate", "--run", str(run), "--data", str(tmp_path / "labelled.csv"),
+                 "--json"]) == 0  # fmt: skip
+    clean = json.loads(capsys.readouterr().out)
+    assert skipped["rows"] == clean["rows"] == len(spoilt) - 2
+    assert skipped["ap"] == clean["ap"]

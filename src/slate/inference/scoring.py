@@ -8,8 +8,9 @@ file gives the same logits as training reported. Formats: see :mod:`slate.infere
 
 **Bad rows** (CSV files). The model's numeric columns are read as numbers in every block of rows,
 whatever a block holds; a row whose cell in one of them is not a number (nor in the format the
-column's other cells show: ``45%``, ``1,234``, an ISO date) or lies beyond the float32 range, or
-a row with the wrong number of cells, is a *bad row*. By default (``on_bad_row="error"``) the
+column's other cells show: ``45%``, ``1,234``, an ISO date) or lies beyond the float32 range, a
+row with the wrong number of cells, or (labels required: evaluate, calibrate) a row without a
+label, is a *bad row*. By default (``on_bad_row="error"``) the
 first one stops the reading, with the file, line, column and cell in the message; with
 ``on_bad_row="skip"`` bad rows are left out (no score is written for them) and one note gives
 their count and first line numbers. Notes about a file (categories training never saw, empty
@@ -309,6 +310,11 @@ class _BadRows:
         more = len({b.line for b in table.bad_cells}) - 1
         others = f" ({more} more bad row{' follows' if more == 1 else 's follow'} in this block)"
         others = others if more else ""
+        if cell.reason == "missing label":
+            return (
+                f"{self.path}, line {cell.line}, column {cell.column!r}: the label cell is "
+                f"missing, and every row needs one to be measured{others}. Fill it in, {skip}"
+            )
         if cell.column is None:
             return (
                 f"{self.path}, line {cell.line}: {cell.value} cells, but {cell.reason} (as in "
@@ -338,6 +344,8 @@ class _BadRows:
 
 
 def _what(cell: BadCell) -> str:
+    if cell.reason == "missing label":
+        return "the label cell is missing"
     if cell.reason == "out of range":
         return f"cell {cell.value!r} is a number beyond the float32 range (about +-3.4e38)"
     return f"cell {cell.value!r} is not a number"

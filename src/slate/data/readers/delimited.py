@@ -353,7 +353,8 @@ def read_table_chunks(
     (nor in the format the column's other cells show, :mod:`~slate.data.readers.formats`) or
     lies beyond the float32 range is NaN and listed in :attr:`RawTable.bad_cells`, for the
     caller to refuse or skip its row. With ``keep_going`` a row with the wrong number of cells
-    is left out of its chunk and listed there too, instead of stopping the reading.
+    is left out of its chunk and listed there too, instead of stopping the reading, and (labels
+    required) so is a row whose label cell is missing (its row stays, labelled 0).
     """
     name = os.fspath(path)
     _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
@@ -376,6 +377,8 @@ def read_table_chunks(
                 records, (lines, rows), layout.n_cols, layout.header, layout.label_idx,
                 label_state, features, context, single_block=True,
             )  # fmt: skip
+            if keep_going and labels != "optional":
+                malformed += _unlabelled(layout, label_state, line_numbers)
             result = _finish(
                 layout, label_state, features, n_rows, line_numbers, labels, missing, False
             )
@@ -390,6 +393,19 @@ def read_table_chunks(
                             missing, False)  # fmt: skip
             empty.delimiter = records.delimiter
             yield _with_malformed(_raw_table(name, empty), malformed)
+
+
+def _unlabelled(
+    layout: _Layout, label_state: LabelReader | None, line_numbers: GrowingArray
+) -> list[BadCell]:
+    """The rows of a block whose label cell is missing, listed (and no longer a problem of the
+    label column: their label reads as negative, for the caller to drop)."""
+    if label_state is None or not label_state.missing:
+        return []
+    codes = label_state.codes.view()
+    lines = line_numbers.view()[codes < 0]
+    label_state.missing, label_state.first_missing = 0, None
+    return [BadCell(int(line), layout.label_name, "", "missing label") for line in lines]
 
 
 def _well_formed(
