@@ -243,6 +243,8 @@ def _table_chunks(
     last = None
     for table in options.read_chunks(path, mode, encoder.numeric, keep_going=True):
         keep = bad.keep(table)
+        if keep is not None:
+            table = _table_rows(table, keep)
         try:
             features = pre.table_features(table, encoder)
         except DataError as err:  # e.g. one column: a space-separated file read with ','
@@ -252,8 +254,6 @@ def _table_chunks(
             raise DataError(f"{err}{hint}") from None
         piece = InputFile(path, features, table.y, _ids(table, encoder))
         piece.raw = pre.raw_table(table)
-        if keep is not None:
-            piece = _rows_of(piece, keep)
         notes.see(table)
         if last is not None:
             yield last
@@ -270,14 +270,18 @@ def _whitespace_hint(path: str, table) -> str:
     return f"{hint[:-1]}, e.g. slate predict --delimiter whitespace." if hint else ""
 
 
-def _rows_of(piece: InputFile, keep: np.ndarray) -> InputFile:
-    """The piece's rows where ``keep`` is True."""
-    ids = {
-        c: [v for v, k in zip(values, keep, strict=True) if k] for c, values in piece.ids.items()
-    }
-    labels = None if piece.labels is None else piece.labels[keep]
-    raw = None if piece.raw is None else piece.raw[keep]
-    return InputFile(piece.path, piece.features[keep], labels, ids, raw, piece.notes)
+def _table_rows(table, keep: np.ndarray):
+    """The table's rows where ``keep`` is True (before encoding: a skipped row counts in no
+    note)."""
+    return dataclasses.replace(
+        table,
+        numeric={c: v[keep] for c, v in table.numeric.items()},
+        text={c: dataclasses.replace(t, codes=t.codes[keep]) for c, t in table.text.items()},
+        y=None if table.y is None else table.y[keep],
+        rows=int(keep.sum()),
+        first_lines=table.first_lines[keep],
+        bad_cells=(),
+    )
 
 
 class _BadRows:
