@@ -85,6 +85,7 @@ def read_input(
     """
     path = str(path)
     kind = preprocessing.input.get("format")
+    _check_reading(kind, on_bad_row, delimiter, run)
     if kind == "csv":
         read = _read_table(preprocessing, path, labels, on_bad_row, delimiter)
     elif kind == "images":
@@ -213,12 +214,24 @@ def iter_input(
 ) -> Iterator[InputFile]:
     """:func:`read_input` in pieces: a CSV file one block of rows at a time (its notes, about
     the whole file, come with the last piece), any other file whole."""
-    if on_bad_row not in BAD_ROW_CHOICES:
-        raise ConfigError(f"--on-bad-row is one of {BAD_ROW_CHOICES}, got {on_bad_row!r}.")
+    _check_reading(preprocessing.input.get("format"), on_bad_row, delimiter, run)
     if preprocessing.input.get("format") != "csv":
         yield read_input(preprocessing, path, labels, run)
         return
     yield from _table_chunks(preprocessing, str(path), labels, on_bad_row, delimiter)
+
+
+def _check_reading(kind: str | None, on_bad_row: str, delimiter: str | None, run: str) -> None:
+    """``--on-bad-row`` is known; it and ``--delimiter`` are for CSV runs only."""
+    if on_bad_row not in BAD_ROW_CHOICES:
+        raise ConfigError(f"--on-bad-row is one of {BAD_ROW_CHOICES}, got {on_bad_row!r}.")
+    given = [f for f, v in (("--on-bad-row skip", on_bad_row == "skip"),
+                            ("--delimiter", delimiter is not None)) if v]  # fmt: skip
+    if kind != "csv" and given:
+        raise ConfigError(
+            f"{' and '.join(given)} apply to the CSV files of a CSV run; {run} reads "
+            f"{kind or 'another format'} files."
+        )
 
 
 def _table_chunks(
