@@ -156,7 +156,7 @@ def test_few_validation_positives_are_warned_of(validated_run, tmp_path):
     (run / "model.json").write_text(json.dumps(info))
     out = predict(run, where / "test.csv", at_recall_of=0.9)
     warnings = [n for n in out.notes if n.startswith("warning")]
-    assert len(warnings) == 1 and "validation rows" in warnings[0]
+    assert len(warnings) == 1 and "the run's validation set holds" in warnings[0]
     assert "only 12 positives" in warnings[0]
     # Without the curve named, the test curve is used as before.
     del info["validation_curve"]

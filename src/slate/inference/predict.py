@@ -318,7 +318,8 @@ def predict(
         )
     if positives is not None:
         point = point.with_counts(positives)
-        warning = few_positives_warning(positives, out.threshold_source)
+        where = "the run's validation set" if validation is not None else out.threshold_source
+        warning = few_positives_warning(positives, where)
         out.notes += [warning] if warning else []
     out.point = point
     if calibrate is None and validation is not None:  # the honest number: the test set's
