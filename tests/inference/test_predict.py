@@ -455,3 +455,12 @@ def test_metrics_agree_with_sklearn_on_the_operating_point_inputs():
     point = at_recall(precision, recall, np.append(thresholds, np.inf), 0.9)
     flagged = s >= point.logit
     assert (flagged & (y == 1)).sum() / y.sum() == pytest.approx(point.recall)
+
+
+def test_csv_reading_flags_are_refused_for_a_libsvm_run(w7a_run, capsys):
+    for flags in (["--delimiter", ";"], ["--on-bad-row", "skip"]):
+        capsys.readouterr()
+        code = main(["predict", "--run", str(w7a_run), "--data", str(W7A_TEST), *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and "apply to the CSV files of a CSV run" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -60,7 +60,7 @@ def csv_run(tmp_path, monkeypatch):
         assert labels in ("optional", "single_class_ok")
         return files[str(path)]
 
-    def read_chunks(options, path, labels="optional"):
+    def read_chunks(options, path, labels="optional", *_, **__):
         return iter([read(options, path, labels)])
 
     monkeypatch.setattr("slate.data.options.TableOptions.read", read)

@@ -12,6 +12,7 @@ from slate.metrics.histograms import bin_index
 from slate.metrics.operating_points import (
     at_precision,
     at_recall,
+    at_threshold,
     marks,
     operating_points,
     probability,
@@ -158,3 +159,40 @@ def test_points_carry_counts_and_a_warning_comes_below_thirty_positives():
         assert point.to_dict()["precision_interval"] == list(point.precision_interval)
     assert "only 9 positives" in few_positives_warning(9)
     assert few_positives_warning(30) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_threshold_from_other_rows_is_read_off_the_curve_by_counting(seed):
+    """at_threshold: the precision and recall of "logit >= t" for any t (chosen on other rows),
+    counted; above every score nothing is flagged."""
+    s, y = _case(seed)
+    precision, recall, thresholds = metrics.precision_recall_curve(s, y)
+    edges = np.append(thresholds.astype(np.float64), np.inf)
+    rng = np.random.default_rng(seed)
+    for t in [*rng.normal(size=40), float(s.min()), float(s.max()), -50.0]:
+        point = at_threshold(precision, recall, edges, t, "precision_at_recall", 0.9)
+        flagged = s.double().numpy() >= t
+        tp = int((flagged & (y.numpy() == 1)).sum())
+        assert point.recall == pytest.approx(tp / int(y.sum()), abs=1e-12)
+        assert point.precision == pytest.approx(tp / int(flagged.sum()), abs=1e-12)
+    above = at_threshold(precision, recall, edges, float(s.max()) + 1, "precision_at_recall", 0.9)
+    assert above.precision is None and above.recall == 0.0 and not above.reachable
+
+
+def test_a_threshold_on_a_histogram_curve_reads_the_edge_at_or_above_it():
+    rng = np.random.default_rng(5)
+    logits = torch.from_numpy(rng.normal(scale=4, size=2000).astype(np.float32))
+    labels = torch.from_numpy((rng.random(2000) < 0.2).astype(np.int64))
+    scores = FederatedEvaluation([np.arange(2000)], bins=64).score(
+        logits, labels, lambda t: t, True
+    )
+    precision, recall = scores.pr_curve()
+    edges = scores.thresholds
+    for t in (-3.3, -0.01, 0.0, 1.7, 6.2):
+        point = at_threshold(precision, recall, edges, t, "recall_at_precision", 0.5)
+        real = edges[edges < np.inf]
+        edge = real[real >= t].min()
+        assert point.logit == edge
+        flagged = logits.double() >= edge
+        tp = int((flagged & (labels == 1)).sum())
+        assert point.recall == pytest.approx(tp / int(labels.sum()))

@@ -217,11 +217,12 @@ def run_rendezvous(args: argparse.Namespace) -> int:
 
 def run_predict(args: argparse.Namespace) -> int:
     """``slate predict``: score a file, write the predictions and the notes."""
-    from slate.inference.predict import predict, write_predictions
+    from slate.inference.predict import Reading, predict, write_predictions
 
     result = predict(
         args.run, args.data, threshold=args.threshold, at_recall_of=args.at_recall,
         at_precision_of=args.at_precision, calibrate=args.calibrate,
+        reading=Reading(args.on_bad_row, args.delimiter),
     )  # fmt: skip
     write_predictions(result, args.out)
     say = (lambda line: print(line, file=sys.stderr)) if args.out is None else print
@@ -239,9 +240,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """``slate evaluate``: AP, AUROC and operating points on a labelled file."""
     import json
 
-    from slate.inference.predict import evaluate, format_evaluation, write_evaluation
+    from slate.inference.predict import Reading, evaluate, format_evaluation, write_evaluation
 
-    result = evaluate(args.run, args.data)
+    result = evaluate(args.run, args.data, Reading(args.on_bad_row, args.delimiter))
     if args.out is not None:
         write_evaluation(result, args.out)
     for note in result.notes:

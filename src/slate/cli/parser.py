@@ -131,6 +131,18 @@ def add_model_parsers(sub) -> None:
             help="LIBSVM or CSV file as in training (image runs: the dataset folder, an IDX or "
             "CIFAR-10 file, or a .npy of raw pixels)",
         )  # fmt: skip
+        p.add_argument(
+            "--on-bad-row", default="error", choices=("error", "skip"),
+            help="a CSV row that cannot be scored (a cell that is not a number in a numeric "
+            "column, the wrong number of cells): error (default) stops at the first, naming "
+            "its line, column and cell; skip leaves such rows out (no score is written for "
+            "them) and reports their count and first lines",
+        )  # fmt: skip
+        p.add_argument(
+            "--delimiter", metavar="D",
+            help="the CSV file's cell separator, instead of the run's: one character, or "
+            "'whitespace' for runs of spaces and tabs",
+        )  # fmt: skip
     pred.add_argument("--out", metavar="FILE", help="the predictions CSV (default: stdout)")
     pred.add_argument(
         "--threshold", type=float, metavar="T",
@@ -147,7 +159,8 @@ def add_model_parsers(sub) -> None:
     pred.add_argument(
         "--calibrate", metavar="FILE",
         help="choose the --at-recall/--at-precision threshold on this labelled file (default: "
-        "the run's test set)",
+        "the run's validation rows when it was trained with --validation-fraction, reporting "
+        "the threshold's test precision and recall beside it; else the run's test set)",
     )  # fmt: skip
     ev.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     ev.add_argument("--out", metavar="DIR", help="also write evaluation.json and pr_curve.png")

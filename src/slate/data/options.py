@@ -89,12 +89,23 @@ class TableOptions:
 
         return read_table(path, **self._cells(labels), empty_ok=empty_ok)
 
-    def read_chunks(self, path: str, labels: str = "optional") -> Iterator[Any]:
+    def read_chunks(
+        self,
+        path: str,
+        labels: str = "optional",
+        numeric_columns: tuple[str, ...] | list[str] = (),
+        keep_going: bool = False,
+    ) -> Iterator[Any]:
         """``path`` one block of rows at a time (:func:`read_table_chunks`), for scoring files
-        of any size; a header without rows gives one chunk of 0 rows."""
+        of any size; a header without rows gives one chunk of 0 rows. ``numeric_columns`` (a
+        model's) are numbers in every chunk, their bad cells listed in the chunk's
+        ``bad_cells``; with ``keep_going`` so are rows with the wrong number of cells."""
         from slate.data.readers.delimited import read_table_chunks
 
-        return read_table_chunks(path, **self._cells(labels))
+        return read_table_chunks(
+            path, **self._cells(labels), numeric_columns=tuple(numeric_columns),
+            keep_going=keep_going,
+        )  # fmt: skip
 
     def _cells(self, labels: str) -> dict[str, Any]:
         """The reader's arguments for these options."""

@@ -4,7 +4,10 @@ r"""The trained model as a self-describing pair of files in the run folder.
   ``weights_only=True``, as before);
 * ``model.json``: what it takes to rebuild and feed the model: the model name, input shape and
   ``hidden``, the preprocessing fitted in training, how input files are read, the label
-  mapping, the slate and torch versions, and a format version (:data:`FORMAT_VERSION`).
+  mapping, the slate and torch versions, and a format version (:data:`FORMAT_VERSION`); a run
+  with validation rows adds ``validation_curve``, which names the kept model's validation PR
+  curve in the run folder (``validation_pr_curve.csv``, its rows and positives, written by
+  :mod:`slate.training.outputs`), where ``slate predict`` chooses its operating points.
 
 :func:`load_model` returns the module, in eval mode, with its :class:`Preprocessing`: the map
 from *raw features* (what a file holds) to the model's input, applied in this order:

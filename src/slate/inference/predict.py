@@ -17,9 +17,12 @@ run's test file gives the same logits, and the same AP, as training reported.
   from the ``*-labels-idx1-ubyte`` beside it, if any) or CIFAR-10 ``.bin`` batch, or a ``.npy``
   array of raw pixels ``(n, C, H, W)`` (``(n, H, W)`` for one channel).
 
-A decision threshold (``--at-recall R`` / ``--at-precision P``) is chosen on the run's test set
-(the logit thresholds stored in ``pr_curve.csv``) or on a labelled ``--calibrate`` file, by the
-rules of :mod:`slate.metrics.operating_points`; rows with logit :math:`\ge t` get decision 1. With
+A decision threshold (``--at-recall R`` / ``--at-precision P``) is chosen by the rules of
+:mod:`slate.metrics.operating_points` on a labelled ``--calibrate`` file; else on the run's
+validation rows (``validation_pr_curve.csv``, named in ``model.json``) when it had
+``--validation-fraction``, and then the test precision and recall of that same threshold (read
+off the test set's ``pr_curve.csv``) are reported beside it, the honest estimate; else on the
+run's test set (``pr_curve.csv``). Rows with logit :math:`\ge t` get decision 1. With
 ``--threshold T`` the decision is ``score >= T`` on the score :math:`\sigma(z)` (monotone in the
 logit :math:`z`, not a calibrated probability: ``slate calibrate`` fits one,
 :mod:`slate.inference.calibration`, and the predictions then carry a ``probability`` column).
@@ -42,13 +45,14 @@ from torch import Tensor, nn
 from slate import metrics
 from slate.errors import ConfigError, DataError
 from slate.inference.calibration import load_calibrator, scores_against
-from slate.inference.model_file import Preprocessing, load_model
+from slate.inference.model_file import Preprocessing, load_model, read_model_info
 from slate.inference.scoring import iter_input, logits_of, read_input
 from slate.metrics import plots
 from slate.metrics.operating_points import (
     OperatingPoint,
     at_precision,
     at_recall,
+    at_threshold,
     few_positives_warning,
     marks,
     operating_points,
@@ -58,6 +62,7 @@ from slate.metrics.operating_points import (
 __all__ = [
     "ModelEvaluation",
     "Predictions",
+    "Reading",
     "evaluate",
     "format_evaluation",
     "predict",
@@ -69,14 +74,29 @@ __all__ = [
 SCORE_FORMAT = "{:.9g}"  # float32 values written so that they read back exactly
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How ``predict`` and ``evaluate`` read a CSV file beyond the run's options: what to do
+    with a bad row (``"error"`` or ``"skip"``, :mod:`slate.inference.scoring`), and a
+    delimiter instead of the run's (``"whitespace"``: runs of spaces and tabs)."""
+
+    on_bad_row: str = "error"
+    delimiter: str | None = None
+
+
 def _scored(
-    model: nn.Module, pre: Preprocessing, data: str | Path, labels: str, run: str
+    model: nn.Module,
+    pre: Preprocessing,
+    data: str | Path,
+    labels: str,
+    run: str,
+    reading: Reading = Reading(),
 ) -> tuple[Tensor, np.ndarray | None, dict[str, list[str]], list[str]]:
     """Every row's logit, its labels, ID columns and the file's notes, read and scored one
     piece at a time (:func:`slate.inference.scoring.iter_input`): beyond these, the memory does not
     grow with the file's rows."""
     logits, pieces, ids, notes = [], [], {}, []
-    for piece in iter_input(pre, data, labels, run):
+    for piece in iter_input(pre, data, labels, run, reading.on_bad_row, reading.delimiter):
         logits.append(logits_of(model, piece.features))
         pieces.append(piece.labels)
         for column, values in piece.ids.items():
@@ -91,21 +111,24 @@ def _scored(
     return torch.cat(logits), joined, ids, notes
 
 
-def run_curve(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The run's test-set PR curve with its logit thresholds, from ``pr_curve.csv``."""
-    path = Path(run_dir) / "pr_curve.csv"
+def run_curve(
+    run_dir: str | Path, name: str = "pr_curve.csv", what: str = "test-set"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The run's test-set PR curve with its logit thresholds, from ``pr_curve.csv`` (or
+    another curve file of the run folder, ``name``, of the ``what`` rows)."""
+    path = Path(run_dir) / name
     try:
         with open(path, newline="") as handle:
             rows = list(csv.DictReader(handle))
     except FileNotFoundError:
         raise DataError(
-            f"{path} is missing: the run's test-set curve is needed to choose a threshold. "
+            f"{path} is missing: the run's {what} curve is needed to choose a threshold. "
             "Give a labelled file with --calibrate FILE."
         ) from None
     if not rows or "logit" not in rows[0]:
         raise DataError(
             f"{path} has no logit column (it was written by an older slate), so the run's "
-            "test-set thresholds are unknown. Give a labelled file with --calibrate FILE."
+            f"{what} thresholds are unknown. Give a labelled file with --calibrate FILE."
         )
     columns = [np.array([float(r[k]) for r in rows]) for k in ("precision", "recall", "logit")]
     return columns[0], columns[1], columns[2]
@@ -142,6 +165,10 @@ class Predictions:
     decisions: np.ndarray | None = None  # 0/1
     point: OperatingPoint | None = None
     threshold_source: str | None = None
+    # With a threshold chosen on validation rows: its precision and recall on the test set.
+    test_point: OperatingPoint | None = None
+    test_source: str | None = None
+    test_binned: bool = False  # the test curve is a histogram's (federated test scores)
     notes: list[str] = field(default_factory=list)
     probabilities: np.ndarray | None = None  # float64, from calibration.json
 
@@ -162,7 +189,24 @@ class Predictions:
             f"decision = logit >= {p.logit:.9g} (score >= {p.threshold:.9g}), chosen for "
             f"{p.describe()} on {self.threshold_source}, where it gives precision "
             f"{p.precision:.4f}{_interval(p.precision_interval)} and recall "
-            f"{p.recall:.4f}{_interval(p.recall_interval)}: {share}"
+            f"{p.recall:.4f}{_interval(p.recall_interval)}{self._on_test()}: {share}"
+        )
+
+    def _on_test(self) -> str:
+        """``; on the run's test set ... it gives precision ... and recall ...``, or nothing."""
+        t = self.test_point
+        if t is None:
+            return ""
+        if t.precision is None:
+            return f"; on {self.test_source} it flags no row (recall 0)"
+        edge = ""
+        if self.test_binned and self.point is not None and t.logit != self.point.logit:
+            # A histogram's curve (federated test scores): the rows from that bin edge up.
+            edge = f" (read at the test curve's first bin edge above it, logit {t.logit:.6g})"
+        return (
+            f"; on {self.test_source} it gives precision {t.precision:.4f}"
+            f"{_interval(t.precision_interval)} and recall {t.recall:.4f}"
+            f"{_interval(t.recall_interval)}{edge}"
         )
 
 
@@ -171,13 +215,18 @@ def _interval(bounds: tuple[float, float] | None) -> str:
     return "" if bounds is None else f" (95% {bounds[0]:.2f}-{bounds[1]:.2f})"
 
 
-def _run_test_positives(run_dir: str | Path) -> int | None:
-    """``summary.json``'s ``test_positives`` (None for runs written before it was stored)."""
+def _run_summary(run_dir: str | Path) -> dict[str, Any]:
+    """``summary.json`` of the run, or nothing when it cannot be read."""
     try:
         saved = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
-        return None
-    value = saved.get("test_positives")
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def _run_test_positives(run_dir: str | Path) -> int | None:
+    """``summary.json``'s ``test_positives`` (None for runs written before it was stored)."""
+    value = _run_summary(run_dir).get("test_positives")
     return int(value) if value is not None else None
 
 
@@ -211,6 +260,7 @@ def predict(
     at_recall_of: float | None = None,
     at_precision_of: float | None = None,
     calibrate: str | Path | None = None,
+    reading: Reading = Reading(),
 ) -> Predictions:
     """Score every row of ``data`` with the run's model; with a threshold option, decide.
 
@@ -222,10 +272,11 @@ def predict(
             the calibration set (the run's test set, or ``calibrate``).
         at_precision_of: decision at the threshold of the highest recall with precision >= P.
         calibrate: a labelled file in the same format to choose the threshold on.
+        reading: bad rows and the delimiter of a CSV file (and of ``calibrate``).
     """
     _check_threshold_options(threshold, at_recall_of, at_precision_of, calibrate)
     model, pre = load_model(run_dir)
-    logits, _, ids, notes = _scored(model, pre, data, "optional", str(run_dir))
+    logits, _, ids, notes = _scored(model, pre, data, "optional", str(run_dir), reading)
     scores = torch.sigmoid(logits)
     out = Predictions(str(data), scores.numpy(), logits.numpy(), ids, notes=notes)
     out.probabilities = _calibrated(run_dir, logits)
@@ -235,8 +286,11 @@ def predict(
         return out
     if at_recall_of is None and at_precision_of is None:
         return out
+    validation = None
     if calibrate is not None:
-        held = read_input(pre, calibrate, "required", str(run_dir))
+        held = read_input(
+            pre, calibrate, "required", str(run_dir), reading.on_bad_row, reading.delimiter
+        )
         precision, recall, edges, _ = _curve_of(
             logits_of(model, held.features), held.labels, str(calibrate)
         )
@@ -244,9 +298,13 @@ def predict(
         out.notes += held.notes
         positives = int(held.labels.sum())
     else:
-        precision, recall, edges = run_curve(run_dir)
-        out.threshold_source = f"the run's test set ({Path(run_dir) / 'pr_curve.csv'})"
-        positives = _run_test_positives(run_dir)
+        validation = _validation_curve(run_dir)
+        if validation is not None:
+            (precision, recall, edges), positives, out.threshold_source = validation
+        else:
+            precision, recall, edges = run_curve(run_dir)
+            out.threshold_source = _test_source(run_dir)
+            positives = _run_test_positives(run_dir)
     if at_recall_of is not None:
         point = at_recall(precision, recall, edges, at_recall_of)
     else:
@@ -260,11 +318,47 @@ def predict(
         )
     if positives is not None:
         point = point.with_counts(positives)
-        warning = few_positives_warning(positives, out.threshold_source)
+        where = "the run's validation set" if validation is not None else out.threshold_source
+        warning = few_positives_warning(positives, where)
         out.notes += [warning] if warning else []
     out.point = point
+    if calibrate is None and validation is not None:  # the honest number: the test set's
+        out.test_point, out.test_source = _on_test_set(run_dir, point)
+        out.test_binned = _run_summary(run_dir).get("evaluation") == "federated"
     out.decisions = (logits.numpy().astype(np.float64) >= point.logit).astype(np.int8)
     return out
+
+
+def _test_source(run_dir: str | Path) -> str:
+    return f"the run's test set ({Path(run_dir) / 'pr_curve.csv'})"
+
+
+def _validation_curve(
+    run_dir: str | Path,
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int | None, str] | None:
+    """The run's validation curve (``model.json``'s ``validation_curve``), its positives and
+    a description; None for a run without validation rows."""
+    saved = read_model_info(run_dir).get("validation_curve")
+    if not saved:
+        return None
+    name = saved.get("file", "validation_pr_curve.csv")
+    curve = run_curve(run_dir, name, "validation")
+    positives = saved.get("positives")
+    source = (
+        f"the run's validation rows ({Path(run_dir) / name}: {saved.get('rows')} rows, "
+        f"{positives} positive{'' if positives == 1 else 's'})"
+    )
+    return curve, (None if positives is None else int(positives)), source
+
+
+def _on_test_set(run_dir: str | Path, point: OperatingPoint) -> tuple[OperatingPoint, str]:
+    """The precision and recall on the run's test set of a threshold chosen elsewhere."""
+    precision, recall, edges = run_curve(run_dir)
+    test = at_threshold(precision, recall, edges, point.logit, point.kind, point.target)
+    positives = _run_test_positives(run_dir)
+    if positives is not None and test.reachable:
+        test = test.with_counts(positives)
+    return test, _test_source(run_dir)
 
 
 def _calibrated(run_dir: str | Path, logits: Tensor) -> np.ndarray | None:
@@ -333,14 +427,17 @@ class ModelEvaluation:
         }
 
 
-def evaluate(run_dir: str | Path, data: str | Path) -> ModelEvaluation:
-    """AP, AUROC, positive rate and the operating-point table of the run's model on ``data``.
+def evaluate(
+    run_dir: str | Path, data: str | Path, reading: Reading = Reading()
+) -> ModelEvaluation:
+    """AP, AUROC, positive rate and the operating-point table of the run's model on ``data``
+    (``reading``: bad rows and the delimiter of a CSV file; skipped rows are not measured).
 
     The metrics are :mod:`slate.metrics`' (equal to scikit-learn's) on the logits, as in
     training, so the run's own test file gives ``summary.json``'s ``test_ap``.
     """
     model, pre = load_model(run_dir)
-    logits, labels, _, notes = _scored(model, pre, data, "required", str(run_dir))
+    logits, labels, _, notes = _scored(model, pre, data, "required", str(run_dir), reading)
     precision, recall, edges, y = _curve_of(logits, labels, str(data))
     positives = int(y.sum())
     auroc = metrics.auroc(logits, y) if positives < len(y) else None

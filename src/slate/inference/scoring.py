@@ -5,12 +5,24 @@ A file is read the way the run read its data (``model.json``'s ``input``), throu
 preprocessing (:class:`slate.inference.model_file.Preprocessing`), and scored with the averaged
 model in eval mode, in the same chunks of rows as the run's own evaluation, so that the run's test
 file gives the same logits as training reported. Formats: see :mod:`slate.inference.predict`.
+
+**Bad rows** (CSV files). The model's numeric columns are read as numbers in every block of rows,
+whatever a block holds; a row whose cell in one of them is not a number (nor in the format the
+column's other cells show: ``45%``, ``1,234``, an ISO date) or lies beyond the float32 range, a
+row with the wrong number of cells, or (labels required: evaluate, calibrate) a row without a
+label, is a *bad row*. By default (``on_bad_row="error"``) the
+first one stops the reading, with the file, line, column and cell in the message; with
+``on_bad_row="skip"`` bad rows are left out (no score is written for them) and one note gives
+their count and first line numbers. Notes about a file (categories training never saw, empty
+columns, numbers in disguise, missing labels) are said once per file, however many blocks it is
+read in.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +32,15 @@ import torch
 from torch import Tensor, nn
 
 from slate.data.encoding import OTHER
-from slate.errors import DataError
+from slate.data.readers.table import BadCell
+from slate.errors import ConfigError, DataError
 from slate.inference.model_file import Preprocessing
 
-__all__ = ["CHUNK", "InputFile", "iter_input", "logits_of", "read_input"]
+__all__ = ["BAD_ROW_CHOICES", "CHUNK", "InputFile", "iter_input", "logits_of", "read_input"]
 
 CHUNK = 256  # rows per forward pass: slate.engines.compute.EVAL_CHUNK, as in training
+BAD_ROW_CHOICES = ("error", "skip")  # --on-bad-row
+_LISTED_LINES = 5  # line numbers of skipped rows named in the note
 
 
 @dataclass
@@ -45,7 +60,12 @@ class InputFile:
 
 
 def read_input(
-    preprocessing: Preprocessing, path: str | Path, labels: str = "optional", run: str = "the run"
+    preprocessing: Preprocessing,
+    path: str | Path,
+    labels: str = "optional",
+    run: str = "the run",
+    on_bad_row: str = "error",
+    delimiter: str | None = None,
 ) -> InputFile:
     """Read ``path`` as the run read its data and prepare the model input.
 
@@ -54,6 +74,9 @@ def read_input(
         path: the file (or image folder).
         labels: ``"optional"`` (predict) or ``"required"`` (evaluate, calibrate).
         run: the run folder, named in errors.
+        on_bad_row: a CSV file's bad rows (module docstring): ``"error"`` or ``"skip"``.
+        delimiter: a CSV file's delimiter, instead of the run's (``"whitespace"``: runs of
+            spaces and tabs).
 
     Raises:
         DataError: the file cannot be read, or its features do not fit the model (a feature
@@ -62,8 +85,9 @@ def read_input(
     """
     path = str(path)
     kind = preprocessing.input.get("format")
+    _check_reading(kind, on_bad_row, delimiter, run)
     if kind == "csv":
-        read = _read_table(preprocessing, path, labels)
+        read = _read_table(preprocessing, path, labels, on_bad_row, delimiter)
     elif kind == "images":
         read = _read_images(preprocessing, path, run)
     elif kind == "libsvm":
@@ -181,39 +205,173 @@ def _cifar_images(where: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def iter_input(
-    preprocessing: Preprocessing, path: str | Path, labels: str = "optional", run: str = "the run"
+    preprocessing: Preprocessing,
+    path: str | Path,
+    labels: str = "optional",
+    run: str = "the run",
+    on_bad_row: str = "error",
+    delimiter: str | None = None,
 ) -> Iterator[InputFile]:
     """:func:`read_input` in pieces: a CSV file one block of rows at a time (its notes, about
     the whole file, come with the last piece), any other file whole."""
+    _check_reading(preprocessing.input.get("format"), on_bad_row, delimiter, run)
     if preprocessing.input.get("format") != "csv":
         yield read_input(preprocessing, path, labels, run)
         return
-    yield from _table_chunks(preprocessing, str(path), labels)
+    yield from _table_chunks(preprocessing, str(path), labels, on_bad_row, delimiter)
 
 
-def _table_chunks(pre: Preprocessing, path: str, labels: str) -> Iterator[InputFile]:
+def _check_reading(kind: str | None, on_bad_row: str, delimiter: str | None, run: str) -> None:
+    """``--on-bad-row`` is known; it and ``--delimiter`` are for CSV runs only."""
+    if on_bad_row not in BAD_ROW_CHOICES:
+        raise ConfigError(f"--on-bad-row is one of {BAD_ROW_CHOICES}, got {on_bad_row!r}.")
+    given = [f for f, v in (("--on-bad-row skip", on_bad_row == "skip"),
+                            ("--delimiter", delimiter is not None)) if v]  # fmt: skip
+    if kind != "csv" and given:
+        raise ConfigError(
+            f"{' and '.join(given)} apply to the CSV files of a CSV run; {run} reads "
+            f"{kind or 'another format'} files."
+        )
+
+
+def _table_chunks(
+    pre: Preprocessing, path: str, labels: str, on_bad_row: str, delimiter: str | None
+) -> Iterator[InputFile]:
     """A table's pieces, read and encoded with the model's column kinds (``model.json``): the
-    model's text columns are read as text whatever this file's cells look like (a one-row file
-    with an empty cell, codes that look numeric)."""
+    model's text columns are read as text and its numeric columns as numbers whatever this
+    file's cells look like (a one-row file with an empty cell, codes that look numeric, a word
+    in a numeric column: a bad row, module docstring)."""
     from slate.data.options import TableOptions
 
     encoder = pre.encoder
     encoder.unseen.clear()  # counted per file
     saved = TableOptions.from_saved(pre.input)
+    if delimiter is not None:
+        saved = dataclasses.replace(saved, delimiter=delimiter)
     forced = [c for c in encoder.text if c not in saved.categorical_columns]
     options = dataclasses.replace(saved, categorical_columns=(*saved.categorical_columns, *forced))
     mode = "single_class_ok" if labels == "required" else "optional"
     notes = _TableNotes(path, encoder)
+    bad = _BadRows(path, on_bad_row)
     last = None
-    for table in options.read_chunks(path, labels=mode):
-        piece = InputFile(path, pre.table_features(table, encoder), table.y, _ids(table, encoder))
+    for table in options.read_chunks(path, mode, encoder.numeric, keep_going=True):
+        keep = bad.keep(table)
+        if keep is not None:
+            table = _table_rows(table, keep)
+        try:
+            features = pre.table_features(table, encoder)
+        except DataError as err:  # e.g. one column: a space-separated file read with ','
+            hint = _whitespace_hint(path, table)
+            if not hint:
+                raise
+            raise DataError(f"{err}{hint}") from None
+        piece = InputFile(path, features, table.y, _ids(table, encoder))
         piece.raw = pre.raw_table(table)
         notes.see(table)
         if last is not None:
             yield last
         last = piece
-    last.notes = notes.lines()
+    last.notes = notes.lines() + bad.lines()
     yield last
+
+
+def _whitespace_hint(path: str, table) -> str:
+    from slate.data.readers.delimited import whitespace_hint
+
+    names = table.header if table.has_header else table.header[:1]
+    hint = whitespace_hint(path, table.delimiter, names)
+    return f"{hint[:-1]}, e.g. slate predict --delimiter whitespace." if hint else ""
+
+
+def _table_rows(table, keep: np.ndarray):
+    """The table's rows where ``keep`` is True (before encoding: a skipped row counts in no
+    note)."""
+    return dataclasses.replace(
+        table,
+        numeric={c: v[keep] for c, v in table.numeric.items()},
+        text={c: dataclasses.replace(t, codes=t.codes[keep]) for c, t in table.text.items()},
+        y=None if table.y is None else table.y[keep],
+        rows=int(keep.sum()),
+        first_lines=table.first_lines[keep],
+        bad_cells=(),
+    )
+
+
+class _BadRows:
+    """A file's bad rows (module docstring): refused at the first, or counted and skipped."""
+
+    def __init__(self, path: str, mode: str) -> None:
+        self.path, self.mode = path, mode
+        self.count = 0
+        self.first: list[BadCell] = []  # the first rows skipped, one cell each
+
+    def keep(self, table) -> np.ndarray | None:
+        """The rows of ``table`` to score (None: all of them); raises on a bad row unless
+        skipping."""
+        cells = table.bad_cells
+        if not cells:
+            return None
+        if self.mode == "error":
+            raise DataError(self._refusal(cells[0], table))
+        lines = sorted({b.line for b in cells})
+        self.count += len(lines)
+        for cell in cells:
+            if len(self.first) < _LISTED_LINES and all(b.line != cell.line for b in self.first):
+                self.first.append(cell)
+        return ~np.isin(table.first_lines, lines)
+
+    def _refusal(self, cell: BadCell, table) -> str:
+        skip = (
+            "or pass --on-bad-row skip to score the other rows (a skipped row gets no prediction)."
+        )
+        more = len({b.line for b in table.bad_cells}) - 1
+        others = f" ({more} more bad row{' follows' if more == 1 else 's follow'} in this block)"
+        others = others if more else ""
+        if cell.reason == "missing label":
+            return (
+                f"{self.path}, line {cell.line}, column {cell.column!r}: the label cell is "
+                f"missing, and every row needs one to be measured{others}. Fill it in, {skip}"
+            )
+        if cell.column is None:
+            return (
+                f"{self.path}, line {cell.line}: {cell.value} cells, but {cell.reason} (as in "
+                f"the header){others}. Check for a missing or extra delimiter (this file is "
+                f"read with {table.delimiter!r}) or an unbalanced quote, {skip}"
+            )
+        return (
+            f"{self.path}, line {cell.line}, column {cell.column!r}: {_what(cell)}, but the "
+            f"model was trained on {cell.column!r} as a numeric column{others}. Fix the cell "
+            f"(an empty or NA cell is missing, and imputed), {skip}"
+        )
+
+    def lines(self) -> list[str]:
+        """The note on the skipped rows, if any."""
+        if not self.count:
+            return []
+        listed = ", ".join(str(b.line) for b in self.first)
+        more = ", ..." if self.count > len(self.first) else ""
+        first = self.first[0]
+        where = f"line {first.line}" + (f", column {first.column!r}" if first.column else "")
+        what = _what(first) if first.column else f"{first.value} cells, {first.reason}"
+        return [
+            f"note: skipped {self.count} bad row{'s' if self.count != 1 else ''} of {self.path} "
+            f"(--on-bad-row skip; nothing is written or measured for them), at "
+            f"line{'s' if self.count != 1 else ''} {listed}{more}; the first, {where}: {what}"
+        ]
+
+
+def _what(cell: BadCell) -> str:
+    if cell.reason == "missing label":
+        return "the label cell is missing"
+    if cell.reason == "out of range":
+        return f"cell {cell.value!r} is a number beyond the float32 range (about +-3.4e38)"
+    return f"cell {cell.value!r} is not a number"
+
+
+#: The reader's note on rows without a label (one per block of rows).
+_UNLABELLED = re.compile(r"^note: (\d+) of \d+ rows of .* have no label in column (.*?); ")
+#: The example that ends a note on numbers in disguise (``('45%' as 45)``).
+_EXAMPLE = re.compile(r" \('.*\)$")
 
 
 class _TableNotes:
@@ -222,12 +380,23 @@ class _TableNotes:
     def __init__(self, path: str, encoder) -> None:
         self.path, self.encoder = path, encoder
         self.reader: list[str] = []
+        self.keys: set[str] = set()  # the reader's notes said, without their examples
+        self.unlabelled, self.label_column = 0, ""  # rows without a label, their column
         self.filled: set[str] = set()  # numeric columns with a value somewhere
         self.rows = 0
         self.columns: set[str] = set()
 
     def see(self, table) -> None:
-        self.reader += [n for n in table.notes if n not in self.reader]
+        for note in table.notes:
+            unlabelled = _UNLABELLED.match(note)
+            if unlabelled:  # a count per block: summed over the file
+                self.unlabelled += int(unlabelled.group(1))
+                self.label_column = unlabelled.group(2)
+                continue
+            key = _EXAMPLE.sub("", note)  # a note per block, with that block's example
+            if key not in self.keys:
+                self.keys.add(key)
+                self.reader.append(note)
         self.rows += table.rows
         self.columns = set(table.columns)
         self.filled |= {c for c, v in table.numeric.items() if (~np.isnan(v)).any()}
@@ -235,6 +404,11 @@ class _TableNotes:
     def lines(self) -> list[str]:
         encoder, path = self.encoder, self.path
         lines = list(self.reader)
+        if self.unlabelled:
+            lines.append(
+                f"note: {self.unlabelled} of {self.rows} rows of {path} have no label in column "
+                f"{self.label_column}; the labels are ignored (no metrics are computed)"
+            )
         lines += [
             f"note: column {c!r} of {path} holds {n} cell{'s' if n != 1 else ''} of categories "
             "training never saw; they are encoded as "
@@ -269,9 +443,11 @@ def _ids(table, encoder) -> dict[str, list[str]]:
     return ids
 
 
-def _read_table(pre: Preprocessing, path: str, labels: str) -> InputFile:
+def _read_table(
+    pre: Preprocessing, path: str, labels: str, on_bad_row: str, delimiter: str | None
+) -> InputFile:
     """The whole table: its pieces joined."""
-    pieces = list(_table_chunks(pre, path, labels))
+    pieces = list(_table_chunks(pre, path, labels, on_bad_row, delimiter))
     joined = InputFile(
         path,
         np.concatenate([p.features for p in pieces]),

@@ -17,6 +17,13 @@ rows, so recall never decreases while precision may go either way. Two questions
 
 The curve's extra point :math:`(P, R) = (1, 0)` flags nothing and is never chosen.
 
+**A threshold chosen elsewhere.** :func:`at_threshold` reads off a curve the precision and recall
+of a given decision "logit >= t" (chosen on other rows, e.g. validation rows): those of the
+curve's point with the smallest threshold :math:`t_k \ge t`, which flags exactly the same rows
+when the curve holds every distinct score (a histogram's curve, whose thresholds are bin edges,
+flags the rows of the bins from that edge up: those with logit :math:`\ge t` less the ones
+between :math:`t` and the edge).
+
 **Uncertainty.** Given the number of positives :math:`n_+` of the scored set, each point also
 carries its counts (:math:`\mathrm{TP}` and the rows flagged) and 95% Wilson score intervals
 for its precision (:math:`\mathrm{TP}` of the flagged rows) and recall (:math:`\mathrm{TP}` of
@@ -47,6 +54,7 @@ __all__ = [
     "OperatingPoint",
     "at_precision",
     "at_recall",
+    "at_threshold",
     "few_positives_warning",
     "mark_label",
     "marks",
@@ -207,6 +215,22 @@ def at_precision(precision, recall, logits, target: float) -> OperatingPoint:
     """The highest-recall threshold with precision :math:`\\ge` ``target`` (module doc)."""
     p, r, t = _curve(precision, recall, logits)
     return _point("recall_at_precision", target, p, r, t, p >= target, primary=r, secondary=p)
+
+
+def at_threshold(
+    precision, recall, logits, logit: float, kind: str, target: float
+) -> OperatingPoint:
+    """The precision and recall of the decision "logit >= ``logit``" on a curve's rows (module
+    doc), as a point of ``kind`` for ``target``; its ``logit`` is the curve threshold used.
+    ``precision`` and ``logit`` are None when the threshold lies above every score (no row
+    flagged: recall 0)."""
+    p, r, t = _curve(precision, recall, logits)
+    above = np.flatnonzero(t >= logit)
+    if not above.size:
+        return OperatingPoint(kind, float(target), None, 0.0, None, None)
+    k = above[np.argmin(t[above])]
+    edge = float(t[k])
+    return OperatingPoint(kind, float(target), float(p[k]), float(r[k]), edge, probability(edge))
 
 
 def operating_points(

@@ -39,6 +39,7 @@ from slate.training import checkpoint
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.outputs import (
+    ValidationCurve,
     build_summary,
     default_out_dir,
     evaluation_summary,
@@ -184,6 +185,7 @@ class _Final:
     scores: Any
     model: tuple[Any, Any, Any]
     traffic: dict[str, float]
+    validation: Any = None  # the kept model's scores on the validation rows (ValidationCurve)
 
 
 class _Loop:
@@ -283,13 +285,15 @@ class _Loop:
         run = self.run
         if self.best is not None:
             self.best.restore(run)
-        if run.validates:
+        validation = None
+        if run.validates:  # the kept model's validation curve, for predict's operating points
+            validation = ValidationCurve.of(run)
             run.use_final_test()  # the test rows, read and scored only now
         party_aps = run.evaluator.party_aps(run.x) if run.config.party_ap else []
         wall = self.elapsed()  # training and every evaluation, party APs included
         logits, scores = run.evaluator.test_scores(run.x, run.iteration)
         model = (run.averaged_parameters(), run.averaged_buffers(), scores)
-        return _Final(party_aps, wall, logits, scores, model, run.mean_traffic())
+        return _Final(party_aps, wall, logits, scores, model, run.mean_traffic(), validation)
 
     def _recover(self) -> None:
         """Agree with the survivors on who is lost and continue without them. A party the
@@ -500,7 +504,7 @@ def train(
         summary.update(validation_summary(history, loop.best, loop.stopped_at, run.n_validation))
     summary["divergence"] = _divergence(run, history, final).to_dict()
     if out is not None:
-        write_run_folder(run, summary, history, out, final.model)
+        write_run_folder(run, summary, history, out, final.model, final.validation)
         summary["out_dir"] = str(out)
     report(run, summary, final.wall, out, log)
     return RunResult(summary, history, out, run.x)

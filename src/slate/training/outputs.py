@@ -2,7 +2,9 @@
 
 :func:`write_run_folder` writes what :mod:`slate.training.loop` computed; :func:`build_summary` and
 :func:`evaluation_summary` assemble ``summary.json`` (keys in ``docs/outputs.md``) and
-:func:`report` prints the closing lines.
+:func:`report` prints the closing lines. With validation rows (``--validation-fraction``) the kept
+model's validation PR curve is saved beside the test one (:class:`ValidationCurve`), and named in
+``model.json``: ``slate predict --at-recall`` chooses its threshold there.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import csv
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HISTORY_COLUMNS",
+    "VALIDATION_CURVE",
+    "ValidationCurve",
     "build_summary",
     "default_out_dir",
     "evaluation_summary",
@@ -59,6 +64,40 @@ HISTORY_COLUMNS = (
 )
 
 
+#: The kept model's precision-recall curve on the validation rows, in the run folder.
+VALIDATION_CURVE = "validation_pr_curve.csv"
+
+
+@dataclass
+class ValidationCurve:
+    """The kept model's scores on the validation rows, taken at the end of training before the
+    test rows replace them: its PR curve with logit thresholds (exact points when the
+    validation rows are pooled, histogram bin edges when each party holds its own, as for the
+    test curve, :mod:`slate.training.evaluation`), and the rows and positives behind it."""
+
+    scores: TestScores
+    rows: int
+    positives: int
+    evaluation: str  # "pooled" or "federated"
+
+    @classmethod
+    def of(cls, run: Run) -> ValidationCurve:
+        """Score the run's current (kept) model on its validation rows (collective: every
+        process calls it; reuses the last evaluation when it scored this model)."""
+        _, scores = run.evaluator.test_scores(run.x, run.iteration)
+        evaluation = run.evaluator.evaluation.name
+        return cls(scores, int(run.data.n_test), int(test_positives(run)), evaluation)
+
+    def describe(self) -> dict[str, Any]:
+        """``model.json``'s ``validation_curve``."""
+        return {
+            "file": VALIDATION_CURVE,
+            "rows": self.rows,
+            "positives": self.positives,
+            "evaluation": self.evaluation,
+        }
+
+
 def default_out_dir(config: TrainConfig) -> Path:
     """A fresh ``runs/<dataset>-<algorithm>-<YYYYmmdd-HHMMSS>[-k]`` folder name."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -76,8 +115,10 @@ def write_run_folder(
     history: list[dict[str, float]],
     out: Path,
     final_model: tuple[Tensor, dict[str, Tensor], TestScores],
+    validation: ValidationCurve | None = None,
 ) -> None:
-    """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary."""
+    """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary; with
+    ``validation``, the kept model's validation PR curve (:data:`VALIDATION_CURVE`)."""
     xbar, buffers, scores = final_model
     out.mkdir(parents=True, exist_ok=True)
     rows, columns = history, HISTORY_COLUMNS
@@ -110,6 +151,10 @@ def write_run_folder(
     _plot_communication(run, history, label, out)
     run.compute.layout.load_into(run.model, xbar, buffers)
     description = describe_run(run.config, run.data.input_shape, run.data.preprocessing)
+    if validation is not None and validation.scores.curve is not None:
+        v_precision, v_recall = validation.scores.pr_curve()
+        write_pr_curve(out / VALIDATION_CURVE, v_precision, v_recall, validation.scores.thresholds)
+        description["validation_curve"] = validation.describe()
     save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)

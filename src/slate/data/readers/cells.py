@@ -141,6 +141,11 @@ class ColumnReader:
         self.words = 0
         self.first_bad: tuple[int, str] | None = None
         self.examples: list[str] = []
+        # A column the caller reads as numbers whatever the file holds (a model's numeric
+        # feature): its words are not a problem of the column but of their rows, and its
+        # numbers beyond float32 are listed here by (line, cell).
+        self.expect_numeric = False
+        self.out_of_range: list[tuple[int, str]] = []
         self._restart()
 
     def _restart(self) -> None:
@@ -218,6 +223,8 @@ class ColumnReader:
             self.nonfinite += len(nonfinite)
             for i in nonfinite:
                 self._note_bad(lines[i], cells[i].strip())
+                if self.expect_numeric:
+                    self.out_of_range.append((lines[i], cells[i].strip()))
         return values.astype(context.dtype, copy=False)
 
     def _numbers_with_missing(
@@ -286,7 +293,7 @@ class ColumnReader:
         """Why the column cannot be used, if it cannot."""
         found = []
         bad = self.words + self.nonfinite
-        if not self.forced_text and bad and self.first_bad is not None:
+        if not self.forced_text and not self.expect_numeric and bad and self.first_bad is not None:
             line, cell = self.first_bad
             numeric_looking = self.numbers + self.nonfinite
             present = self.numbers + bad

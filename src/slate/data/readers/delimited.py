@@ -12,6 +12,7 @@ matrix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 
 from slate.data.readers.blocks import block_rows, blocks, rescan_text, scan_rows
 from slate.data.readers.cells import (
+    _FLOAT32_MAX,
     NA_TOKENS,
     CellContext,
     ColumnReader,
@@ -28,9 +30,10 @@ from slate.data.readers.cells import (
     Problem,
     make_context,
     report_problems,
+    to_float,
 )
-from slate.data.readers.formats import parse_disguised_numbers
-from slate.data.readers.table import CsvTable, RawTable, TextColumn
+from slate.data.readers.formats import FORMATS, parse_disguised_numbers
+from slate.data.readers.table import BadCell, CsvTable, RawTable, TextColumn
 from slate.data.readers.text_records import (
     WHITESPACE,
     TextRecords,
@@ -43,6 +46,7 @@ from slate.errors import DataError
 
 __all__ = [
     "NA_TOKENS",
+    "BadCell",
     "CsvTable",
     "RawTable",
     "TextColumn",
@@ -50,6 +54,7 @@ __all__ = [
     "read_csv_table",
     "read_table",
     "read_table_chunks",
+    "whitespace_hint",
 ]
 
 
@@ -255,21 +260,30 @@ class _Result:
 
 
 def _raw_table(name: str, result: _Result) -> RawTable:
-    """The :class:`RawTable` of a read: numbers in disguise parsed, notes collected."""
+    """The :class:`RawTable` of a read: numbers in disguise parsed, notes collected; the
+    columns expected numeric (:func:`read_table_chunks`) made numeric, their bad cells listed."""
     numeric: dict[str, np.ndarray] = {}
     text: dict[str, TextColumn] = {}
     notes: list[str] = list(result.notes)
+    bad: list[BadCell] = []
     for column in result.features:
+        bad += [BadCell(line, column.name, cell, "out of range") for line, cell in
+                column.out_of_range]  # fmt: skip
         if column.kind == "numeric":
             numeric[column.name] = column.store.take()
             continue
         codes, categories = column.store.take(), tuple(column.categories)
         parsed = None if column.forced_text else parse_disguised_numbers(categories, codes)
-        if parsed is None:
-            text[column.name] = TextColumn(codes, categories)
-        else:
+        if parsed is not None:
             numeric[column.name] = parsed[0]
             notes.append(f"note: column {column.name!r} of {name} holds {parsed[3]}")
+        elif column.expect_numeric:
+            numeric[column.name], wrong = _expected_numbers(categories, codes)
+            rows = np.flatnonzero(np.isin(codes, wrong))
+            bad += [BadCell(int(result.first_lines[i]), column.name, categories[codes[i]],
+                            "not a number") for i in rows]  # fmt: skip
+        else:
+            text[column.name] = TextColumn(codes, categories)
     return RawTable(
         path=name,
         columns=tuple(c.name for c in result.features),
@@ -285,7 +299,33 @@ def _raw_table(name: str, result: _Result) -> RawTable:
         first_lines=result.first_lines,
         missing={c.name: c.missing for c in result.features},
         notes=tuple(notes),
+        bad_cells=tuple(sorted(bad, key=lambda b: b.line)),
     )
+
+
+def _expected_numbers(categories: tuple[str, ...], codes: np.ndarray) -> tuple[np.ndarray, list]:
+    """A column read as numbers although some of its cells are not: ``(values, bad codes)``.
+
+    Each distinct cell is read as a number (a finite float32), or in the one format of
+    :data:`~slate.data.readers.formats.FORMATS` that reads the most of them (ties: plain
+    numbers); a cell read by neither is bad, and its rows get NaN."""
+    values = np.full(len(categories) + 1, np.nan)  # the last entry: missing cells (code -1)
+    plain = [to_float(c) for c in categories]
+    best = [v is not None and abs(v) <= _FLOAT32_MAX for v in plain]
+    for parse, _ in FORMATS.values():
+        parsed = [parse(c) for c in categories]
+        if not any(p is not None and p[1] for p in parsed):
+            continue  # no cell shows this format
+        if sum(p is not None for p in parsed) > sum(best):
+            plain = [None if p is None else p[0] for p in parsed]
+            best = [p is not None and abs(p[0]) <= _FLOAT32_MAX for p in parsed]
+    wrong = []
+    for code, (value, good) in enumerate(zip(plain, best, strict=True)):
+        if good:
+            values[code] = value
+        else:
+            wrong.append(code)
+    return values[codes], wrong
 
 
 def read_table_chunks(
@@ -299,6 +339,8 @@ def read_table_chunks(
     categorical_columns: Sequence[str] = (),
     labels: str = "optional",
     missing: str = "allow",
+    numeric_columns: Sequence[str] = (),
+    keep_going: bool = False,
 ) -> Iterator[RawTable]:
     """:func:`read_table` one block of rows at a time (about 100 000 cells), for scoring files
     of any size in bounded memory.
@@ -306,7 +348,13 @@ def read_table_chunks(
     Each chunk is a :class:`RawTable` of its own rows, with its own category codes (an encoder
     matches categories by name) and its own checks; ``first_lines`` are the file's lines. A
     header-only file yields one chunk of 0 rows. Column kinds are decided per chunk: pass the
-    text columns a model expects in ``categorical_columns``.
+    text columns a model expects in ``categorical_columns``, and its numeric ones in
+    ``numeric_columns``: these are numeric in every chunk, and a cell that is not a number
+    (nor in the format the column's other cells show, :mod:`~slate.data.readers.formats`) or
+    lies beyond the float32 range is NaN and listed in :attr:`RawTable.bad_cells`, for the
+    caller to refuse or skip its row. With ``keep_going`` a row with the wrong number of cells
+    is left out of its chunk and listed there too, instead of stopping the reading, and (labels
+    required) so is a row whose label cell is missing (its row stays, labelled 0).
     """
     name = os.fspath(path)
     _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
@@ -316,26 +364,83 @@ def read_table_chunks(
             records, label_column, positive_label, None, categorical_columns, labels, False,
             context, np.float64, True,
         )  # fmt: skip
+        layout.numeric = {str(c) for c in numeric_columns} - layout.forced
         yielded = False
+        malformed: list[BadCell] = []
         for lines, rows in blocks(records, pending, block_rows(layout.n_cols)):
+            if keep_going:
+                lines, rows = _well_formed(lines, rows, layout.n_cols, malformed)
+                if not rows:
+                    continue
             label_state, features = layout.readers()
             n_rows, line_numbers = scan_rows(
                 records, (lines, rows), layout.n_cols, layout.header, layout.label_idx,
                 label_state, features, context, single_block=True,
             )  # fmt: skip
+            if keep_going and labels != "optional":
+                malformed += _unlabelled(layout, label_state, line_numbers)
             result = _finish(
                 layout, label_state, features, n_rows, line_numbers, labels, missing, False
             )
             result.delimiter = records.delimiter
             layout.na_seen = {c.name: c.na_seen for c in features}
             yielded = True
-            yield _raw_table(name, result)
-        if not yielded:
+            yield _with_malformed(_raw_table(name, result), malformed)
+            malformed = []
+        if not yielded or malformed:
             label_state, features = layout.readers()
             empty = _finish(layout, label_state, features, 0, GrowingArray(np.int64), labels,
                             missing, False)  # fmt: skip
             empty.delimiter = records.delimiter
-            yield _raw_table(name, empty)
+            yield _with_malformed(_raw_table(name, empty), malformed)
+
+
+def _unlabelled(
+    layout: _Layout, label_state: LabelReader | None, line_numbers: GrowingArray
+) -> list[BadCell]:
+    """The rows of a block whose label cell is missing, listed (and no longer a problem of the
+    label column: their label reads as negative, for the caller to drop)."""
+    if label_state is None or not label_state.missing:
+        return []
+    codes = label_state.codes.view()
+    lines = line_numbers.view()[codes < 0]
+    label_state.missing, label_state.first_missing = 0, None
+    return [BadCell(int(line), layout.label_name, "", "missing label") for line in lines]
+
+
+def _well_formed(
+    lines: Sequence[int], rows: list[list[str]], n_cols: int, malformed: list[BadCell]
+) -> tuple[Sequence[int], list[list[str]]]:
+    """The rows with ``n_cols`` cells; the others are added to ``malformed``."""
+    if min(map(len, rows), default=n_cols) == max(map(len, rows), default=n_cols) == n_cols:
+        return lines, rows
+    kept_lines, kept = [], []
+    for line, row in zip(lines, rows, strict=True):
+        if len(row) == n_cols:
+            kept_lines.append(line)
+            kept.append(row)
+        else:
+            malformed.append(BadCell(int(line), None, str(len(row)), f"{n_cols} cells expected"))
+    return kept_lines, kept
+
+
+def _with_malformed(table: RawTable, malformed: list[BadCell]) -> RawTable:
+    if not malformed:
+        return table
+    cells = sorted((*table.bad_cells, *malformed), key=lambda b: b.line)
+    return dataclasses.replace(table, bad_cells=tuple(cells))
+
+
+def whitespace_hint(path: str, delimiter: str | None, columns: Sequence[str]) -> str:
+    """A sentence naming ``--delimiter whitespace`` when a file read with another delimiter
+    came out as one column whose name holds runs of spaces or tabs (a UCI-style file), else
+    ''."""
+    if delimiter == WHITESPACE or len(columns) != 1 or len(str(columns[0]).split()) < 2:
+        return ""
+    return (
+        f" {path} looks separated by spaces or tabs (its first row {str(columns[0])[:60]!r} is "
+        "read as a single column): read it with --delimiter whitespace."
+    )
 
 
 def _check_arguments(
@@ -389,6 +494,7 @@ class _Layout:
     forced: set[str]
     context: CellContext
     dtype: type
+    numeric: set[str] = field(default_factory=set)  # columns read as numbers whatever they hold
     # Each column's spellings of a missing cell met so far, carried from one piece to the next.
     na_seen: dict[str, list[str]] = field(default_factory=dict)
 
@@ -406,6 +512,7 @@ class _Layout:
         ]
         for column in features:
             column.na_seen = list(self.na_seen.get(column.name, ()))
+            column.expect_numeric = column.name in self.numeric
         return label, features
 
 
@@ -440,33 +547,39 @@ def _layout(
             lines, rows = records.block(block_rows(n_cols))
     else:
         names = [f"column {j}" for j in range(n_cols)]
-    label_idx = find_label(name, label_column, names, header, n_cols, labels)
-    label_name = None if label_idx is None else names[label_idx]
-    if not rows and not empty_ok:
-        raise DataError(
-            f"CSV file {name} has a header row but no data rows. Expected at least one row "
-            "of data after the header."
-        )
-    if label_idx is not None and n_cols < 2:
-        raise DataError(
-            f"CSV file {name} has a single column ({label_name}), so there is no feature "
-            "column besides the labels. Expected at least two columns; check the delimiter "
-            f"(currently {records.delimiter!r})."
-        )
-    if not strict:
-        check_names(name, [n for j, n in enumerate(names) if j != label_idx])
-    forced = {str(c).strip() for c in categorical_columns}
-    unknown = sorted(forced - set(names))
-    if unknown:
-        raise DataError(
-            f"CSV file {name}: categorical column(s) {', '.join(map(repr, unknown))} not "
-            f"found; {describe_named_columns(names, header, n_cols)}."
-        )
-    if positive_label is None and label_idx is not None:
-        raise DataError(
-            f"Cannot read {name}: the file has a label column ({label_name!r}) but no "
-            "positive label was given."
-        )
+    try:
+        label_idx = find_label(name, label_column, names, header, n_cols, labels)
+        label_name = None if label_idx is None else names[label_idx]
+        if not rows and not empty_ok:
+            raise DataError(
+                f"CSV file {name} has a header row but no data rows. Expected at least one row "
+                "of data after the header."
+            )
+        if label_idx is not None and n_cols < 2:
+            raise DataError(
+                f"CSV file {name} has a single column ({label_name}), so there is no feature "
+                "column besides the labels. Expected at least two columns; check the delimiter "
+                f"(currently {records.delimiter!r})."
+            )
+        if not strict:
+            check_names(name, [n for j, n in enumerate(names) if j != label_idx])
+        forced = {str(c).strip() for c in categorical_columns}
+        unknown = sorted(forced - set(names))
+        if unknown:
+            raise DataError(
+                f"CSV file {name}: categorical column(s) {', '.join(map(repr, unknown))} not "
+                f"found; {describe_named_columns(names, header, n_cols)}."
+            )
+        if positive_label is None and label_idx is not None:
+            raise DataError(
+                f"Cannot read {name}: the file has a label column ({label_name!r}) but no "
+                "positive label was given."
+            )
+    except DataError as err:  # a UCI-style file read with another delimiter: name the flag
+        hint = whitespace_hint(name, records.delimiter, first) if n_cols == 1 else ""
+        if not hint:
+            raise
+        raise DataError(f"{err}{hint}") from None
     positive = "" if positive_label is None else str(positive_label).strip()
     layout = _Layout(name, n_cols, bool(header), names, label_idx, positive, forced, context, dtype)
     return layout, (lines, rows)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "BadCell",
     "CsvTable",
     "RawTable",
     "TextColumn",
@@ -29,6 +30,23 @@ class TextColumn:
 
     codes: np.ndarray
     categories: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BadCell:
+    """A row that cannot be scored, found by :func:`read_table_chunks` when asked to go on.
+
+    Attributes:
+        line: the file line on which the row starts.
+        column: the column of the bad cell, or None when the row itself is malformed.
+        value: the cell as written (stripped), or the row's cell count for a malformed row.
+        reason: what is wrong, in a few words (``"not a number"``).
+    """
+
+    line: int
+    column: str | None
+    value: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,10 @@ class RawTable:
         missing: per column of ``columns``, how many cells were missing.
         notes: what the reader did that the user should know (a text column read as numbers,
             :mod:`slate.data.readers.formats`).
+        bad_cells: rows that cannot be scored (:class:`BadCell`), by line; only from
+            :func:`~slate.data.readers.delimited.read_table_chunks` with ``numeric_columns``
+            or ``keep_going``. A row with a bad cell is in the table (that cell NaN); a
+            malformed row is not.
     """
 
     path: str
@@ -70,6 +92,7 @@ class RawTable:
     first_lines: np.ndarray
     missing: dict[str, int]
     notes: tuple[str, ...] = ()
+    bad_cells: tuple[BadCell, ...] = ()
 
     @classmethod
     def from_columns(
