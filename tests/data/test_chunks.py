@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from slate.data.readers import blocks as block_reading
-from slate.data.readers.delimited import read_table, read_table_chunks
+from slate.data.readers.chunks import read_table_chunks
+from slate.data.readers.delimited import read_table
 
 
 def _cells(table, column):

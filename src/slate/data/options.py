@@ -100,7 +100,7 @@ class TableOptions:
         of any size; a header without rows gives one chunk of 0 rows. ``numeric_columns`` (a
         model's) are numbers in every chunk, their bad cells listed in the chunk's
         ``bad_cells``; with ``keep_going`` so are rows with the wrong number of cells."""
-        from slate.data.readers.delimited import read_table_chunks
+        from slate.data.readers.chunks import read_table_chunks
 
         return read_table_chunks(
             path, **self._cells(labels), numeric_columns=tuple(numeric_columns),

@@ -73,7 +73,7 @@ class RawTable:
         notes: what the reader did that the user should know (a text column read as numbers,
             :mod:`slate.data.readers.formats`).
         bad_cells: rows that cannot be scored (:class:`BadCell`), by line; only from
-            :func:`~slate.data.readers.delimited.read_table_chunks` with ``numeric_columns``
+            :func:`~slate.data.readers.chunks.read_table_chunks` with ``numeric_columns``
             or ``keep_going``. A row with a bad cell is in the table (that cell NaN); a
             malformed row is not.
     """
