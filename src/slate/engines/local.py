@@ -100,6 +100,23 @@ class Engine(ABC):
         """Whether a party outside the run asks to join (the distributed engine's lookout)."""
         return False
 
+    def raise_unless_recovering(self, err: Exception) -> None:
+        """After a failed exchange: raise ``err`` again unless this engine :attr:`recovers`
+        (then the survivors agree on who is lost, :meth:`leave_generation`)."""
+        if not self.recovers:
+            raise err
+
+    def leave_generation(self, position: int) -> Change:
+        """After a failed exchange: agree with the survivors on who is lost (``position``: the
+        earliest point this process can resume from). Only an engine that :attr:`recovers`."""
+        del position
+        raise NotImplementedError(f"the {self.name} engine does not recover from a lost party")
+
+    def rejoin(self, reason: str = "restarted with --resume") -> Change:
+        """A returning process asks to be admitted (only an engine that :attr:`recovers`)."""
+        del reason
+        raise NotImplementedError(f"no party returns to a run of the {self.name} engine")
+
     def admit_returning(self, iteration: int, asked: bool = True) -> Change | None:
         """At a checkpoint boundary: the agreed admission of returning parties, if any (only an
         engine that :attr:`recovers` has any)."""
