@@ -10,7 +10,7 @@ import pytest
 
 from slate.engines import launch
 from slate.engines.launch import choose_gloo_interface, serve_rendezvous
-from slate.engines.membership import Heartbeat
+from slate.engines.liveness import Heartbeat
 from slate.engines.store_records import Records
 from slate.errors import ConfigError
 

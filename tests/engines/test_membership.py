@@ -14,15 +14,9 @@ import pytest
 import torch.distributed as dist
 
 from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter
+from slate.engines.liveness import FINAL_MEMBERS_KEY, PREFIX, Heartbeat
 from slate.engines.lookout import LOOK_SECONDS, Lookout, Sighting
-from slate.engines.membership import (
-    FINAL_MEMBERS_KEY,
-    PREFIX,
-    Change,
-    Heartbeat,
-    Membership,
-    PartyLost,
-)
+from slate.engines.membership import Change, Membership, PartyLost
 from slate.engines.store_records import Records
 
 

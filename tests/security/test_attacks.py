@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from slate.engines.launch import serve_rendezvous
-from slate.engines.membership import FINAL_MEMBERS_KEY, LEFT_KEY
+from slate.engines.liveness import FINAL_MEMBERS_KEY, LEFT_KEY
 from slate.engines.store_records import Records
 from slate.security import site_identity
 from tests.sites import (
@@ -47,7 +47,7 @@ pytestmark = [
 
 ATTACKER = """
 import os, pickle, sys
-import slate.engines.distributed as engine
+import slate.engines.json_exchange as engine
 
 class Payload:
     def __reduce__(self):

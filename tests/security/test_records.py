@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from slate.engines.membership import (
+from slate.engines.liveness import (
     FINAL_MEMBERS_KEY,
-    Change,
-    Membership,
-    _Liveness,
+    Liveness,
     final_members,
     registered_process,
 )
+from slate.engines.membership import Change, Membership
 from slate.engines.store_records import RECORD_LIMIT, Records, SigningStore, _signed_bytes
 from slate.security import SiteIdentity, make_roster, read_private_key, write_keypair
 
@@ -96,7 +95,7 @@ KINDS = [
     Kind("registration", "slate/process/2", HOST, 2, False,
          lambda r, s: registered_process(r, 2)),
     Kind("heartbeat", "slate/beat/2", f"{HOST} 7", 2, False,
-         lambda r, s: _Liveness(r, 10.0)._beat(2)),
+         lambda r, s: Liveness(r, 10.0)._beat(2)),
     Kind("gloo address", "0//cpu//0/2", base64.b64encode(b"tcp://10.0.0.2").decode(), 2, False,
          gloo_address),
     Kind("join request", "slate/join_request/2", REQUEST, 2, False,
@@ -210,7 +209,7 @@ def test_an_old_heartbeat_written_again_is_no_sign_of_life(sites):
     identities, _ = sites
     store = dist.HashStore()
     records = Records(store, 3, identities[0], say=lambda _: None)
-    liveness = _Liveness(records, silence_s=0.0)
+    liveness = Liveness(records, silence_s=0.0)
     beats = [envelope(identities[2], "slate/beat/2", 2, 0, f"{HOST} {n}") for n in (5, 6)]
     store.set("slate/beat/2", beats[0])
     assert liveness.gone(2) is None  # first seen

@@ -14,11 +14,11 @@ from slate.config import TrainConfig, resolve_config
 from slate.engines.membership import Change, PartyLost
 from slate.errors import ConfigError
 from slate.topology import build_topology, diameter, surviving_graph
+from slate.training.checks import parse_drops
 from slate.training.loop import train
 from slate.training.recovery import (
     Snapshots,
     drift_rounds,
-    parse_drops,
     rollback_rounds,
     snapshot_depth,
 )
@@ -67,7 +67,7 @@ def test_snapshots_keep_the_newest_per_position():
     for position, marker in ((1, 10), (2, 20), (3, 30), (3, 31), (4, 40)):
         snaps.add(_fake_snapshot(position, marker))
     assert snaps.position == 4
-    assert snaps.at(3).x.item() == 31  # the later snapshot of position 3 replaced the first
+    assert snaps.at(3).state.x.item() == 31  # the later snapshot of position 3 replaced the first
     with pytest.raises(PartyLost, match="resume from iteration 0, but this party holds"):
         snaps.at(1)  # fell out of the depth
 
@@ -76,18 +76,19 @@ def test_a_rollback_drops_the_abandoned_newer_snapshots():
     snaps = Snapshots(depth=5)
     for position in (1, 3, 5, 7, 9):
         snaps.add(_fake_snapshot(position, position))
-    assert snaps.rollback(5).x.item() == 5
+    assert snaps.rollback(5).state.x.item() == 5
     assert [s.position for s in snaps._items] == [1, 3, 5]
     snaps.add(_fake_snapshot(7, 70))  # the course after the rollback
     snaps.add(_fake_snapshot(4, 40))  # an admission at an earlier position supersedes 5 and 7
-    assert [(s.position, s.x.item()) for s in snaps._items] == [(1, 1), (3, 3), (4, 40)]
+    assert [(s.position, s.state.x.item()) for s in snaps._items] == [(1, 1), (3, 3), (4, 40)]
 
 
 def _fake_snapshot(position: int, marker: int):
     from slate.training.recovery import Snapshot
+    from slate.training.state import TrainingState
 
     t = torch.tensor(float(marker))
-    return Snapshot(position, t, {}, {}, {}, 0, t, 0, (0.0, 0.0), 0)
+    return Snapshot(position, TrainingState(position // 2, t, {}, {}, {}, 0, t, 0, (0.0, 0.0), 0))
 
 
 @pytest.mark.parametrize(("name", "n", "expected"), [("ring", 6, 3), ("ring", 7, 3),

@@ -1,14 +1,11 @@
 """The real multi-party engine on ``torch.distributed``: one process per party.
 
 Each process runs one party (``P = 1``) with exactly the simulator's code for sampling, model,
-algorithm and evaluation; only the communicator differs:
-
-* ``mix(x)`` exchanges **one flat buffer per neighbour per exchange** with
-  ``dist.batch_isend_irecv``, only with the parties ``r`` that have ``w_nr > 0``, then forms
-  :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
-* ``average(x)`` is one ``all_reduce``; the ``full`` topology and federated averaging rounds use it.
-
-gloo carries CPU tensors, nccl CUDA tensors.
+algorithm and evaluation; only the communicator differs
+(:class:`slate.engines.transport.DistributedCommunicator`: neighbour-only point-to-point gossip,
+and ``all_reduce`` for exact averages). Small facts travel as JSON in tensors
+(:mod:`slate.engines.json_exchange`); every wait goes through a
+:class:`~slate.engines.faults.Waiter`.
 
 **A lost party.** With ``--on-party-loss stop`` every party fails within ``--timeout`` seconds
 with a :class:`PartyLost` error that names the lost rank. With ``continue`` (gloo, with the
@@ -41,42 +38,27 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from slate.communication.choco import ChocoGossip, RoundEdges
 from slate.communication.gossip import GossipSettings
+from slate.engines import json_exchange
 from slate.engines.base import Communicator
-from slate.engines.faults import (
-    ExchangeFailed,
-    FailureGuard,
-    Waiter,
-    first_line,
-)
-from slate.engines.local import MESSAGE_LIMIT, Engine
-from slate.engines.lookout import Lookout
-from slate.engines.membership import (
+from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter, first_line
+from slate.engines.liveness import (
     FINAL_MEMBERS_KEY,
-    Change,
     Heartbeat,
-    Membership,
-    PartyLost,
     leave_run,
     registered_process,
 )
+from slate.engines.local import MESSAGE_LIMIT, Engine
+from slate.engines.lookout import Lookout
+from slate.engines.membership import Change, Membership, PartyLost
 from slate.engines.store_records import Records, SigningStore
+from slate.engines.transport import DistributedCommunicator
 from slate.security.identity import SiteIdentity
-from slate.security.messages import ListOf, MalformedMessage, decode, encode
 from slate.topology import Topology
 
-__all__ = [
-    "DistributedCommunicator",
-    "DistributedEngine",
-    "PartyLost",
-    "Rendezvous",
-    "backend_for",
-    "broadcast_text",
-]
+__all__ = ["DistributedEngine", "PartyLost", "Rendezvous"]
 
 SET_UP_LOST_KEY = "slate/set_up_lost"  # the first description of a loss during the set-up
-LEAVE = 0.0  # the last element of a gossip message: 1 for parameters, 0 for "I have left"
 
 
 @dataclass
@@ -98,122 +80,6 @@ class Rendezvous:
 
     def records(self) -> Records:
         return Records(self.store, self.world, self.identity)
-
-
-class DistributedCommunicator(Communicator):
-    """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce.
-
-    ``rank`` is this party's index in ``topology`` (and in ``group``, or in the default group).
-    With a compressor (CHOCO, :mod:`slate.communication.choco`), each message is the compressed
-    encoding itself (``torch.uint8``), not dense floats.
-    """
-
-    def __init__(
-        self,
-        topology: Topology,
-        rank: int,
-        group: Any = None,
-        waiter: Waiter | None = None,
-        settings: GossipSettings | None = None,
-        x0: Tensor | None = None,
-    ) -> None:
-        super().__init__(topology, settings)
-        self.rank = rank
-        self.group = group
-        self.n = topology.n
-        self.waiter = waiter or Waiter(FailureGuard(rank), None)
-        # With recovery, every gossip message carries a last element: 1 (parameters) or 0 (the
-        # sender has left this generation), so that a blocked receiver wakes up at once.
-        self.signals_leaving = self.waiter.watches
-        self._message: tuple[int, torch.dtype] | None = None  # the size and type of a message
-        self._unwaited: list[Any] = []  # leave messages are never waited for
-        self.choco: ChocoGossip | None = None
-        if self.settings.compressor is not None:
-            if x0 is None:
-                raise ValueError("compressed gossip needs the starting parameters x0")
-            self.choco = ChocoGossip(
-                topology, [rank], self.settings.compressor, self.settings.consensus_step, x0,
-                self._exchange_payloads,
-            )  # fmt: skip
-
-    def _peer(self, r: int) -> int:
-        return r if self.group is None else dist.get_global_rank(self.group, r)
-
-    def _gossip(self, x: Tensor, r: int) -> Tensor:
-        if self.choco is not None:
-            mixed, messages = self.choco.gossip(x, r)
-            self._count(messages * self.choco.payload_bytes(x.shape[-1]), messages)
-            return mixed
-        neighbours = self.topology.neighbours_at(self.rank, r)
-        if not neighbours:
-            return x
-        flat = x.reshape(-1).contiguous()
-        received = self._swap([flat] * len(neighbours), [peer for peer, _ in neighbours])
-        out = self.topology.self_weight_at(self.rank, r) * flat
-        for (_, w), theirs in zip(neighbours, received, strict=True):
-            out = out + w * theirs
-        self._count(len(neighbours) * flat.numel() * flat.element_size(), len(neighbours))
-        return out.view_as(x)
-
-    def _exchange_payloads(self, payload: Tensor, edges: RoundEdges) -> Tensor:
-        """CHOCO's exchange: row ``e`` of ``payload`` goes to ``edges.peers[e]``, whose own
-        payload for this party comes back as row ``e``."""
-        received = self._swap(list(payload), list(edges.peers))
-        return torch.stack(received) if received else payload
-
-    def _swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
-        """Send ``messages[k]`` to ``peers[k]`` and receive one message of the same size and type
-        from each, all at once (``batch_isend_irecv``)."""
-        if self.signals_leaving:  # one tagged copy per distinct message
-            tagged = {id(m): torch.cat([m, m.new_ones(1)]) for m in messages}
-            messages = [tagged[id(m)] for m in messages]
-        self._message = (messages[0].numel(), messages[0].dtype)
-        received = [torch.empty_like(m) for m in messages]
-        sends = [
-            dist.P2POp(dist.isend, m, self._peer(p), self.group)
-            for m, p in zip(messages, peers, strict=True)
-        ]
-        receives = [
-            dist.P2POp(dist.irecv, buf, self._peer(p), self.group)
-            for buf, p in zip(received, peers, strict=True)
-        ]
-        works = self.waiter.post(lambda: dist.batch_isend_irecv(sends + receives), peers)
-        k = len(sends)
-        # Receives first: a neighbour that has left sends a leave message instead of its
-        # parameters, and a send to it may otherwise block.
-        for peer, work, buf in zip(peers, works[k:], received, strict=True):
-            self.waiter.point_to_point(work, peer)
-            if self.signals_leaving and float(buf[-1]) == LEAVE:
-                raise ExchangeFailed(f"party {peer} of this generation left it")
-        for peer, work in zip(peers, works[:k], strict=True):
-            self.waiter.point_to_point(work, peer)
-        return [buf[:-1] for buf in received] if self.signals_leaving else received
-
-    def signal_leaving(self) -> None:
-        """Send every neighbour (of any round) a leave message in place of the next one."""
-        if not (self.signals_leaving and self._message is not None):
-            return
-        numel, dtype = self._message
-        leave = torch.full((numel,), LEAVE, dtype=dtype)
-        for r in self.topology.union_neighbours(self.rank):
-            # A neighbour whose connection is already gone needs no message.
-            with contextlib.suppress(RuntimeError, dist.DistBackendError):
-                self._unwaited.append(dist.isend(leave, self._peer(r), self.group))
-
-    def average(self, x: Tensor) -> Tensor:
-        total = x.clone()
-        self.waiter.collective(
-            lambda: dist.all_reduce(total, group=self.group, async_op=True), list(range(self.n))
-        )
-        self._count_all_reduce(x, self.n)
-        return total / self.n
-
-    def state_dict(self) -> dict:
-        return {"choco": self.choco.state_dict()} if self.choco is not None else {}
-
-    def load_state_dict(self, state: dict) -> None:
-        if self.choco is not None and "choco" in state:
-            self.choco.load_state_dict(state["choco"])
 
 
 class DistributedEngine(Engine):
@@ -322,6 +188,13 @@ class DistributedEngine(Engine):
     def recovers(self) -> bool:
         """Whether a lost party leaves the others running (``--on-party-loss continue``)."""
         return self.membership is not None
+
+    @property
+    def own_party(self) -> int:
+        """This process runs its own party only."""
+        return self.rank
+
+    resume_flags = " --engine distributed"
 
     def _open_group(self, generation: int) -> None:
         global _OPENED
@@ -533,45 +406,22 @@ class DistributedEngine(Engine):
     def gather_json(
         self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
     ) -> list[Any]:
-        """Every member's ``items`` as JSON in ``uint8`` tensors (two all-gathers: the lengths,
-        then the padded texts); each member's text is parsed and checked on arrival, naming it
-        when malformed. Nothing is unpickled."""
-        data = encode(items)
-        sizes = self._all_gather(torch.tensor([len(data)], dtype=torch.int64))
-        self._check_sizes(sizes, limit, what)
-        width = max(int(s) for s in sizes)
-        padded = torch.zeros(width, dtype=torch.uint8)
-        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        texts = self._all_gather(padded)
-        out: list[Any] = []
-        for member, size, text in zip(self.members, sizes, texts, strict=True):
-            raw = text[: int(size)].numpy().tobytes()
-            out += decode(raw, ListOf(shape), member, what, limit)
-        return out
+        """Every member's ``items`` as JSON in ``uint8`` tensors
+        (:func:`slate.engines.json_exchange.gather_json`): each member's text is parsed and
+        checked on arrival, naming it when malformed. Nothing is unpickled."""
+        return json_exchange.gather_json(items, shape, what, limit, self.members, self._all_gather)
 
     def broadcast_json(
         self, value: Any, source: int, shape: Any, what: str, limit: int = MESSAGE_LIMIT
     ) -> Any:
-        """``value`` of party ``source`` on every member, sent as JSON (two broadcasts: the
-        length, then the text) and checked against ``shape`` on arrival."""
+        """``value`` of party ``source`` on every member, sent as JSON
+        (:func:`slate.engines.json_exchange.broadcast_json`) and checked against ``shape`` on
+        arrival."""
         src = self.members.index(source)
-        data = encode(value) if self.rank == source else b""
-        size = torch.tensor([len(data)], dtype=torch.int64)
-        self._broadcast(size, src)
-        self._check_sizes([size[0]], limit, what, [source])
-        text = torch.zeros(int(size[0]), dtype=torch.uint8)
-        if data:
-            text[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        self._broadcast(text, src)
-        return decode(text.numpy().tobytes(), shape, source, what, limit)
-
-    def _check_sizes(
-        self, sizes: Any, limit: int, what: str, senders: list[int] | None = None
-    ) -> None:
-        for member, size in zip(senders or self.members, sizes, strict=True):
-            if not 0 < int(size) <= limit:
-                problem = f"a length of {int(size)} bytes (limit {limit})"
-                raise MalformedMessage(member, what, problem)
+        return json_exchange.broadcast_json(
+            value, source, shape, what, limit, self.rank == source,
+            lambda value: self._broadcast(value, src),
+        )  # fmt: skip
 
     def _all_gather(self, value: Tensor) -> list[Tensor]:
         self.count_all_gather(value)
@@ -654,26 +504,6 @@ def opened_a_group() -> bool:
     """Whether this process joined a process group, now open or aborted: its gloo threads then
     make a normal interpreter exit unsafe (the CLI leaves with ``os._exit``)."""
     return _OPENED or dist.is_initialized()
-
-
-def backend_for(device: torch.device) -> str:
-    """nccl for CUDA tensors, gloo for CPU ones."""
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
-def broadcast_text(text: str | None, limit: int = 4096) -> str:
-    """Rank 0's ``text`` on every process of the default group (as JSON in tensors; no
-    pickle): a torchrun run's folder name, chosen by rank 0."""
-    data = encode(text or "") if dist.get_rank() == 0 else b""
-    size = torch.tensor([len(data)], dtype=torch.int64)
-    dist.broadcast(size, src=0)
-    if not 0 < int(size) <= limit:
-        raise MalformedMessage(0, "run folder name", f"a length of {int(size)} bytes")
-    buf = torch.zeros(int(size), dtype=torch.uint8)
-    if data:
-        buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    dist.broadcast(buf, src=0)
-    return decode(buf.numpy().tobytes(), str, 0, "run folder name", limit)
 
 
 def local_rank() -> int:

@@ -20,8 +20,9 @@ from typing import Any
 
 import torch.distributed as dist
 
+from slate.engines.liveness import process_alive, registered_process
 from slate.engines.lookout import Lookout
-from slate.engines.membership import PartyLost, process_alive, registered_process
+from slate.engines.membership import PartyLost
 from slate.engines.store_records import Records, parse_rank
 
 __all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_line"]

@@ -25,7 +25,7 @@ from typing import Any
 import torch.distributed as dist
 
 from slate.engines.distributed import Rendezvous
-from slate.engines.membership import (
+from slate.engines.liveness import (
     BEATS_KEY,
     FINAL_MEMBERS_KEY,
     final_members,

@@ -20,11 +20,13 @@ from slate.engines.base import (
     all_gather_round_trips,
     all_reduce_round_trips,
 )
+from slate.engines.membership import Change
 from slate.engines.simulator import SimulatorCommunicator
+from slate.errors import ConfigError
 from slate.security.messages import ListOf, decode, encode
 from slate.topology import Topology
 
-__all__ = ["MESSAGE_LIMIT", "Engine", "SimulatorEngine"]
+__all__ = ["MESSAGE_LIMIT", "Engine", "RecordedExchange", "SimulatorEngine"]
 
 MESSAGE_LIMIT = 64 << 20  # bytes of one process's JSON facts in one exchange (schemas, counts)
 
@@ -38,6 +40,21 @@ class Engine(ABC):
     n_parties: int
     local_parties: list[int]
     is_main: bool
+    #: Whether a lost party leaves the others running (the distributed engine with
+    #: ``--on-party-loss continue``): they roll back, agree on the survivors and go on.
+    recovers: bool = False
+    #: Whether this process returns to a run in progress (it opens its group with
+    #: :meth:`rejoin` once its run is built).
+    returning: bool = False
+    #: Whether the rendezvous store stopped answering mid-run (no party can return then).
+    store_out_of_reach: bool = False
+    #: The one party this process runs when every party has a process of its own (the
+    #: distributed engine), else None (the simulator runs every party in one process). Per-party
+    #: files (checkpoints, set-up records), fault injection and the agreement on the run's
+    #: settings belong to that party.
+    own_party: int | None = None
+    #: The flags ``slate train --resume`` needs besides the folder to continue on this engine.
+    resume_flags: str = ""
 
     @abstractmethod
     def communicator(
@@ -82,6 +99,29 @@ class Engine(ABC):
     def joins_requested(self) -> bool:
         """Whether a party outside the run asks to join (the distributed engine's lookout)."""
         return False
+
+    def raise_unless_recovering(self, err: Exception) -> None:
+        """After a failed exchange: raise ``err`` again unless this engine :attr:`recovers`
+        (then the survivors agree on who is lost, :meth:`leave_generation`)."""
+        if not self.recovers:
+            raise err
+
+    def leave_generation(self, position: int) -> Change:
+        """After a failed exchange: agree with the survivors on who is lost (``position``: the
+        earliest point this process can resume from). Only an engine that :attr:`recovers`."""
+        del position
+        raise NotImplementedError(f"the {self.name} engine does not recover from a lost party")
+
+    def rejoin(self, reason: str = "restarted with --resume") -> Change:
+        """A returning process asks to be admitted (only an engine that :attr:`recovers`)."""
+        del reason
+        raise NotImplementedError(f"no party returns to a run of the {self.name} engine")
+
+    def admit_returning(self, iteration: int, asked: bool = True) -> Change | None:
+        """At a checkpoint boundary: the agreed admission of returning parties, if any (only an
+        engine that :attr:`recovers` has any)."""
+        del iteration, asked
+        return None
 
     def union(self, words: Tensor) -> Tensor:
         """The bitwise OR over all processes of local ``int64`` words (one process: itself)."""
@@ -178,3 +218,46 @@ class SimulatorEngine(Engine):
     ) -> list[Any]:
         # The same encoding as between processes, so that both engines see the same values.
         return decode(encode(items), ListOf(shape), "0 (this process)", what, limit)
+
+
+class RecordedExchange:
+    """The data set-up's exchanges with the other parties, recorded, or replayed from a record.
+
+    Setting up per-party data (:func:`slate.data.sources.load_local_data`) agrees on the schema
+    and sums feature statistics with every party through the engine (:meth:`Engine.total`,
+    :meth:`Engine.gather_json`). A party that returns to a run in progress cannot repeat those
+    exchanges (the others are training), so every party records their results in its
+    checkpoints, and a returning party replays its own record: the same agreed schema and
+    statistics, with no message sent.
+    """
+
+    def __init__(self, engine: Any = None, record: list[Any] | None = None) -> None:
+        self.engine = engine
+        self.replaying = record is not None
+        self.record: list[Any] = list(record) if record is not None else []
+        self._next = 0
+
+    def total(self, value: Tensor) -> Tensor:
+        if self.replaying:
+            return self._replay().to(value.device)
+        result = self.engine.total(value)
+        self.record.append(result.detach().cpu())
+        return result
+
+    def gather_json(
+        self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
+    ) -> list[Any]:
+        if self.replaying:
+            return self._replay()
+        result = self.engine.gather_json(items, shape, what, limit)
+        self.record.append(result)
+        return result
+
+    def _replay(self) -> Any:
+        if self._next >= len(self.record):
+            raise ConfigError(
+                "This party's checkpoint records fewer data set-up exchanges than its files "
+                "need now: were its --train/--test files or flags changed since the run began?"
+            )
+        self._next += 1
+        return self.record[self._next - 1]

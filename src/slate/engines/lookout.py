@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slate.engines.membership import BEAT_SECONDS, Membership, _Liveness
+from slate.engines.liveness import BEAT_SECONDS, Liveness
+from slate.engines.membership import Membership
 from slate.engines.store_records import Records
 
 __all__ = ["LOOK_SECONDS", "Lookout", "Sighting"]
@@ -57,7 +58,7 @@ class Lookout:
     ) -> None:
         self._connect, self._membership, self._template = connect, membership, records
         self._records: Records | None = None
-        self._liveness: _Liveness | None = None
+        self._liveness: Liveness | None = None
         self._sighting: Sighting | None = None
         self._last_look = time.monotonic()  # when a look last reached the store
         self._stopped = threading.Event()
@@ -97,7 +98,7 @@ class Lookout:
             # Its own connection, and the membership's record of when each beat last moved:
             # an agreement on a loss then measures a member's silence from the last beat the
             # lookout saw, not from the moment the agreement began.
-            self._liveness = _Liveness(
+            self._liveness = Liveness(
                 self._records, membership.silence_s, membership.incarnations,
                 membership.liveness.seen,
             )  # fmt: skip

@@ -27,37 +27,26 @@ import json
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from slate.engines.liveness import (
+    BEAT_SECONDS,
+    MAX_SILENCE_SECONDS,
+    PREFIX,
+    Liveness,
+    final_members,
+    process_alive,
+    registered_process,
+)
 from slate.engines.store_records import RECORD_LIMIT, Records, parse_rank
 from slate.errors import SlateError
 from slate.security.messages import ListOf, MalformedMessage, MapOf, decode
 
-__all__ = [
-    "Change",
-    "CountedLost",
-    "Heartbeat",
-    "Membership",
-    "PartyLost",
-    "final_members",
-    "leave_run",
-    "parties_left",
-    "process_alive",
-    "registered_process",
-    "signed_beats",
-]
+__all__ = ["Change", "CountedLost", "Membership", "PartyLost"]
 
-PREFIX = "slate/"
-BEAT_SECONDS = 0.5  # a live party's heartbeat counter moves this often
 POLL_SECONDS = 0.05  # how often an agreeing party looks at the store
-MAX_SILENCE_SECONDS = 10.0  # a heartbeat silent this long (timeout / 2 if less) means gone
-LEFT_KEY = f"{PREFIX}left"  # parties that finished the run and left
-FINAL_MEMBERS_KEY = f"{PREFIX}final_members"  # how many parties finished it (set by the main)
-BEATS_KEY = f"{PREFIX}beats"  # every party's heartbeats together: the rendezvous sees activity
 
 
 class PartyLost(SlateError):
@@ -128,177 +117,6 @@ class Change:
         return self.position // 2
 
 
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs on this host; a zombie (exited, not yet reaped) counts as dead."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
-class Heartbeat:
-    """A daemon thread that beats for party ``rank`` every ``BEAT_SECONDS``.
-
-    Without a roster a beat bumps the counter ``beat/<rank>``; with one it writes a signed
-    record ``"<host:pid> <count>"`` there (a stranger can neither fake nor replay a live beat).
-    It talks through its own store connection (``connect()``), so that it never shares a socket
-    with the training thread. When the store cannot be reached (a network outage at this site),
-    it opens a new connection every ``BEAT_SECONDS`` until one answers, so the heartbeat resumes
-    as soon as the site is reachable again. With ``identity`` (this process's ``host:pid``), a
-    new connection is used only if the store still records this party as that process: a store
-    restarted empty, or serving another run, gets no beats from this one.
-    """
-
-    def __init__(
-        self, connect: Callable[[], Any], rank: int, records: Records, identity: str | None = None
-    ) -> None:
-        self._connect = connect
-        self._rank, self._identity = rank, identity
-        self._template = records
-        self._records: Records | None = records.with_store(connect())
-        self._count = 0
-        self._stopped = threading.Event()
-        self._beat(self._records)
-        self._thread = threading.Thread(target=self._run, name="slate-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _beat(self, records: Records) -> None:
-        key = f"{PREFIX}beat/{self._rank}"
-        if records.signed:  # no counter: a stranger's text under a counter's key would make
-            self._count += 1  # the store close the connection of the next party that adds
-            records.put(key, f"{self._identity or '?'} {self._count}")
-            return
-        records.store.add(key, 1)
-        records.store.add(BEATS_KEY, 1)
-
-    def _run(self) -> None:
-        while not self._stopped.wait(BEAT_SECONDS):
-            try:
-                if self._records is None:
-                    self._records = self._same_run(self._template.with_store(self._connect()))
-                if self._records is None:
-                    continue
-                self._beat(self._records)
-            except Exception:  # unreachable for now: a new connection at the next beat
-                self._records = None
-
-    def _same_run(self, records: Records) -> Records | None:
-        if self._identity is None:
-            return records
-        registered = records.get(f"{PREFIX}process/{self._rank}", signer=self._rank)
-        return records if registered == self._identity else None
-
-    def stop(self) -> None:
-        """Stop beating, and wait briefly for a beat in progress (a thread left inside a store
-        call when the interpreter exits can abort it)."""
-        self._stopped.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=4 * BEAT_SECONDS)
-
-
-class _Liveness:
-    """Tells whether a member is gone: its local process exited, or its heartbeat fell silent."""
-
-    def __init__(
-        self,
-        records: Records,
-        silence_s: float,
-        incarnations: dict[int, str] | None = None,
-        seen: dict[int, tuple[Any, float]] | None = None,
-    ) -> None:
-        self.records = records
-        self.silence_s = silence_s
-        # rank -> (beat, when it last moved); shared with another thread's liveness when given
-        self.seen: dict[int, tuple[Any, float]] = {} if seen is None else seen
-        # rank -> "host:pid" of the process in the run (shared with the membership, not copied)
-        self.incarnations = incarnations if incarnations is not None else {}
-
-    def gone(self, rank: int) -> str | None:
-        """Why ``rank`` counts as gone, or None while it may still be alive."""
-        return self._verdict(rank, registered_process(self.records, rank), self._beat(rank))
-
-    def gone_of(self, ranks: list[int]) -> dict[int, str]:
-        """:meth:`gone` of several ranks, their records read together (two round trips)."""
-        keys, signers = [], []
-        for rank in ranks:
-            signer = rank if self.records.signed else None
-            keys += [f"{PREFIX}process/{rank}", f"{PREFIX}beat/{rank}"]
-            signers += [signer, signer]
-        bodies = self.records.get_many(keys, signers)
-        found = {}
-        for i, rank in enumerate(ranks):
-            where, beat = _process_of(bodies[2 * i]), self._beat_of(bodies[2 * i + 1])
-            why = self._verdict(rank, where, beat)
-            if why is not None:
-                found[rank] = why
-        return found
-
-    def _verdict(self, rank: int, where: tuple[str, int] | None, beat: Any) -> str | None:
-        known = self.incarnations.get(rank)
-        if where is not None and known is not None and f"{where[0]}:{where[1]}" != known:
-            # A supervisor restarted it at once: the new process bumps the same heartbeat.
-            return f"its process was replaced by a new one (pid {where[1]} on {where[0]})"
-        if where is not None and where[0] == socket.gethostname() and not process_alive(where[1]):
-            return f"its process (pid {where[1]}) exited"
-        now = time.monotonic()
-        last = self.seen.get(rank)
-        if last is None or _moved(beat, last[0]):
-            self.seen[rank] = (beat, now)
-            return None
-        if now - last[1] >= self.silence_s:
-            return f"no heartbeat for {now - last[1]:.1f} s"
-        return None
-
-    def _beat(self, rank: int) -> Any:
-        """The member's last beat: its counter, or (signed) its process and count."""
-        key = f"{PREFIX}beat/{rank}"
-        if not self.records.signed:
-            try:
-                return int(self.records.store.add(key, 0))
-            except ValueError:  # not a counter (an in-memory store says so; TCPStore hangs up)
-                return None
-        return self._beat_of(self.records.get(key, signer=rank))
-
-    def _beat_of(self, body: str | None) -> Any:
-        """A beat from its stored text: a counter, or (signed) its process and count."""
-        if not self.records.signed:
-            text = (body or "").strip()
-            return int(text) if text.isdigit() and len(text) < 19 else None
-        process, _, count = (body or "").rpartition(" ")
-        return (process, int(count)) if count.isdigit() and len(count) < 19 else None
-
-
-def _moved(beat: Any, last: Any) -> bool:
-    """Whether a heartbeat moved on: a new counter, or a signed beat of another process or with
-    a larger count (an old signed beat written again is not a sign of life)."""
-    if beat is None or beat == last:
-        return False
-    if isinstance(beat, tuple) and isinstance(last, tuple) and beat[0] == last[0]:
-        return beat[1] > last[1]
-    return True
-
-
-def registered_process(records: Records, rank: int) -> tuple[str, int] | None:
-    """``(host, pid)`` that party ``rank`` registered (signed by it under a roster), or None."""
-    return _process_of(
-        records.get(f"{PREFIX}process/{rank}", signer=rank if records.signed else None)
-    )
-
-
-def _process_of(body: str | None) -> tuple[str, int] | None:
-    host, _, pid = (body or "").rpartition(":")
-    if not host or not pid.isdigit() or len(pid) > 10:
-        return None
-    return host, int(pid)
-
-
 class Membership:
     """This party's view of the run's membership, kept in agreement through the store.
 
@@ -324,7 +142,7 @@ class Membership:
         self.incarnations: dict[int, str] = {}  # each member's process, once its group opened
         # Kept for the whole run: a member's heartbeat counter is compared with the value seen
         # last, whenever that was, so silence is measured from its last beat anyone saw.
-        self.liveness = _Liveness(records, self.silence_s, self.incarnations)
+        self.liveness = Liveness(records, self.silence_s, self.incarnations)
 
     def _refuse_a_second_copy(self) -> None:
         """Refuse to stand in for a process of this rank that is still running: one on this host
@@ -338,7 +156,7 @@ class Membership:
         if host == socket.gethostname():
             alive = pid != os.getpid() and process_alive(pid)
         else:
-            liveness = _Liveness(self.records, 3 * BEAT_SECONDS)
+            liveness = Liveness(self.records, 3 * BEAT_SECONDS)
             liveness.gone(self.rank)
             time.sleep(3 * BEAT_SECONDS)
             alive = liveness.gone(self.rank) is None
@@ -411,7 +229,7 @@ class Membership:
     def _signer(self, rank: int) -> int | None:
         return rank if self.records.signed else None
 
-    def _loss_proposal(self, liveness: _Liveness, late: bool) -> Change | None:
+    def _loss_proposal(self, liveness: Liveness, late: bool) -> Change | None:
         down, lost, reasons = {}, [], {}
         for member in self.members:
             position = self._checked_in(member)
@@ -437,7 +255,7 @@ class Membership:
 
     def agree_on_joins(self, iteration: int) -> Change | None:
         """At a checkpoint boundary: the agreed admission of returning parties, if any."""
-        liveness = _Liveness(self.records, self.silence_s, self.incarnations)
+        liveness = Liveness(self.records, self.silence_s, self.incarnations)
         requests = self._requests()
         pending = [rank for rank in requests if liveness.gone(rank) is None]
         agreed = self.records.first(
@@ -517,7 +335,7 @@ class Membership:
         request = {"process": self.process, "reason": reason[:500], "nonce": nonce}
         self.records.put(f"{PREFIX}join_request/{self.rank}", json.dumps(request))
         admitted = f"{PREFIX}admitted/{self.rank}/{nonce}"
-        liveness = _Liveness(self.records, self.silence_s, self.incarnations)
+        liveness = Liveness(self.records, self.silence_s, self.incarnations)
         others = [rank for rank in self.members if rank != self.rank]
         while (change := self._admission(admitted)) is None:
             if self.run_finished():
@@ -574,7 +392,7 @@ class Membership:
     def _valid_change(self, change: Change | None) -> bool:
         return change is not None and change.generation == self.generation + 1
 
-    def _decide(self, propose: Callable[[_Liveness, bool], Change | None]) -> Change:
+    def _decide(self, propose: Callable[[Liveness, bool], Change | None]) -> Change:
         liveness = self.liveness
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -610,31 +428,3 @@ class Membership:
 
 
 REQUEST_SHAPE = {"process": str, "reason": str, "nonce": str}
-
-
-def signed_beats(records: Records) -> tuple[Any, ...]:
-    """Every party's last signed heartbeat (None where there is none): what moves while the
-    parties of a run under a roster are alive."""
-    return tuple(records.get(f"{PREFIX}beat/{r}", signer=r) for r in range(records.nodes))
-
-
-def leave_run(records: Records, rank: int) -> None:
-    """Record that party ``rank`` finished the run and left."""
-    if records.signed:
-        records.put(f"{LEFT_KEY}/{rank}", str(rank))
-    else:
-        records.store.add(LEFT_KEY, 1)
-
-
-def parties_left(records: Records) -> int:
-    """How many parties recorded that they left (under a roster: distinct signed records)."""
-    if not records.signed:
-        return int(records.store.add(LEFT_KEY, 0))
-    return sum(records.get(f"{LEFT_KEY}/{r}", signer=r) is not None for r in range(records.nodes))
-
-
-def final_members(records: Records) -> int | None:
-    """How many parties finished the run, as the main party recorded it; None before the end
-    (or when the record is not a valid one)."""
-    body = records.get(FINAL_MEMBERS_KEY)
-    return int(body) if body is not None and body.isdigit() and len(body) < 7 else None

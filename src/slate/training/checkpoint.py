@@ -10,40 +10,59 @@ place with ``os.replace``, so a crash leaves the previous checkpoint intact. The
 
 The simulator writes ``checkpoint.pt``; distributed party ``r`` keeps its two newest
 ``checkpoint-rank{r}-{iteration}.pt`` files, and a resumed run continues from the newest
-iteration that every party holds.
+iteration that every party holds (:func:`resume`). Which applies follows from the engine
+(:attr:`slate.engines.local.Engine.own_party`: a party with a process of its own keeps files of
+its own). A distributed party also writes its set-up record once (:func:`write_setup`), and a
+party returning to a run in progress replays its own newest record
+(:func:`returning_record`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from slate.config import TrainConfig
 from slate.data.schema import PartyCounts, Schema
+from slate.engines.local import Engine
+from slate.engines.membership import Change
 from slate.errors import ConfigError
+from slate.security.messages import ListOf, MapOf
 
-# A checkpoint records the parties' agreed schemas (slate.training.recovery.RecordedExchange), so
-# that a
-# returning party can replay them; these two frozen dataclasses of plain fields are allowed.
+if TYPE_CHECKING:
+    from slate.training.run import Run
+
+# A checkpoint records the parties' agreed schemas (slate.engines.local.RecordedExchange), so that
+# a returning party can replay them; these two frozen dataclasses of plain fields are allowed.
 torch.serialization.add_safe_globals([PartyCounts, Schema])
 
 __all__ = [
     "RESUMABLE_KEYS",
     "checkpoint_files",
+    "checkpoint_path",
     "differing_keys",
+    "last_checkpoint_note",
     "load_checkpoint",
     "newest_checkpoint",
+    "resume",
+    "returning_record",
     "save_checkpoint",
+    "save_run",
     "simulator_checkpoint",
+    "write_setup",
 ]
 
 SIMULATOR_NAME = "checkpoint.pt"
 KEEP_PER_RANK = 2
 # Config keys that may differ between a checkpoint and the command that resumes it.
 RESUMABLE_KEYS = frozenset({"iterations", "out", "threads"})
+#: One party's checkpoints on the wire: [rank, {iteration: the members it records}].
+OFFER_SHAPE = [int, MapOf(ListOf(int, 65536), 1024, int_keys=True)]
 
 
 def simulator_checkpoint(folder: Path) -> Path:
@@ -148,3 +167,127 @@ def differing_keys(saved: dict[str, Any], requested: dict[str, Any]) -> list[str
         for key, value in requested.items()
         if key not in RESUMABLE_KEYS and key in saved and saved[key] != value
     )
+
+
+def checkpoint_path(engine: Engine, folder: Path, iteration: int) -> Path:
+    """Where this process writes its checkpoint of ``iteration``: its own party's file, or the
+    one file of every party."""
+    party = engine.own_party
+    return (
+        simulator_checkpoint(folder) if party is None else rank_checkpoint(folder, party, iteration)
+    )
+
+
+def save_run(run: Run, out: Path | None, elapsed: float, progress: bool) -> None:
+    """Write this process's checkpoint of the run now (none without a run folder); a party
+    with files of its own keeps its newest :data:`KEEP_PER_RANK`."""
+    if out is None:
+        return
+    run.faults.check("checkpoint", run.iteration)
+    path = checkpoint_path(run.engine, out, run.iteration)
+    state = {**run.state_dict(), "history": run.history, "elapsed": elapsed, "progress": progress}
+    if run.best_model is not None:  # --early-stopping's kept model
+        state["best_model"] = run.best_model.state_dict()
+    save_checkpoint(path, state)
+    if run.engine.own_party is not None:
+        prune_rank_checkpoints(out, run.engine.own_party)
+
+
+def resume(run: Run, out: Path, say: Callable[[str], None]) -> float:
+    """Continue from the folder's checkpoint; returns the elapsed seconds it recorded.
+
+    One process running every party reads its one checkpoint. Parties with files of their own
+    take the newest iteration that every party then in the run holds; the parties that were
+    not in the run then (lost before the crash) return to it there
+    (:meth:`slate.training.recovery.PartySet.admit`).
+    """
+    rank = run.engine.own_party
+    if rank is None:
+        state = load_checkpoint(simulator_checkpoint(out))
+        run.load_state_dict(state)
+        run.history = [dict(r) for r in state["history"]]
+        run.resumed_best = state.get("best_model")
+        return state["elapsed"]
+    mine = checkpoint_files(out, rank)
+    held = {t: load_checkpoint(path) for t, path in mine.items()}
+    offers = {str(t): state.get("members", run.party_set.members) for t, state in held.items()}
+    shared = run.engine.gather_json([[rank, offers]], OFFER_SHAPE, "list of its checkpoints")
+    everyone = [(r, {int(t): members for t, members in held.items()}) for r, held in shared]
+    latest, members = _common_checkpoint(everyone)
+    if latest is None:
+        raise ConfigError(
+            f"--resume {out}: party {rank} holds checkpoints of iterations {sorted(mine)}, but "
+            "no iteration is held by every party that was in the run then; the parties' "
+            "checkpoints do not line up (were they written by the same run?)."
+        )
+    own = held.get(latest) if rank in members else (held[max(held)] if held else None)
+    if rank in members:
+        run.load_state_dict(own, members_check=False)
+        run.history = [dict(r) for r in own["history"]]
+        run.resumed_best = own.get("best_model")
+    returning = sorted(r for r, _ in everyone if r not in members)
+    if returning:
+        change = Change(run.engine.generation, tuple(run.engine.members), joined=tuple(returning),
+                        position=2 * latest + 1)  # fmt: skip
+        run.party_set.admit(change, own if rank in returning else None)
+        say(f"parties {returning} return to the run at iteration {latest}")
+    return float(own["elapsed"]) if own is not None and rank in members else 0.0
+
+
+def _common_checkpoint(
+    everyone: list[tuple[int, dict[int, list[int]]]],
+) -> tuple[int | None, list[int]]:
+    """The newest iteration whose members (as its checkpoints record them) all hold it."""
+    holders: dict[int, set[int]] = {}
+    members_at: dict[int, list[int]] = {}
+    for rank, offers in everyone:
+        for t, members in offers.items():
+            holders.setdefault(t, set()).add(rank)
+            members_at.setdefault(t, list(members))
+    for t in sorted(holders, reverse=True):
+        if set(members_at[t]) <= holders[t]:
+            return t, members_at[t]
+    return None, []
+
+
+def write_setup(run: Run, out: Path, progress: bool) -> None:
+    """This party's set-up record (:func:`setup_file`), for a party with files of its own."""
+    party = run.engine.own_party
+    if party is None:
+        return
+    record = {"format": 1, "config": run.config.to_dict(), "exchanges": run.exchange.record,
+              "progress": progress}  # fmt: skip
+    save_checkpoint(setup_file(out, party), record)
+
+
+def returning_record(
+    config: TrainConfig, engine: Engine | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A party returning to a run in progress: its own newest checkpoint (None if it never
+    wrote one), and the record whose data set-up exchanges it replays (that checkpoint, else
+    its set-up record, else None)."""
+    if config.out is None or engine is None or engine.own_party is None:
+        return None, None
+    folder = Path(config.out)
+    files = checkpoint_files(folder, engine.own_party)
+    own = load_checkpoint(files[max(files)]) if files else None
+    if own is not None:
+        return own, own
+    path = setup_file(folder, engine.own_party)
+    return None, (load_checkpoint(path) if path.is_file() else None)
+
+
+def last_checkpoint_note(run: Run, out: Path | None) -> str:
+    """Which checkpoint a run that failed can be resumed from, for its error message."""
+    if out is None:
+        return "No checkpoint was written (no run folder)."
+    party = run.engine.own_party
+    if party is None:
+        path = simulator_checkpoint(out)
+        found = path if path.is_file() else None
+    else:
+        files = checkpoint_files(out, party)
+        found = files[max(files)] if files else None
+    if found is None:
+        return "No checkpoint had been written yet."
+    return f"The last good checkpoint is {found}."

@@ -31,6 +31,7 @@ __all__ = [
     "compressed",
     "evaluation_cost",
     "evaluation_count",
+    "parse_drops",
     "resolve_device",
     "should_compile",
     "with_evaluation_defaults",
@@ -61,14 +62,15 @@ COMPILE_MIN_ITERATIONS = 20_000  # ... in runs long enough to repay even a cold 
 
 
 def should_compile(
-    config: TrainConfig, engine_name: str, device: torch.device, model: torch.nn.Module
+    config: TrainConfig, one_process: bool, device: torch.device, model: torch.nn.Module
 ) -> bool:
     """Whether to ``torch.compile`` the parties' gradient (``--compile auto|on|off``).
 
-    ``auto`` compiles where it was measured faster (``benchmarks/RESULTS.md``): the simulator on
-    CPU, a model of at most ``COMPILE_MAX_PARAMETERS`` parameters (the w8a MLP's steps: 0.28 ms
-    against 0.95 ms; the MNIST CNN, compute-bound, gains about 1.3x for a 9 s compilation) and at
-    least ``COMPILE_MIN_ITERATIONS`` iterations: compiling costs about 9 s with a cold inductor
+    ``auto`` compiles where it was measured faster (``benchmarks/RESULTS.md``): one process
+    running every party (``one_process``: the simulator) on CPU, a model of at most
+    ``COMPILE_MAX_PARAMETERS`` parameters (the w8a MLP's steps: 0.28 ms against 0.95 ms; the
+    MNIST CNN, compute-bound, gains about 1.3x for a 9 s compilation) and at least
+    ``COMPILE_MIN_ITERATIONS`` iterations: compiling costs about 9 s with a cold inductor
     cache and 2.6 s with a warm one, so the paper's 10 000-iteration w8a run is 3 s slower
     compiled on a fresh machine and 3 s faster afterwards. Distributed processes stay eager: N
     compilations at once would share the same cores.
@@ -79,7 +81,7 @@ def should_compile(
         return False
     n_parameters = sum(p.numel() for p in model.parameters())
     return (
-        engine_name == "simulator"
+        one_process
         and device.type == "cpu"
         and n_parameters <= COMPILE_MAX_PARAMETERS
         and config.iterations >= COMPILE_MIN_ITERATIONS
@@ -240,3 +242,36 @@ def algorithm_config(config: TrainConfig) -> AlgorithmConfig:
         coda_objective=config.coda_objective,
         sampled_positive_rate=config.positives / config.batch_size,
     )
+
+
+def parse_drops(values: tuple[str, ...], nodes: int, iterations: int) -> dict[int, list[int]]:
+    """``--drop-party RANK@ITER`` values to ``{iteration: [ranks]}``, checked: the simulator's
+    schedule of injected party losses (:class:`slate.training.recovery.PartySet`).
+
+    A party dropped at ``ITER`` takes part in iterations ``0 .. ITER-1``; the others switch to
+    the surviving graph before step ``ITER``.
+    """
+    drops: dict[int, list[int]] = {}
+    seen: set[int] = set()
+    for text in values:
+        rank_text, sep, at_text = text.partition("@")
+        if not sep or not rank_text.strip().isdigit() or not at_text.strip().isdigit():
+            raise ConfigError(
+                f"--drop-party {text!r} is not RANK@ITER (for example 2@800: party 2 leaves "
+                "before iteration 800)."
+            )
+        rank, at = int(rank_text), int(at_text)
+        if rank >= nodes:
+            raise ConfigError(f"--drop-party {text}: rank {rank} is not one of 0..{nodes - 1}.")
+        if not 0 < at < iterations:
+            raise ConfigError(
+                f"--drop-party {text}: the iteration must lie in 1..{iterations - 1} "
+                f"(--iterations {iterations})."
+            )
+        if rank in seen:
+            raise ConfigError(f"--drop-party names party {rank} twice.")
+        seen.add(rank)
+        drops.setdefault(at, []).append(rank)
+    if len(seen) >= nodes:
+        raise ConfigError(f"--drop-party drops all {nodes} parties; at least one must remain.")
+    return {at: sorted(ranks) for at, ranks in sorted(drops.items())}

@@ -13,6 +13,8 @@
 The steps themselves are :meth:`slate.training.run.Run.advance`, the evaluations
 :class:`slate.training.evaluation.Evaluator`'s; a lost party (``--on-party-loss continue``) or a
 returning one changes the party set between passes (:class:`slate.training.recovery.PartySet`).
+Checkpoint files (writing, pruning, the agreement on where to resume, set-up records) are
+:mod:`slate.training.checkpoint`'s.
 """
 
 from __future__ import annotations
@@ -31,10 +33,9 @@ from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.engines.faults import ExchangeFailed
 from slate.engines.local import Engine
-from slate.engines.membership import Change, CountedLost
+from slate.engines.membership import CountedLost
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.metrics.divergence import advice_for, assess_divergence
-from slate.security.messages import ListOf, MapOf
 from slate.training import checkpoint
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
@@ -53,8 +54,6 @@ from slate.training.run import Run
 __all__ = ["RunResult", "train"]
 
 MAX_CHUNK = 1000  # steps of indices drawn at once
-#: One party's checkpoints on the wire: [rank, {iteration: the members it records}].
-OFFER_SHAPE = [int, MapOf(ListOf(int, 65536), 1024, int_keys=True)]
 
 
 @dataclass
@@ -128,25 +127,6 @@ def _lambda_text(topology) -> str:
         f"a cycle of {topology.cycle_length} one-peer rounds, per-round lambda "
         f"{topology.applied_lambda:.4f}"
     )
-
-
-def _checkpoint_path(run: Run, out: Path) -> Path:
-    if run.engine.name == "simulator":
-        return checkpoint.simulator_checkpoint(out)
-    return checkpoint.rank_checkpoint(out, run.engine.local_parties[0], run.iteration)
-
-
-def _save(run: Run, out: Path | None, elapsed: float, progress: bool) -> None:
-    if out is None:
-        return
-    run.faults.check("checkpoint", run.iteration)
-    path = _checkpoint_path(run, out)
-    state = {**run.state_dict(), "history": run.history, "elapsed": elapsed, "progress": progress}
-    if run.best_model is not None:  # --early-stopping's kept model
-        state["best_model"] = run.best_model.state_dict()
-    checkpoint.save_checkpoint(path, state)
-    if run.engine.name != "simulator":
-        checkpoint.prune_rank_checkpoints(out, run.engine.local_parties[0])
 
 
 class _Progress:
@@ -225,9 +205,8 @@ class _Loop:
                     self._recover()
                     failed = False
                 final = self._pass()
-            except ExchangeFailed:
-                if not self.run.party_set.recovers:
-                    raise
+            except ExchangeFailed as err:
+                self.run.engine.raise_unless_recovering(err)
                 failed = True  # (also when a recovery or a return itself failed: agree again)
                 continue
             if final is not None:
@@ -275,7 +254,7 @@ class _Loop:
         asked = boundary and run.engine.joins_requested()
         stopping, admitting = run.engine.any_of([run.stop_requested, asked])
         if stopping or boundary:
-            _save(run, self.out, self.elapsed(), self.bar.enabled)
+            checkpoint.save_run(run, self.out, self.elapsed(), self.bar.enabled)
         if stopping:
             raise RunInterrupted(_interrupted_message(run, self.out))
         if boundary:
@@ -315,8 +294,6 @@ class _Loop:
 
     def _admit_returning(self, asked: bool) -> None:
         engine = self.run.engine
-        if not getattr(engine, "recovers", False):
-            return
         change = engine.admit_returning(self.run.iteration, asked)
         if engine.store_out_of_reach and not self.said_store_lost:
             self.said_store_lost = True
@@ -361,62 +338,6 @@ class _Loop:
         )
 
 
-def _resume(run: Run, out: Path, say) -> float:
-    """Continue from the folder's checkpoint; returns the elapsed seconds it recorded.
-
-    The simulator reads its one checkpoint. Distributed parties take the newest iteration that
-    every party then in the run holds; the parties that were not in the run then (lost before
-    the crash) return to it there (:meth:`slate.training.recovery.PartySet.admit`).
-    """
-    if run.engine.name == "simulator":
-        state = checkpoint.load_checkpoint(checkpoint.simulator_checkpoint(out))
-        run.load_state_dict(state)
-        run.history = [dict(r) for r in state["history"]]
-        run.resumed_best = state.get("best_model")
-        return state["elapsed"]
-    rank = run.engine.local_parties[0]
-    mine = checkpoint.checkpoint_files(out, rank)
-    held = {t: checkpoint.load_checkpoint(path) for t, path in mine.items()}
-    offers = {str(t): state.get("members", run.party_set.members) for t, state in held.items()}
-    shared = run.engine.gather_json([[rank, offers]], OFFER_SHAPE, "list of its checkpoints")
-    everyone = [(r, {int(t): members for t, members in held.items()}) for r, held in shared]
-    latest, members = _common_checkpoint(everyone)
-    if latest is None:
-        raise ConfigError(
-            f"--resume {out}: party {rank} holds checkpoints of iterations {sorted(mine)}, but "
-            "no iteration is held by every party that was in the run then; the parties' "
-            "checkpoints do not line up (were they written by the same run?)."
-        )
-    own = held.get(latest) if rank in members else (held[max(held)] if held else None)
-    if rank in members:
-        run.load_state_dict(own, members_check=False)
-        run.history = [dict(r) for r in own["history"]]
-        run.resumed_best = own.get("best_model")
-    returning = sorted(r for r, _ in everyone if r not in members)
-    if returning:
-        change = Change(run.engine.generation, tuple(run.engine.members), joined=tuple(returning),
-                        position=2 * latest + 1)  # fmt: skip
-        run.party_set.admit(change, own if rank in returning else None)
-        say(f"parties {returning} return to the run at iteration {latest}")
-    return float(own["elapsed"]) if own is not None and rank in members else 0.0
-
-
-def _common_checkpoint(
-    everyone: list[tuple[int, dict[int, list[int]]]],
-) -> tuple[int | None, list[int]]:
-    """The newest iteration whose members (as its checkpoints record them) all hold it."""
-    holders: dict[int, set[int]] = {}
-    members_at: dict[int, list[int]] = {}
-    for rank, offers in everyone:
-        for t, members in offers.items():
-            holders.setdefault(t, set()).add(rank)
-            members_at.setdefault(t, list(members))
-    for t in sorted(holders, reverse=True):
-        if set(members_at[t]) <= holders[t]:
-            return t, members_at[t]
-    return None, []
-
-
 def train(
     config: TrainConfig | ResolvedConfig,
     *,
@@ -437,14 +358,13 @@ def train(
     """
     resolved = as_resolved(config)
     config = resolved.flags
-    returning = bool(getattr(engine, "returning", False))
+    returning = engine is not None and engine.returning
     if returning and not resume:
         raise ConfigError(
             "A run is already in progress at this rendezvous. To return a party to it, restart "
             "it with --resume and its own run folder; a new run needs a new rendezvous."
         )
-    own = _own_newest_checkpoint(config, engine) if returning else None
-    replay = own if own is not None else (_own_setup(config, engine) if returning else None)
+    own, replay = checkpoint.returning_record(config, engine) if returning else (None, None)
     try:
         run = Run(
             resolved,
@@ -463,8 +383,8 @@ def train(
     for note in run.data.notes:
         say(note)
     out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
-    if out is not None and run.engine.name == "distributed" and not returning:
-        _write_setup(run, out, progress)
+    if out is not None and not returning:
+        checkpoint.write_setup(run, out, progress)
     say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
     network = (
         "no network"  # one party: nothing to gossip, the topology and its lambda mean nothing
@@ -479,7 +399,7 @@ def train(
         run.party_set.admit(run.engine.rejoin(), own)
         log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")
     elif resume and out is not None:
-        offset = _resume(run, out, say)
+        offset = checkpoint.resume(run, out, say)
         say(f"resumed from iteration {run.iteration} of {out}")
     bar = _Progress(run, progress)
     loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
@@ -490,7 +410,7 @@ def train(
         try:
             final = loop.run_to_end()
         except TrainingDiverged as err:
-            raise TrainingDiverged(f"{err} {_last_checkpoint_note(run, out)}") from None
+            raise TrainingDiverged(f"{err} {checkpoint.last_checkpoint_note(run, out)}") from None
         finally:
             bar.close()
     history = run.history
@@ -530,48 +450,10 @@ def _divergence(run: Run, history: list[dict[str, float]], final: _Final):
     )  # fmt: skip
 
 
-def _write_setup(run: Run, out: Path, progress: bool) -> None:
-    """This party's set-up record (:func:`slate.training.checkpoint.setup_file`)."""
-    record = {"format": 1, "config": run.config.to_dict(), "exchanges": run.exchange.record,
-              "progress": progress}  # fmt: skip
-    checkpoint.save_checkpoint(checkpoint.setup_file(out, run.engine.local_parties[0]), record)
-
-
-def _own_setup(config: TrainConfig, engine: Engine | None) -> dict[str, Any] | None:
-    """A returning party's set-up record, or None without one."""
-    if config.out is None or engine is None:
-        return None
-    path = checkpoint.setup_file(Path(config.out), engine.local_parties[0])
-    return checkpoint.load_checkpoint(path) if path.is_file() else None
-
-
-def _own_newest_checkpoint(config: TrainConfig, engine: Engine | None) -> dict[str, Any] | None:
-    """A returning party's own newest checkpoint, or None if it never wrote one."""
-    if config.out is None or engine is None:
-        return None
-    files = checkpoint.checkpoint_files(Path(config.out), engine.local_parties[0])
-    return checkpoint.load_checkpoint(files[max(files)]) if files else None
-
-
-def _last_checkpoint_note(run: Run, out: Path | None) -> str:
-    if out is None:
-        return "No checkpoint was written (no run folder)."
-    if run.engine.name == "simulator":
-        path = checkpoint.simulator_checkpoint(out)
-        found = path if path.is_file() else None
-    else:
-        files = checkpoint.checkpoint_files(out, run.engine.local_parties[0])
-        found = files[max(files)] if files else None
-    if found is None:
-        return "No checkpoint had been written yet."
-    return f"The last good checkpoint is {found}."
-
-
 def _interrupted_message(run: Run, out: Path | None) -> str:
     if out is None:
         return f"Interrupted at iteration {run.iteration}; nothing was written (no run folder)."
     return (
         f"Interrupted at iteration {run.iteration}; checkpoint written to {out}. Continue with: "
-        f"slate train --resume {out}"
-        + (" --engine distributed" if run.engine.name != "simulator" else "")
+        f"slate train --resume {out}{run.engine.resume_flags}"
     )

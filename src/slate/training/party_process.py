@@ -87,7 +87,8 @@ def _resolved(config: TrainConfig) -> ResolvedConfig:
 
 def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float):
     """The distributed engine of this party: recovering from a lost party where it can."""
-    from slate.engines.distributed import DistributedEngine, backend_for
+    from slate.engines.distributed import DistributedEngine
+    from slate.engines.transport import backend_for
 
     device = settings.model.device
     if rendezvous is None:  # torchrun opened the default group; its agent handles failures
@@ -135,7 +136,7 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     together write to ``OUT/party<r>``.
     """
     from slate.data.local_data import RANK_PLACEHOLDER, party_path, uses_party_files
-    from slate.engines.distributed import broadcast_text
+    from slate.engines.json_exchange import broadcast_text
     from slate.training.outputs import default_out_dir
 
     out = config.out

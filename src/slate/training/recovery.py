@@ -3,7 +3,8 @@
 A run keeps going when a party is lost (``--on-party-loss continue``). What the training loop
 needs for that lives here:
 
-* :class:`Snapshots`: the last few states of this process, by *position*. Position ``2 t`` is
+* :class:`Snapshots`: the last few training states of this process
+  (:class:`slate.training.state.TrainingState`), by *position*. Position ``2 t`` is
   iteration ``t`` before its evaluation and checkpoint, ``2 t + 1`` after them, ready for step
   ``t``. A distributed party that detects a loss may be some gossip rounds ahead of a party
   farther away in the graph (a step needs only the neighbours' messages, and a local step none);
@@ -12,39 +13,36 @@ needs for that lives here:
   round's step and around each chunk's end (:meth:`PartySet.snapshot_before_step`), as many as
   :func:`snapshot_depth` says. Every saved tensor is replaced (never written in place) by the
   steps, so a snapshot holds references, not copies.
-* :func:`parse_drops`: the simulator's ``--drop-party RANK@ITER`` schedule, the same event
-  injected deterministically.
 * :func:`party_event`: the records of ``summary.json``'s ``party_events``.
 * :class:`PartySet`: the run's members and the changes of them (a component of
-  :class:`slate.training.run.Run`): rollback to a snapshot, losses, drops and returning parties.
+  :class:`slate.training.run.Run`): rollback to a snapshot, losses, drops (the simulator's
+  ``--drop-party`` schedule, :func:`slate.training.checks.parse_drops`) and returning parties.
+  It decides; the run carries the changes out, through the narrow :class:`PartyRun`
+  interface (take and restore a training state, keep parties, switch the topology, join).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
-import torch
 from torch import Tensor
 
-from slate.engines.local import MESSAGE_LIMIT
+from slate.engines.local import Engine
 from slate.engines.membership import Change, PartyLost
-from slate.errors import ConfigError
 from slate.security.messages import ANY, ListOf, MapOf
-from slate.topology import Topology, surviving_topology
-
-if TYPE_CHECKING:
-    from slate.training.run import Run
+from slate.topology import SurvivorGraph, Topology
+from slate.training.fault_plan import FaultPlan
+from slate.training.state import TrainingState
 
 __all__ = [
+    "PartyRun",
     "PartySet",
-    "RecordedExchange",
     "Snapshot",
     "Snapshots",
     "drift_rounds",
-    "parse_drops",
     "party_event",
     "rollback_rounds",
     "snapshot_depth",
@@ -56,24 +54,12 @@ BOUNDARY_SNAPSHOTS = 3
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything a party needs to resume from one position (references, not copies).
-
-    The communicator's state (compressed gossip's public copies, :mod:`slate.communication.choco`)
-    is not in it: every rollback is followed by a change of the party set, which gives every
-    survivor a new communicator whose public copies restart at zero
-    (:meth:`PartySet.change_parties`), the same on both sides of every edge.
-    """
+    """The training state at one position (references, not copies): everything a party needs
+    to resume from there. Its communicator restarts with the change of the party set that
+    follows every rollback (:meth:`PartySet.change_parties`)."""
 
     position: int
-    x: Tensor
-    algorithm_state: dict[str, Tensor]
-    buffers: dict[str, Tensor]
-    sampler_start: dict[str, Any]
-    sampler_used: int
-    loss_sum: Tensor
-    loss_steps: int
-    traffic: tuple[float, float]
-    history_length: int
+    state: TrainingState
 
     @property
     def iteration(self) -> int:
@@ -237,38 +223,6 @@ def snapshot_depth(topology: Topology) -> int:
     return most + BOUNDARY_SNAPSHOTS
 
 
-def parse_drops(values: tuple[str, ...], nodes: int, iterations: int) -> dict[int, list[int]]:
-    """``--drop-party RANK@ITER`` values to ``{iteration: [ranks]}``, checked.
-
-    A party dropped at ``ITER`` takes part in iterations ``0 .. ITER-1``; the others switch to
-    the surviving graph before step ``ITER``.
-    """
-    drops: dict[int, list[int]] = {}
-    seen: set[int] = set()
-    for text in values:
-        rank_text, sep, at_text = text.partition("@")
-        if not sep or not rank_text.strip().isdigit() or not at_text.strip().isdigit():
-            raise ConfigError(
-                f"--drop-party {text!r} is not RANK@ITER (for example 2@800: party 2 leaves "
-                "before iteration 800)."
-            )
-        rank, at = int(rank_text), int(at_text)
-        if rank >= nodes:
-            raise ConfigError(f"--drop-party {text}: rank {rank} is not one of 0..{nodes - 1}.")
-        if not 0 < at < iterations:
-            raise ConfigError(
-                f"--drop-party {text}: the iteration must lie in 1..{iterations - 1} "
-                f"(--iterations {iterations})."
-            )
-        if rank in seen:
-            raise ConfigError(f"--drop-party names party {rank} twice.")
-        seen.add(rank)
-        drops.setdefault(at, []).append(rank)
-    if len(seen) >= nodes:
-        raise ConfigError(f"--drop-party drops all {nodes} parties; at least one must remain.")
-    return {at: sorted(ranks) for at, ranks in sorted(drops.items())}
-
-
 #: What the staying members send a returning party (:meth:`PartySet.admit`): the history rows
 #: and graph changes are only stored and written to summary.json.
 WELCOME_SHAPE = {
@@ -283,46 +237,41 @@ def party_event(rank: int, iteration: int, event: str, reason: str) -> dict[str,
     return {"rank": rank, "iteration": iteration, "event": event, "reason": reason}
 
 
-class RecordedExchange:
-    """The data set-up's exchanges with the other parties, recorded, or replayed from a record.
+class PartyRun(Protocol):
+    """What a change of the party set needs from the run (:class:`slate.training.run.Run`)."""
 
-    Setting up per-party data (:func:`slate.data.sources.load_local_data`) agrees on the schema
-    and sums feature statistics with every party. A party that returns to a run in progress
-    cannot repeat those exchanges (the others are training), so every party records their
-    results in its checkpoints, and a returning party replays its own record: the same
-    agreed schema and statistics, with no message sent.
-    """
+    engine: Engine
+    faults: FaultPlan
+    iteration: int
+    history: list[dict[str, Any]]
+    topology: Topology
 
-    def __init__(self, engine: Any = None, record: list[Any] | None = None) -> None:
-        self.engine = engine
-        self.replaying = record is not None
-        self.record: list[Any] = list(record) if record is not None else []
-        self._next = 0
+    def training_state(self) -> TrainingState:
+        """The state now (references to the run's tensors)."""
+        ...
 
-    def total(self, value: Tensor) -> Tensor:
-        if self.replaying:
-            return self._replay().to(value.device)
-        result = self.engine.total(value)
-        self.record.append(result.detach().cpu())
-        return result
+    def restore(self, state: TrainingState) -> None:
+        """Continue from ``state``."""
+        ...
 
-    def gather_json(
-        self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
-    ) -> list[Any]:
-        if self.replaying:
-            return self._replay()
-        result = self.engine.gather_json(items, shape, what, limit)
-        self.record.append(result)
-        return result
+    def load_state_dict(self, state: dict[str, Any], members_check: bool = True) -> None:
+        """Continue from a checkpoint."""
+        ...
 
-    def _replay(self) -> Any:
-        if self._next >= len(self.record):
-            raise ConfigError(
-                "This party's checkpoint records fewer data set-up exchanges than its files "
-                "need now: were its --train/--test files or flags changed since the run began?"
-            )
-        self._next += 1
-        return self.record[self._next - 1]
+    def keep_parties(self, members: list[int]) -> None:
+        """Keep only the local parties among ``members``; the engine continues with them."""
+        ...
+
+    def switch_topology(self, members: list[int]) -> SurvivorGraph:
+        """Mix over the surviving graph of ``members`` from now on; returns that graph."""
+        ...
+
+    def join_at(
+        self, x: Tensor, algorithm_state: dict[str, Tensor], iteration: int, loss_steps: int,
+        rounds: float,
+    ) -> None:  # fmt: skip
+        """A returning party takes the members' model, iteration and clock."""
+        ...
 
 
 class PartySet:
@@ -331,7 +280,8 @@ class PartySet:
 
     A :class:`slate.training.run.Run` holds one (``run.party_set``); a change of the party set acts
     on the run's state (its parameters, algorithm variables, sampler streams, communicator, test
-    rows).
+    rows) through :class:`PartyRun`. With ``rollback`` (the engine recovers from a lost party)
+    it keeps the snapshots to roll back to.
 
     Attributes:
         members: the parties in the run now.
@@ -342,22 +292,25 @@ class PartySet:
             only; None otherwise).
     """
 
-    def __init__(self, run: Run, drops: dict[int, list[int]]) -> None:
+    def __init__(
+        self,
+        run: PartyRun,
+        drops: dict[int, list[int]],
+        nodes: int,
+        gossip_every: int,
+        rollback: bool,
+    ) -> None:
         self.run = run
-        self.members = list(range(run.config.nodes))
+        self.gossip_every = gossip_every
+        self.members = list(range(nodes))
         self.party_events: list[dict[str, Any]] = []
         self.graph_changes: list[dict[str, Any]] = []
         self.drops = drops
         self.snapshots: Snapshots | None = None
         self._rollback_rounds: tuple[bool, ...] = ()
-        if self.recovers:
+        if rollback:  # (a lost party leaves the others running: distributed, continue)
             self.snapshots = Snapshots(snapshot_depth(run.topology))
             self._rollback_rounds = rollback_rounds(run.topology)
-
-    @property
-    def recovers(self) -> bool:
-        """Whether a lost party leaves the others running (distributed, ``continue``)."""
-        return bool(getattr(self.run.engine, "recovers", False))
 
     def snapshot_before_step(self) -> None:
         """Before step ``t`` of a chunk: remember this position if a rollback can land here,
@@ -366,7 +319,7 @@ class PartySet:
         keeps the same positions, so the position the survivors agree on is held by all."""
         if self.snapshots is None:
             return
-        t, every = self.run.iteration, self.run.config.gossip_every
+        t, every = self.run.iteration, self.gossip_every
         phases = self._rollback_rounds
         if (t + 1) % every == 0 and phases[(t // every) % len(phases)]:
             self.snapshot(after_evaluation=True)
@@ -376,41 +329,15 @@ class PartySet:
         ``after_evaluation``, else at iteration ``t`` before its evaluation and checkpoint."""
         if self.snapshots is None:
             return
-        run = self.run
-        sampler_start, sampler_used = run.sampler_position
-        self.snapshots.add(
-            Snapshot(
-                position=2 * run.iteration + int(after_evaluation),
-                x=run.x,
-                algorithm_state=dict(run.algorithm.state),
-                buffers=dict(run.compute.buffers),
-                sampler_start=sampler_start,
-                sampler_used=sampler_used,
-                loss_sum=run.loss_sum,
-                loss_steps=run.loss_steps,
-                traffic=run.comm.counters(),
-                history_length=len(run.history),
-            )
-        )
-
-    def _restore(self, snapshot: Snapshot) -> None:
-        run = self.run
-        run.iteration = snapshot.iteration
-        run.x = snapshot.x
-        run.algorithm.state = dict(snapshot.algorithm_state)
-        run.compute.buffers = dict(snapshot.buffers)
-        run.seek_sampler(snapshot.sampler_used, snapshot.sampler_start)
-        run.loss_sum, run.loss_steps = snapshot.loss_sum, snapshot.loss_steps
-        run.comm.restore_counters(snapshot.traffic)
-        del run.history[snapshot.history_length :]
-        run.evaluator.forget_scores()
+        state = self.run.training_state()
+        self.snapshots.add(Snapshot(2 * state.iteration + int(after_evaluation), state))
 
     def recover(self) -> Change:
         """After a failed exchange: agree with the survivors on who is lost, roll back to the
         position all of them hold, and continue on the surviving graph."""
         assert self.snapshots is not None
         change = self.run.engine.leave_generation(self.snapshots.position)
-        self._restore(self.snapshots.rollback(change.position))
+        self.run.restore(self.snapshots.rollback(change.position).state)
         for rank in change.lost:
             self.party_events.append(
                 party_event(rank, change.iteration, "lost", change.reasons.get(rank, "lost"))
@@ -424,7 +351,7 @@ class PartySet:
         alive: roll back to its own newest snapshot, ask to be admitted again, and take the
         members' average at their next checkpoint boundary (:meth:`admit`), with no restart."""
         assert self.snapshots is not None
-        self._restore(self.snapshots.at(self.snapshots.position))
+        self.run.restore(self.snapshots.at(self.snapshots.position).state)
         change = self.run.engine.rejoin(reason="came back by itself after being out of reach")
         self.admit(change, None)
         return change
@@ -446,34 +373,13 @@ class PartySet:
         new graph (a ring that lost a party is a longer path; :func:`snapshot_depth`), keeping
         the snapshots held, so that a later loss can still roll back as far as it needs."""
         run = self.run
-        rows = [k for k, p in enumerate(run.engine.local_parties) if p in members]
-        if len(rows) < run.n_local:
-            self._keep_rows(rows)
-        run.engine.set_members(members)
+        run.keep_parties(members)
         self.members = sorted(members)
-        run.topology, graph = surviving_topology(run.base_topology, self.members)
+        graph = run.switch_topology(self.members)
         if self.snapshots is not None:  # parties drift apart along the new graph
             self.snapshots.resize(snapshot_depth(run.topology))
             self._rollback_rounds = rollback_rounds(run.topology)
-        traffic = run.comm.counters()
-        # Compressed gossip's public copies restart at zero on every survivor (engines.choco).
-        run.comm = run.make_communicator(torch.zeros_like(run.x))
-        run.comm.restore_counters(traffic)
-        run.algorithm.restart_tracking()
-        run.evaluator.forget_scores()
         self.graph_changes.append({"iteration": run.iteration, **graph.to_dict()})
-
-    def _keep_rows(self, rows: list[int]) -> None:
-        """Keep only these local parties' rows (the simulator's dropped parties leave)."""
-        run = self.run
-        index = torch.tensor(rows, device=run.device)
-        run.x = run.x.index_select(0, index)
-        run.algorithm.state = {k: v.index_select(0, index) for k, v in run.algorithm.state.items()}
-        run.compute.keep_parties(index)
-        run.loss_sum = run.loss_sum.index_select(0, index)
-        run.sampler.keep(rows)
-        run.n_local = len(rows)
-        run.evaluator.keep_parties(rows)
 
     def admit(self, change: Change, returning_state: dict[str, Any] | None) -> None:
         """Welcome the returning parties of ``change`` (collective over the new members).
@@ -490,29 +396,22 @@ class PartySet:
             run.faults.check("rejoin", 0)
         if returning and returning_state is not None:
             run.load_state_dict(returning_state, members_check=False)
-        x = self._staying_mean(run.x, returning, len(staying))
+        mine = run.training_state()
+        x = self._staying_mean(mine.x, returning, len(staying))
         state = {
             k: self._staying_mean(v, returning, len(staying))
-            for k, v in run.algorithm.state.items()
+            for k, v in mine.algorithm_state.items()
         }
         record = {
-            "iteration": run.iteration, "history": run.history, "loss_steps": run.loss_steps,
-            "rounds": run.comm.counters()[2],
+            "iteration": mine.iteration, "history": run.history, "loss_steps": mine.loss_steps,
+            "rounds": mine.traffic[2],
             "party_events": self.party_events, "graph_changes": self.graph_changes,
         }  # fmt: skip
         record = run.engine.broadcast_json(
             record if not returning else None, staying[0], WELCOME_SHAPE, "welcome record"
         )
         if returning:
-            run.x, run.algorithm.state = x, state
-            run.seek_sampler(record["iteration"] - run.iteration)
-            run.iteration = record["iteration"]
-            run.loss_sum = torch.zeros_like(run.loss_sum)
-            run.loss_steps = record["loss_steps"]
-            # The rounds are the run's clock, the same for every member; the bytes and
-            # messages stay this party's own (it sent nothing while it was away).
-            sent, messages, _ = run.comm.counters()
-            run.comm.restore_counters((sent, messages, record["rounds"]))
+            run.join_at(x, state, record["iteration"], record["loss_steps"], record["rounds"])
         run.history = record["history"]
         self.party_events = record["party_events"] + [
             party_event(

@@ -5,8 +5,10 @@ The simulator runs all N parties in one :class:`Run`; a distributed process runs
 is built (:meth:`Run.__init__`) from the config's checks and derived settings
 (:mod:`slate.training.checks`), and holds its parts: the local data and sampler, the topology, the
 algorithm and model, the communicator, the evaluator (:class:`slate.training.evaluation.Evaluator`)
-and the party set (:class:`slate.training.recovery.PartySet`). The training loop that drives a run,
-and writes its folder, is :func:`slate.training.loop.train`.
+and the party set (:class:`slate.training.recovery.PartySet`). The run owns its state operations:
+one training state (:class:`slate.training.state.TrainingState`) for both rollback snapshots and
+checkpoints, keeping parties and switching the topology; the party set decides when. The training
+loop that drives a run, and writes its folder, is :func:`slate.training.loop.train`.
 
 The hot loop (:meth:`Run.advance`) has no Python loop over parties and no host synchronisation:
 indices are drawn for a whole chunk of steps at once, losses are kept on the device, and the host
@@ -31,17 +33,18 @@ from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
 from slate.engines.base import Communicator
 from slate.engines.compute import Batch, PartyCompute
-from slate.engines.local import Engine, SimulatorEngine
+from slate.engines.local import Engine, RecordedExchange, SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
 from slate.models import build_model
 from slate.security.messages import as_received
-from slate.topology import build_topology
+from slate.topology import SurvivorGraph, build_topology, surviving_topology
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
-from slate.training.checks import should_compile, with_evaluation_defaults
+from slate.training.checks import parse_drops, should_compile, with_evaluation_defaults
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
 from slate.training.fault_plan import FaultPlan
-from slate.training.recovery import PartySet, RecordedExchange, parse_drops
+from slate.training.recovery import PartySet
+from slate.training.state import TrainingState
 
 __all__ = ["Run"]
 
@@ -67,8 +70,7 @@ class Run:
             torch.set_num_threads(config.threads)
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = self.settings.model.device
-        distributed = self.engine.name == "distributed"
-        self.faults = FaultPlan(self.engine.local_parties[0] if distributed else None)
+        self.faults = FaultPlan(self.engine.own_party)  # (a party with a process of its own)
         self.faults.check("setup", 0)
         self._load_data(data, exchanges)
         self._agree_on_the_run()
@@ -139,12 +141,14 @@ class Run:
         )
         self.base_topology = self.topology  # the graph of all N parties
         drops = parse_drops(config.drop_party, config.nodes, config.iterations)
-        if drops and self.engine.name != "simulator":
+        if drops and self.engine.own_party is not None:
             raise ConfigError(
                 "--drop-party injects party losses in the simulator; with the distributed "
                 "engine, stop a party's process instead."
             )
-        self.party_set = PartySet(self, drops)
+        self.party_set = PartySet(
+            self, drops, config.nodes, config.gossip_every, rollback=self.engine.recovers
+        )
 
     def _build_training(self) -> None:
         """The algorithm, the model and its per-party compute, the parties' starting parameters
@@ -162,7 +166,7 @@ class Run:
             self.algorithm.n_extra,
             n_parties=self.n_local,
             context=self.algorithm.context([self.labels[p] for p in self.data.parts]),
-            compile=should_compile(config, self.engine.name, self.device, model),
+            compile=should_compile(config, self.engine.own_party is None, self.device, model),
         )
         self.x = self.initial_parameters()
         self.gossip = gossip_settings(self.settings.communication, self.topology, self.x.shape[1])
@@ -172,8 +176,9 @@ class Run:
     def _agree_on_the_run(self) -> None:
         """Every process's trajectory settings must equal the others'
         (:mod:`slate.training.agreement`);
-        a returning party also checks its own against the recorded ones."""
-        if self.engine.name == "simulator":
+        a returning party also checks its own against the recorded ones. One process running
+        every party has no other to agree with."""
+        if self.engine.own_party is None:
             return
         fingerprint = run_fingerprint(self.config, self.engine.roster_digest)
         mine = [[party, fingerprint] for party in self.engine.local_parties]
@@ -261,25 +266,97 @@ class Run:
         self.iteration = 1
         return losses
 
+    def training_state(self) -> TrainingState:
+        """The training state now: references to the run's tensors, which the steps replace
+        and never write in place (a rollback snapshot), or copied by
+        :meth:`TrainingState.to_checkpoint`."""
+        return TrainingState(
+            iteration=self.iteration,
+            x=self.x,
+            algorithm_state=dict(self.algorithm.state),
+            buffers=dict(self.compute.buffers),
+            sampler=self._chunk_start,
+            sampler_used=self._chunk_used,
+            loss_sum=self.loss_sum,
+            loss_steps=self.loss_steps,
+            traffic=self.comm.counters(),
+            history_length=len(self.history),
+        )
+
+    def restore(self, state: TrainingState) -> None:
+        """Continue from ``state`` (a snapshot's, or a checkpoint's): the evaluations made
+        after it are dropped, and so are the scores kept from the last one."""
+        self.iteration = state.iteration
+        self.x = state.x.to(self.device)
+        self.algorithm.state = {k: v.to(self.device) for k, v in state.algorithm_state.items()}
+        self.compute.buffers = {k: v.to(self.device) for k, v in state.buffers.items()}
+        self.seek_sampler(state.sampler_used, state.sampler)  # that chunk's steps taken
+        self.loss_sum = state.loss_sum.to(self.device)
+        self.loss_steps = state.loss_steps
+        self.comm.restore_counters(state.traffic)
+        if state.history_length is not None:
+            del self.history[state.history_length :]
+        self.evaluator.forget_scores()
+
+    def keep_parties(self, members: list[int]) -> None:
+        """Keep only the local parties among ``members`` (the simulator's dropped parties
+        leave: their rows, parameters, algorithm variables, streams and test rows); the engine
+        continues with ``members``."""
+        rows = [k for k, p in enumerate(self.engine.local_parties) if p in members]
+        if len(rows) < self.n_local:
+            index = torch.tensor(rows, device=self.device)
+            self.x = self.x.index_select(0, index)
+            self.algorithm.state = {
+                k: v.index_select(0, index) for k, v in self.algorithm.state.items()
+            }
+            self.compute.keep_parties(index)
+            self.loss_sum = self.loss_sum.index_select(0, index)
+            self.sampler.keep(rows)
+            self.n_local = len(rows)
+            self.evaluator.keep_parties(rows)
+        self.engine.set_members(members)
+
+    def switch_topology(self, members: list[int]) -> SurvivorGraph:
+        """Mix over the surviving graph of ``members`` from now on
+        (:func:`slate.topology.surviving_topology`: Metropolis-Hastings weights over the
+        remaining edges, bridged where the graph fell apart), with a new communicator whose
+        traffic counters continue; returns that graph's record."""
+        self.topology, graph = surviving_topology(self.base_topology, members)
+        traffic = self.comm.counters()
+        # Compressed gossip's public copies restart at zero on every survivor (engines.choco).
+        self.comm = self.make_communicator(torch.zeros_like(self.x))
+        self.comm.restore_counters(traffic)
+        self.algorithm.restart_tracking()
+        self.evaluator.forget_scores()
+        return graph
+
+    def join_at(
+        self, x: Tensor, algorithm_state: dict[str, Tensor], iteration: int, loss_steps: int,
+        rounds: float,
+    ) -> None:  # fmt: skip
+        """A returning party takes the members' average model and algorithm variables, and
+        their iteration (its sampler streams skip ahead to it), loss steps and rounds."""
+        self.x, self.algorithm.state = x, algorithm_state
+        self.seek_sampler(iteration - self.iteration)
+        self.iteration = iteration
+        self.loss_sum = torch.zeros_like(self.loss_sum)
+        self.loss_steps = loss_steps
+        # The rounds are the run's clock, the same for every member; the bytes and
+        # messages stay this party's own (it sent nothing while it was away).
+        sent, messages, _ = self.comm.counters()
+        self.comm.restore_counters((sent, messages, rounds))
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue this run bit for bit (see
-        :mod:`slate.training.checkpoint`)."""
+        :mod:`slate.training.checkpoint`): its training state and what lies beside it."""
         return {
             "format": 1,
             "engine": self.engine.name,
             "parties": self.engine.local_parties,
-            "iteration": self.iteration,
-            "x": self.x.cpu(),
-            "algorithm_state": {k: v.cpu() for k, v in self.algorithm.state.items()},
-            "buffers": {k: v.cpu() for k, v in self.compute.buffers.items()},
-            "sampler": self._chunk_start,
-            "sampler_used": self._chunk_used,
-            "loss_sum": self.loss_sum.cpu(),
-            "loss_steps": self.loss_steps,
+            **self.training_state().to_checkpoint(),
             "evaluation_seconds": self.evaluator.seconds,
             "evaluation_bytes": self.evaluator.sent_bytes,
             "network": self.network_state(),
-            "traffic": list(self.comm.counters()),
             "communicator": self.comm.state_dict(),
             "config": self.config.to_dict(),
             "members": self.party_set.members,
@@ -298,17 +375,10 @@ class Run:
                 f"The checkpoint holds parties {state['parties']}, this process runs "
                 f"{self.engine.local_parties}: resume with the same engine and --nodes."
             )
-        self.iteration = state["iteration"]
-        self.x = state["x"].to(self.device)
-        self.algorithm.state = {k: v.to(self.device) for k, v in state["algorithm_state"].items()}
-        self.compute.buffers = {k: v.to(self.device) for k, v in state["buffers"].items()}
-        self.seek_sampler(state["sampler_used"], state["sampler"])  # that chunk's steps taken
-        self.loss_sum = state["loss_sum"].to(self.device)
-        self.loss_steps = state["loss_steps"]
+        self.restore(TrainingState.from_checkpoint(state))
         self.evaluator.seconds = state.get("evaluation_seconds", 0.0)
         self.evaluator.sent_bytes = state.get("evaluation_bytes", 0.0)
         self.start_network_clock(state.get("network"))
-        self.comm.restore_counters(state["traffic"])
         self.comm.load_state_dict(state.get("communicator", {}))
         self.party_set.party_events = list(state.get("party_events", []))
         self.party_set.graph_changes = list(state.get("graph_changes", []))
@@ -367,10 +437,9 @@ class Run:
     def mean_traffic(self) -> dict[str, float]:
         """Bytes, messages and rounds per party, averaged over all parties (collective)."""
         local = torch.tensor(self.comm.counters(), dtype=torch.float64, device=self.device)
-        if self.engine.name == "simulator":  # its counters are means already: count the sum
-            self.engine.count_collective(local)
-        else:
-            local = self.engine.total(local) / self.engine.n_parties
+        # Each process's counters are the means over its parties: their mean over the processes.
+        processes = self.engine.n_parties // len(self.engine.local_parties)
+        local = self.engine.total(local) / processes
         names = ("comm_bytes_per_party", "messages_per_party", "rounds")
         return dict(zip(names, local.tolist(), strict=True))
 

@@ -1,0 +1,153 @@
+"""Gossip between the distributed engine's processes: neighbour-only point-to-point messages.
+
+:class:`DistributedCommunicator` is the distributed engine's communicator
+(:class:`slate.engines.distributed.DistributedEngine` builds it): ``mix(x)`` exchanges **one flat
+buffer per neighbour per exchange** with ``dist.batch_isend_irecv``, only with the parties ``r``
+that have ``w_nr > 0``, then forms :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
+``average(x)`` is one ``all_reduce``. Every wait goes through a
+:class:`~slate.engines.faults.Waiter`, so that a lost peer becomes a clear error (or, with
+recovery, :class:`~slate.engines.faults.ExchangeFailed`); a party that leaves a generation sends
+its neighbours a *leave* message (:meth:`DistributedCommunicator.signal_leaving`).
+
+gloo carries CPU tensors, nccl CUDA tensors (:func:`backend_for`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from slate.communication.choco import ChocoGossip, RoundEdges
+from slate.communication.gossip import GossipSettings
+from slate.engines.base import Communicator
+from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter
+from slate.topology import Topology
+
+__all__ = ["LEAVE", "DistributedCommunicator", "backend_for"]
+
+LEAVE = 0.0  # the last element of a gossip message: 1 for parameters, 0 for "I have left"
+
+
+class DistributedCommunicator(Communicator):
+    """Neighbour-only gossip with point-to-point messages, and exact averages with all_reduce.
+
+    ``rank`` is this party's index in ``topology`` (and in ``group``, or in the default group).
+    With a compressor (CHOCO, :mod:`slate.communication.choco`), each message is the compressed
+    encoding itself (``torch.uint8``), not dense floats.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        rank: int,
+        group: Any = None,
+        waiter: Waiter | None = None,
+        settings: GossipSettings | None = None,
+        x0: Tensor | None = None,
+    ) -> None:
+        super().__init__(topology, settings)
+        self.rank = rank
+        self.group = group
+        self.n = topology.n
+        self.waiter = waiter or Waiter(FailureGuard(rank), None)
+        # With recovery, every gossip message carries a last element: 1 (parameters) or 0 (the
+        # sender has left this generation), so that a blocked receiver wakes up at once.
+        self.signals_leaving = self.waiter.watches
+        self._message: tuple[int, torch.dtype] | None = None  # the size and type of a message
+        self._unwaited: list[Any] = []  # leave messages are never waited for
+        self.choco: ChocoGossip | None = None
+        if self.settings.compressor is not None:
+            if x0 is None:
+                raise ValueError("compressed gossip needs the starting parameters x0")
+            self.choco = ChocoGossip(
+                topology, [rank], self.settings.compressor, self.settings.consensus_step, x0,
+                self._exchange_payloads,
+            )  # fmt: skip
+
+    def _peer(self, r: int) -> int:
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    def _gossip(self, x: Tensor, r: int) -> Tensor:
+        if self.choco is not None:
+            mixed, messages = self.choco.gossip(x, r)
+            self._count(messages * self.choco.payload_bytes(x.shape[-1]), messages)
+            return mixed
+        neighbours = self.topology.neighbours_at(self.rank, r)
+        if not neighbours:
+            return x
+        flat = x.reshape(-1).contiguous()
+        received = self._swap([flat] * len(neighbours), [peer for peer, _ in neighbours])
+        out = self.topology.self_weight_at(self.rank, r) * flat
+        for (_, w), theirs in zip(neighbours, received, strict=True):
+            out = out + w * theirs
+        self._count(len(neighbours) * flat.numel() * flat.element_size(), len(neighbours))
+        return out.view_as(x)
+
+    def _exchange_payloads(self, payload: Tensor, edges: RoundEdges) -> Tensor:
+        """CHOCO's exchange: row ``e`` of ``payload`` goes to ``edges.peers[e]``, whose own
+        payload for this party comes back as row ``e``."""
+        received = self._swap(list(payload), list(edges.peers))
+        return torch.stack(received) if received else payload
+
+    def _swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
+        """Send ``messages[k]`` to ``peers[k]`` and receive one message of the same size and type
+        from each, all at once (``batch_isend_irecv``)."""
+        if self.signals_leaving:  # one tagged copy per distinct message
+            tagged = {id(m): torch.cat([m, m.new_ones(1)]) for m in messages}
+            messages = [tagged[id(m)] for m in messages]
+        self._message = (messages[0].numel(), messages[0].dtype)
+        received = [torch.empty_like(m) for m in messages]
+        sends = [
+            dist.P2POp(dist.isend, m, self._peer(p), self.group)
+            for m, p in zip(messages, peers, strict=True)
+        ]
+        receives = [
+            dist.P2POp(dist.irecv, buf, self._peer(p), self.group)
+            for buf, p in zip(received, peers, strict=True)
+        ]
+        works = self.waiter.post(lambda: dist.batch_isend_irecv(sends + receives), peers)
+        k = len(sends)
+        # Receives first: a neighbour that has left sends a leave message instead of its
+        # parameters, and a send to it may otherwise block.
+        for peer, work, buf in zip(peers, works[k:], received, strict=True):
+            self.waiter.point_to_point(work, peer)
+            if self.signals_leaving and float(buf[-1]) == LEAVE:
+                raise ExchangeFailed(f"party {peer} of this generation left it")
+        for peer, work in zip(peers, works[:k], strict=True):
+            self.waiter.point_to_point(work, peer)
+        return [buf[:-1] for buf in received] if self.signals_leaving else received
+
+    def signal_leaving(self) -> None:
+        """Send every neighbour (of any round) a leave message in place of the next one."""
+        if not (self.signals_leaving and self._message is not None):
+            return
+        numel, dtype = self._message
+        leave = torch.full((numel,), LEAVE, dtype=dtype)
+        for r in self.topology.union_neighbours(self.rank):
+            # A neighbour whose connection is already gone needs no message.
+            with contextlib.suppress(RuntimeError, dist.DistBackendError):
+                self._unwaited.append(dist.isend(leave, self._peer(r), self.group))
+
+    def average(self, x: Tensor) -> Tensor:
+        total = x.clone()
+        self.waiter.collective(
+            lambda: dist.all_reduce(total, group=self.group, async_op=True), list(range(self.n))
+        )
+        self._count_all_reduce(x, self.n)
+        return total / self.n
+
+    def state_dict(self) -> dict:
+        return {"choco": self.choco.state_dict()} if self.choco is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.choco is not None and "choco" in state:
+            self.choco.load_state_dict(state["choco"])
+
+
+def backend_for(device: torch.device) -> str:
+    """nccl for CUDA tensors, gloo for CPU ones."""
+    return "nccl" if device.type == "cuda" else "gloo"
