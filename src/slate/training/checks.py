@@ -42,7 +42,7 @@ __all__ = [
 EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
 #: ``--threads``' default: one thread when a step's work (:func:`step_work`) is below this,
 #: torch's own count (one per core) from here on; measured in docs/engines.md ("Threads").
-SMALL_STEP_WORK = 1_000_000
+SMALL_STEP_WORK = 10_000_000
 
 
 def resolve_device(name: str) -> torch.device:
