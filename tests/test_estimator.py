@@ -333,3 +333,22 @@ def test_n_parties_is_chosen_from_the_positives_as_slate_train_chooses_it() -> N
     clf = SlateClassifier(iterations=50).fit(x, y)
     b = resolve_config(TrainConfig(dataset="csv")).positives
     assert clf.n_parties_ == max(1, min(20, int(y.sum()) // b)) < 20
+
+
+def test_threads_default_to_the_cli_rule_for_the_fit_only(imbalanced) -> None:
+    """Issue 32, item 7: ``threads=None`` follows ``slate train``'s default (one thread for a
+    small model) during ``fit``, then gives the process its own count back; an explicit count
+    is set for the process, as ``--threads`` is. The model is the same either way."""
+    import torch
+
+    X, y = imbalanced
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        default = SlateClassifier(n_parties=4, iterations=100).fit(X, y)
+        assert default.threads_ == 1 and torch.get_num_threads() == 2
+        two = SlateClassifier(n_parties=4, iterations=100, threads=2).fit(X, y)
+        assert two.threads_ == 2 and torch.get_num_threads() == 2
+        np.testing.assert_array_equal(default.decision_function(X), two.decision_function(X))
+    finally:
+        torch.set_num_threads(before)

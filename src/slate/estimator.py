@@ -126,7 +126,10 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         seed: the seed of the partition, the model's initial weights and the sampling.
         device: ``cpu`` or ``cuda``.
         threads: torch CPU threads, set for the whole process as ``slate train --threads``
-            does (``None``: torch's setting, unchanged).
+            does. ``None``: ``slate train``'s default, for this fit only: one thread when the
+            model is small (parameters x parties x ``batch_size`` below
+            :data:`slate.training.checks.SMALL_STEP_WORK`), else torch's setting; the
+            process's own count is restored after ``fit``. ``threads_`` is the count used.
         compile: ``torch.compile`` the parties' steps: ``auto``, ``on`` or ``off``.
         verbose: show the progress bar and ``slate train``'s console lines (their "test" rows
             are the training rows).
@@ -294,7 +297,12 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
                 b = settings.flags.positives
                 settings = settings.replace(nodes=parties_for_positives(int(labels.sum()), b))
                 config = dataclasses.replace(config, nodes=settings.flags.nodes)
-            result = train(settings, data=dataset, write=False, progress=self.verbose, log=log)
+            threads = torch.get_num_threads()
+            try:
+                result = train(settings, data=dataset, write=False, progress=self.verbose, log=log)
+            finally:
+                if self.threads is None:  # the default's count is this fit's, not the process's
+                    torch.set_num_threads(threads)
         except _SLATE_INPUT_ERRORS as err:
             raise ValueError(_with_parameter_names(str(err)) + _party_note(err, ids)) from err
         log.warn_if_not_learning()
@@ -307,6 +315,7 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         self.n_parties_ = config.nodes
         self.party_sizes_ = _party_sizes(parts, labels, config)
         self.history_ = result.history
+        self.threads_ = result.summary["config"]["threads"]
         return self
 
     def _positive_class(self, classes: np.ndarray, y: np.ndarray) -> Any:

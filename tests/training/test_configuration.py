@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -80,3 +82,30 @@ def test_the_launcher_reads_a_table_once_to_choose_n_and_check_it(tmp_path, monk
     assert reads[0] + checks[0] == 1
     forwarded, nodes = started[0][0], started[0][1]
     assert forwarded[-2:] == ["--nodes", str(nodes)] and nodes < 20  # chosen from the table
+
+
+@pytest.fixture
+def torch_threads():
+    """The run sets torch's thread count for the process; the suite's own count comes back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_thread_default_is_resolved_recorded_and_changes_no_number(tmp_path, torch_threads):
+    """Issue 32, item 7: ``--threads`` unset resolves to one thread for a small model, recorded
+    in summary.json's config; the run's model.pt is byte-identical with 1 and 2 threads."""
+    common = ["train", "--dataset", "digits", "--iterations", "60", "--nodes", "4",
+              "--hidden", "64", "--no-progress", "--out"]  # fmt: skip
+    folders = {}
+    for threads in (None, 1, 2):
+        out = tmp_path / f"threads-{threads}"
+        extra = [] if threads is None else ["--threads", str(threads)]
+        assert main([*common, str(out), *extra]) == 0
+        config = json.loads((out / "summary.json").read_text())["config"]
+        assert config["threads"] == (1 if threads is None else threads)
+        assert torch.get_num_threads() == config["threads"]
+        folders[threads] = out
+    model = (folders[1] / "model.pt").read_bytes()
+    assert (folders[2] / "model.pt").read_bytes() == model
+    assert (folders[None] / "model.pt").read_bytes() == model

@@ -29,15 +29,21 @@ __all__ = [
     "check_config",
     "check_out_dir",
     "compressed",
+    "default_threads",
     "evaluation_cost",
     "evaluation_count",
     "parse_drops",
     "resolve_device",
     "should_compile",
+    "step_work",
     "with_evaluation_defaults",
+    "with_thread_default",
 ]
 
 EVALUATION_BUDGET = 0.1  # default evaluations cost at most this share of the training work
+#: ``--threads``' default: one thread when a step's work (:func:`step_work`) is below this,
+#: torch's own count (one per core) from here on; measured in docs/engines.md ("Threads").
+SMALL_STEP_WORK = 10_000_000
 
 
 def resolve_device(name: str) -> torch.device:
@@ -130,6 +136,40 @@ def with_evaluation_defaults(
             evaluation_count(iterations, every) + config.nodes <= affordable
         )
     return dataclasses.replace(config, eval_every=every, party_ap=party_ap)
+
+
+def step_work(parameters: int, parties: int, batch_size: int) -> int:
+    """One training step's work, as ``--threads``' default measures it: the model's parameters
+    times this process's parties times the rows of each party's batch (m)."""
+    return parameters * parties * batch_size
+
+
+def default_threads(parameters: int, parties: int, batch_size: int) -> int:
+    """``--threads``' default for a process that runs ``parties`` parties of a model of
+    ``parameters`` parameters on batches of ``batch_size`` rows: 1 when the step's work
+    (:func:`step_work`) is below :data:`SMALL_STEP_WORK`, where more threads cost more in
+    start-up and waiting than they save (and far more on a busy machine), else the threads
+    torch uses now (by default one per core)."""
+    if step_work(parameters, parties, batch_size) < SMALL_STEP_WORK:
+        return 1
+    return torch.get_num_threads()
+
+
+def with_thread_default(
+    config: TrainConfig, input_shape: tuple[int, ...], parties: int
+) -> TrainConfig:
+    """``config`` with ``threads`` filled (:func:`default_threads`) when it was not given:
+    the count of the model's parameters, built without memory on the meta device, for inputs
+    of ``input_shape``. An explicit ``--threads`` is kept. Threads change the speed only."""
+    if config.threads is not None:
+        return config
+    from slate.models import build_model  # the models import nothing from here; kept local
+
+    with torch.device("meta"):
+        model = build_model(config.model, input_shape, hidden=config.hidden, seed=config.seed)
+    parameters = sum(p.numel() for p in model.parameters())
+    threads = default_threads(parameters, parties, config.batch_size)
+    return dataclasses.replace(config, threads=threads)
 
 
 def compressed(config: TrainConfig) -> bool:

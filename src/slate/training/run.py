@@ -39,7 +39,12 @@ from slate.models import build_model
 from slate.security.messages import as_received
 from slate.topology import SurvivorGraph, build_topology, surviving_topology
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
-from slate.training.checks import parse_drops, should_compile, with_evaluation_defaults
+from slate.training.checks import (
+    parse_drops,
+    should_compile,
+    with_evaluation_defaults,
+    with_thread_default,
+)
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
 from slate.training.fault_plan import FaultPlan
@@ -65,9 +70,7 @@ class Run:
         exchanges: list[Any] | None = None,
     ) -> None:
         self.settings = as_resolved(config)  # resolved and checked once, by the caller
-        config = self.settings.flags
-        if config.threads:
-            torch.set_num_threads(config.threads)
+        config = self.settings.flags  # --threads is set once the data is read (_load_data)
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = self.settings.model.device
         self.faults = FaultPlan(self.engine.own_party)  # (a party with a process of its own)
@@ -118,9 +121,11 @@ class Run:
         filled = with_evaluation_defaults(
             self.config, self.data.n_test, party_ap_possible=not self.data.federated
         )
+        filled = with_thread_default(filled, self.data.input_shape, len(self.engine.local_parties))
         self.settings = self.settings.replace(
-            eval_every=filled.eval_every, party_ap=filled.party_ap
+            eval_every=filled.eval_every, party_ap=filled.party_ap, threads=filled.threads
         )
+        torch.set_num_threads(filled.threads)  # --threads, else its default (checks.py)
 
     def _build_sampler(self) -> None:
         """The local parties' training rows on the device, and their sampling streams."""
