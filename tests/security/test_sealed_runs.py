@@ -3,6 +3,7 @@ number, a flipped byte is refused naming its sender, and nothing crosses in clea
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -18,6 +19,7 @@ from tests.sites import (
     free_port,
     identity_flags,
     make_roster,
+    serve,
     start_party,
     write_sites,
 )
@@ -146,3 +148,38 @@ def test_nothing_crosses_in_clear_under_a_roster(tmp_path):
     assert max(best_cosine(hidden, m) for m in models) < 0.5
     for marker in markers:
         assert not any(marker in m for m in hidden), marker
+
+
+def test_with_continue_a_refused_sender_is_counted_as_lost(tmp_path):
+    write_sites(tmp_path, parties=3, rows=300)
+    roster = make_roster(tmp_path, 3)
+    port = free_port()
+    server = serve(port, "--roster", str(roster))
+    flags = ["--nodes", "3", "--external-store", "--on-party-loss", "continue", *SITE_FLAGS,
+             "--iterations", "200", "--topology", "ring"]  # fmt: skip
+    old = dict(os.environ)
+    os.environ["SLATE_FLIP_SEALED"] = "1@200"
+    try:
+        parties = [start_party(tmp_path, r, port, *flags, *identity_flags(roster, r))
+                   for r in range(3)]  # fmt: skip
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    done = []
+    for party in parties:
+        try:
+            out, err = party.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            party.kill()
+            out, err = party.communicate()
+        done.append((party.returncode, out + err))
+    server.kill()
+    server.communicate()
+    assert done[1][0] != 0
+    for rank in (0, 2):
+        code, text = done[rank]
+        assert code == 0, text[-3000:]
+        events = json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
+        lost = [e for e in events["party_events"] if e["event"] == "lost"]
+        assert [e["rank"] for e in lost] == [1], events["party_events"]
+    assert "refused a sealed message from party 1" in "\n".join(t for _, t in done)

@@ -1,7 +1,8 @@
 """``python wire_capture.py OUT train ...``: ``slate`` with every payload it hands to
 ``torch.distributed`` (``batch_isend_irecv``'s sends, ``all_reduce``, ``all_gather``,
-``broadcast``; a run without a lost party sends nothing else) appended to ``OUT`` as it is handed over (length-prefixed raw bytes), for the
-confidentiality test of sealed runs (tests/security/test_sealed_runs.py)."""
+``broadcast``; a run without a lost party sends nothing else) appended to ``OUT`` as it is handed
+over (length-prefixed raw bytes), for the confidentiality test of sealed runs
+(tests/security/test_sealed_runs.py)."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ class SealedWire:
         if self._flip is not None and self._sealed == self._flip:
             sealed[0] ^= 1  # test-only (FLIP_ENV)
         self._sealed += 1
-        return sealed
+        return sealed.to(tensor.device)  # nccl carries CUDA tensors
 
     def open(self, sealed: Tensor, peer: int, like: Tensor) -> Tensor:
         """The message of the member at index ``peer`` for this channel's next round, of
@@ -126,7 +126,8 @@ class SealedWire:
 
     def buffer(self, like: Tensor) -> Tensor:
         """An empty receive buffer for a sealed message of ``like``'s size."""
-        return torch.empty(sealed_numel(like.numel(), like.dtype), dtype=torch.uint8)
+        size = sealed_numel(like.numel(), like.dtype)
+        return torch.empty(size, dtype=torch.uint8, device=like.device)
 
     def swap(
         self,
