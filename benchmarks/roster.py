@@ -99,9 +99,12 @@ def one_run(root: Path, out: str, iterations: int, roster: Path | None) -> dict:
     return {"wall": wall, "train_wall": max(s["wall_seconds"] for s in summaries), "model": model}
 
 
-def same_model(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    """Whether two state dicts hold the same names and bit-identical tensors."""
-    return a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+def same_model(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], tol: float = 0.0) -> bool:
+    """Whether two state dicts hold the same names and tensors equal to ``tol`` (bit-identical
+    with 0)."""
+    return a.keys() == b.keys() and all(
+        torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=tol) for key in a
+    )
 
 
 def roster_cost(data_dir: Path, quick: bool) -> list[str]:
@@ -115,7 +118,7 @@ def roster_cost(data_dir: Path, quick: bool) -> list[str]:
     lines = ["\n## Signed coordination records (`--roster`): 4 sites on w7a\n",
              "| wall time | plain, median (s) | `--roster`, median (s) | signed / plain "
              "(medians) | per-pair ratio, min | per-pair ratio, max | rank 0's models "
-             "bit-identical |",
+             "equal to 1e-6 |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     plain: list[dict] = []
     signed: list[dict] = []
@@ -132,7 +135,9 @@ def roster_cost(data_dir: Path, quick: bool) -> list[str]:
                       f"{run['train_wall']:.2f} s)", file=sys.stderr, flush=True)  # fmt: skip
     reference = plain[0]["model"]
     repeatable = all(same_model(reference, run["model"]) for run in plain)
-    identical = all(same_model(reference, run["model"]) for run in signed)
+    # Under --roster every exchange is sealed and every all-reduce sums in rank order instead of
+    # gloo's ring order: equal up to float summation order (issue 30), not bit for bit.
+    identical = all(same_model(reference, run["model"], 1e-6) for run in signed)
     for field, label in (("wall", "whole run"), ("train_wall", "training (`wall_seconds`)")):
         a = statistics.median(run[field] for run in plain)
         b = statistics.median(run[field] for run in signed)
@@ -147,9 +152,10 @@ def roster_cost(data_dir: Path, quick: bool) -> list[str]:
         f"--rank R --external-store` sites ({rows:,} w7a training rows each, every 4th line; "
         f"`--features 300 --seed 1 --iterations {iterations} --timeout 60`, "
         "`--on-party-loss continue`, so heartbeats run), the signed runs with `--roster` on "
-        "every process and `--key` on each site. *Whole run* is the wall time from starting the "
-        "rendezvous to the exit of the last party; *training* is the largest `wall_seconds` of "
-        "the 4 sites' `summary.json`. All 5 processes share the machine's cores. "
+        "every process and `--key` on each site (so every exchange is sealed). *Whole run* is "
+        "the wall time from starting the rendezvous to the exit of the last party; *training* "
+        "is the largest `wall_seconds` of the 4 sites' `summary.json`. All 5 processes share "
+        "the machine's cores. "
         f"Whole-run seconds per pair (plain / signed): {walls}.",
     ]
     if not repeatable:

@@ -51,6 +51,7 @@ from slate.engines.liveness import (
 from slate.engines.local import MESSAGE_LIMIT, Engine
 from slate.engines.lookout import Lookout
 from slate.engines.membership import Change, Membership, PartyLost
+from slate.engines.sealed_wire import SealedWire
 from slate.engines.store_records import Records, SigningStore
 from slate.engines.transport import DistributedCommunicator
 from slate.security.identity import SiteIdentity
@@ -102,6 +103,7 @@ class DistributedEngine(Engine):
         self.timeout_s = 60.0
         self._aborted: list[Any] = []  # process groups left behind, never destroyed
         self._communicator: DistributedCommunicator | None = None
+        self._wire: SealedWire | None = None  # never sealed on a group opened outside slate
         self._heartbeat: Heartbeat | None = None
         self._lookout: Lookout | None = None
         self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
@@ -132,6 +134,7 @@ class DistributedEngine(Engine):
         engine.backend = backend
         engine._aborted = []
         engine._communicator = None
+        engine._wire = None
         engine.members = tuple(range(rendezvous.world))
         engine.records = records = rendezvous.records()
         engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
@@ -206,6 +209,8 @@ class DistributedEngine(Engine):
             dist.PrefixStore(scope, self.rendezvous.store), self.records, self.members,
             self.timeout_s, scope,
         )  # fmt: skip
+        self._wire = None
+        key = SealedWire.publish(self.records, generation) if self.records.identity else None
         try:
             dist.init_process_group(
                 self.backend,
@@ -222,6 +227,16 @@ class DistributedEngine(Engine):
                     f"Party {self.rank} could not open the process group: {first_line(err)}"
                 ) from None
             raise ExchangeFailed(first_line(err)) from None
+        if key is not None:  # under a roster every exchange of this generation is sealed
+            self._wire = SealedWire.establish(self.records, key, self.members, self.timeout_s)
+            self._wire.on_refused = self._note_refused
+
+    def _note_refused(self, sender: int, why: str) -> None:
+        """With ``continue``: tell the survivors that ``sender``'s sealed message was
+        refused, so that they count it as lost (:meth:`Membership.agree_on_loss`)."""
+        if self.membership is not None:
+            with contextlib.suppress(RuntimeError, dist.DistStoreError):
+                self.membership.report_refused(sender, why)
 
     def _start_up_failure(self, err: Exception) -> str:
         """Why the run's first process group did not open: the parties that never reached the
@@ -367,8 +382,9 @@ class DistributedEngine(Engine):
     ) -> Communicator:
         del device
         comm = DistributedCommunicator(
-            topology, self.members.index(self.rank), waiter=self.waiter, settings=settings, x0=x0
-        )
+            topology, self.members.index(self.rank), waiter=self.waiter, settings=settings, x0=x0,
+            wire=self._wire,
+        )  # fmt: skip
         self._communicator = comm
         return comm
 
@@ -386,6 +402,8 @@ class DistributedEngine(Engine):
 
     def _all_reduce(self, out: Tensor, op: Any) -> Tensor:
         self.count_collective(out)
+        if self._wire is not None:
+            return self._wire.reduce(self.waiter, out, _SEALED_OPS[op])
         self.waiter.collective(lambda: dist.all_reduce(out, op=op, async_op=True), self._everyone())
         return out
 
@@ -425,6 +443,8 @@ class DistributedEngine(Engine):
 
     def _all_gather(self, value: Tensor) -> list[Tensor]:
         self.count_all_gather(value)
+        if self._wire is not None:
+            return self._wire.gather(self.waiter, value)
         parts = [torch.empty_like(value) for _ in range(self.n_parties)]
         self.waiter.collective(
             lambda: dist.all_gather(parts, value, async_op=True), self._everyone()
@@ -432,6 +452,9 @@ class DistributedEngine(Engine):
         return parts
 
     def _broadcast(self, value: Tensor, src: int) -> None:
+        if self._wire is not None:
+            self._wire.broadcast(self.waiter, value, src)
+            return
         self.waiter.collective(
             lambda: dist.broadcast(value, src=src, async_op=True), self._everyone()
         )
@@ -456,6 +479,9 @@ class DistributedEngine(Engine):
             except (RuntimeError, dist.DistStoreError):
                 pass  # the store's host is gone; the results are written
 
+
+_SEALED_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
+               dist.ReduceOp.BOR: "or"}  # fmt: skip
 
 ROSTER_KEY = "slate/roster"  # each party's roster digest ("none" without one), for messages
 

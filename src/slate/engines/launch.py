@@ -201,9 +201,9 @@ INSECURE_WARNING = (
 )
 SIGNED_NOTE = (
     "note: the rendezvous {host}:{port} is not a loopback address: only the sites on the "
-    "--roster take part, and every record a site acts on is signed; parameters, counts and the "
-    "store's contents still travel "
-    "unencrypted, so connect sites outside one trusted network through a VPN or SSH tunnels "
+    "--roster take part, every record a site acts on is signed, and every message between sites "
+    "is sealed (AES-256-GCM); the store's contents (addresses, host names, who is in the run) "
+    "still travel unencrypted, so keep the rendezvous port reachable by the sites only "
     "(docs/security.md)."
 )
 

@@ -219,6 +219,14 @@ class Membership:
         change = self._decide(self._loss_proposal)
         return self._adopt(change)
 
+    def report_refused(self, sender: int, why: str) -> None:
+        """Record (signed by this party) that a sealed message of ``sender`` was refused: the
+        survivors then count ``sender`` as lost in this generation's loss agreement."""
+        self.records.put(self.key(f"refused/{sender}"), why[:1000], self.generation)
+
+    def _refused(self, member: int) -> str | None:
+        return self.records.get(self.key(f"refused/{member}"), None, self.generation)
+
     def _checked_in(self, member: int) -> int | None:
         """The position ``member`` checked in with after leaving this generation, if it did."""
         body = self.records.get(self.key(f"down/{member}"), self._signer(member), self.generation)
@@ -232,6 +240,11 @@ class Membership:
     def _loss_proposal(self, liveness: Liveness, late: bool) -> Change | None:
         down, lost, reasons = {}, [], {}
         for member in self.members:
+            refused = self._refused(member)
+            if refused is not None:  # its sealed messages were refused: never mixed again
+                lost.append(member)
+                reasons[member] = f"its sealed message was refused ({refused[:200]})"
+                continue
             position = self._checked_in(member)
             if position is not None:
                 down[member] = position

@@ -25,6 +25,7 @@ from slate.communication.choco import ChocoGossip, RoundEdges
 from slate.communication.gossip import GossipSettings
 from slate.engines.base import Communicator
 from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter
+from slate.engines.sealed_wire import SealedWire
 from slate.topology import Topology
 
 __all__ = ["LEAVE", "DistributedCommunicator", "backend_for"]
@@ -48,9 +49,11 @@ class DistributedCommunicator(Communicator):
         waiter: Waiter | None = None,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
+        wire: SealedWire | None = None,
     ) -> None:
         super().__init__(topology, settings)
         self.rank = rank
+        self.wire = wire  # under --roster: every message sealed (slate.engines.sealed_wire)
         self.group = group
         self.n = topology.n
         self.waiter = waiter or Waiter(FailureGuard(rank), None)
@@ -100,6 +103,8 @@ class DistributedCommunicator(Communicator):
             tagged = {id(m): torch.cat([m, m.new_ones(1)]) for m in messages}
             messages = [tagged[id(m)] for m in messages]
         self._message = (messages[0].numel(), messages[0].dtype)
+        if self.wire is not None:
+            return self._sealed_swap(messages, peers)
         received = [torch.empty_like(m) for m in messages]
         sends = [
             dist.P2POp(dist.isend, m, self._peer(p), self.group)
@@ -121,6 +126,18 @@ class DistributedCommunicator(Communicator):
             self.waiter.point_to_point(work, peer)
         return [buf[:-1] for buf in received] if self.signals_leaving else received
 
+    def _sealed_swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
+        """:meth:`_swap` with every message sealed, and opened before anything reads it."""
+        assert self.wire is not None
+
+        def check(peer: int, message: Tensor) -> None:
+            if self.signals_leaving and float(message[-1]) == LEAVE:
+                raise ExchangeFailed(f"party {peer} of this generation left it")
+
+        pairs = list(zip(peers, messages, strict=True))
+        received = self.wire.swap(self.waiter, pairs, pairs, self.group, check)
+        return [buf[:-1] for buf in received] if self.signals_leaving else received
+
     def signal_leaving(self) -> None:
         """Send every neighbour (of any round) a leave message in place of the next one."""
         if not (self.signals_leaving and self._message is not None):
@@ -130,9 +147,13 @@ class DistributedCommunicator(Communicator):
         for r in self.topology.union_neighbours(self.rank):
             # A neighbour whose connection is already gone needs no message.
             with contextlib.suppress(RuntimeError, dist.DistBackendError):
-                self._unwaited.append(dist.isend(leave, self._peer(r), self.group))
+                sent = leave if self.wire is None else self.wire.seal(leave, r)
+                self._unwaited.append(dist.isend(sent, self._peer(r), self.group))
 
     def average(self, x: Tensor) -> Tensor:
+        if self.wire is not None:
+            self._count_all_reduce(x, self.n)
+            return self.wire.reduce(self.waiter, x, "sum") / self.n
         total = x.clone()
         self.waiter.collective(
             lambda: dist.all_reduce(total, group=self.group, async_op=True), list(range(self.n))

@@ -1,0 +1,214 @@
+"""Sealed messages between the distributed engine's processes under ``--roster`` (issue 30).
+
+:class:`SealedWire` holds this party's :class:`~slate.security.sealing.SealedChannel` to every
+other member of one generation, and one round counter per channel and direction. Both sides of
+a pair advance a counter once per message, in the lockstep order of exchanges, so the receiver
+always knows the round of the message it waits for. The wire is built when the generation's
+process group opens (:meth:`SealedWire.establish`): each member makes a fresh X25519 key,
+publishes its record signed by its site key under ``slate/pg{g}/sealing/{rank}``, and verifies
+every other member's record against the roster. Keys live in memory only (never in a
+checkpoint); the next generation gets new ones.
+
+Every exchange of a sealed run goes through :meth:`SealedWire.swap`: point-to-point ``uint8``
+messages (plaintext plus the 16-byte tag) with ``batch_isend_irecv``. What gloo would do as an
+all-reduce, all-gather or broadcast is done here as sealed point-to-point steps, combined in
+rank order so that every member gets the same bits (:meth:`reduce`, :meth:`gather`,
+:meth:`broadcast`). A message that does not open raises
+:class:`~slate.security.sealing.SealedMessageRefused` naming its sender; nothing of it is used.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
+from slate.engines.faults import ExchangeFailed
+from slate.engines.membership import PartyLost
+from slate.security.sealing import (
+    SealedChannel,
+    SealedMessageRefused,
+    SealingKey,
+    SealingKeyRefused,
+    sealing_key_record,
+)
+
+__all__ = ["FLIP_ENV", "SealedWire", "sealing_key_name"]
+
+#: Test-only: ``RANK@N`` makes party RANK flip one byte of the N-th message it seals (counted
+#: from 0 over all its channels), so that a real run can show the receiver refusing it.
+FLIP_ENV = "SLATE_FLIP_SEALED"
+
+REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "sum": torch.add,
+    "min": torch.minimum,
+    "max": torch.maximum,
+    "or": torch.bitwise_or,
+}
+
+
+def sealing_key_name(generation: int, rank: int) -> str:
+    return f"slate/pg{generation}/sealing/{rank}"
+
+
+class SealedWire:
+    """Party ``rank``'s sealed channels to the other ``members`` (global ranks, in group
+    order) of one generation. Peers are named by their index in ``members`` (the group rank)."""
+
+    def __init__(self, rank: int, members: tuple[int, ...], channels: dict[int, SealedChannel]):
+        self.rank, self.members, self.channels = rank, tuple(members), channels
+        self.index = self.members.index(rank)
+        self._out = dict.fromkeys(channels, 0)  # the next round sealed for each peer
+        self._in = dict.fromkeys(channels, 0)  # the next round expected from each peer
+        self._sealed = 0
+        self._flip = _flip_at(rank)
+        #: called with the refused sender's global rank before the refusal is raised
+        self.on_refused: Callable[[int, str], None] | None = None
+
+    @classmethod
+    def publish(cls, records: Any, generation: int) -> SealingKey:
+        """Make this site's fresh key of ``generation`` and publish its signed record."""
+        identity = records.identity
+        key = SealingKey.generate(identity.roster.run_id, generation, identity.rank)
+        body = json.dumps(sealing_key_record(key, identity), separators=(",", ":"))
+        records.put(sealing_key_name(generation, identity.rank), body, generation)
+        return key
+
+    @classmethod
+    def establish(
+        cls, records: Any, key: SealingKey, members: tuple[int, ...], timeout_s: float
+    ) -> SealedWire:
+        """Read and verify every other member's record of ``key``'s generation; one channel
+        each. Raises :class:`SealingKeyRefused` naming a member whose record does not verify."""
+        roster = records.identity.roster
+        channels = {}
+        for peer in members:
+            if peer == key.rank:
+                continue
+            name = sealing_key_name(key.generation, peer)
+            records.store.wait([name], datetime.timedelta(seconds=timeout_s))
+            body = records.get(name, signer=peer, generation=key.generation)
+            try:
+                record = json.loads(body) if body is not None else None
+            except ValueError:
+                record = None
+            if record is None:
+                raise SealingKeyRefused(peer, "its record in the store is missing or unsigned")
+            channels[peer] = SealedChannel.from_record(key, peer, record, roster.verifier(peer))
+        return cls(key.rank, members, channels)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def seal(self, tensor: Tensor, peer: int) -> Tensor:
+        """``tensor`` sealed for the member at index ``peer``, in that channel's next round."""
+        rank = self.members[peer]
+        round, self._out[rank] = self._out[rank], self._out[rank] + 1
+        sealed = seal_tensor(self.channels[rank], tensor, round)
+        if self._flip is not None and self._sealed == self._flip:
+            sealed[0] ^= 1  # test-only (FLIP_ENV)
+        self._sealed += 1
+        return sealed.to(tensor.device)  # nccl carries CUDA tensors
+
+    def open(self, sealed: Tensor, peer: int, like: Tensor) -> Tensor:
+        """The message of the member at index ``peer`` for this channel's next round, of
+        ``like``'s type and shape; :class:`SealedMessageRefused` names the sender otherwise."""
+        rank = self.members[peer]
+        round, self._in[rank] = self._in[rank], self._in[rank] + 1
+        opened = open_tensor(self.channels[rank], sealed, round, like.dtype, like.shape)
+        return opened.to(like.device)
+
+    def buffer(self, like: Tensor) -> Tensor:
+        """An empty receive buffer for a sealed message of ``like``'s size."""
+        size = sealed_numel(like.numel(), like.dtype)
+        return torch.empty(size, dtype=torch.uint8, device=like.device)
+
+    def swap(
+        self,
+        waiter: Any,
+        sends: list[tuple[int, Tensor]],
+        receives: list[tuple[int, Tensor]],
+        group: Any = None,
+        check: Callable[[int, Tensor], None] | None = None,
+    ) -> list[Tensor]:
+        """Send each ``(peer, tensor)`` of ``sends`` sealed, and receive one sealed message
+        like each ``(peer, like)`` of ``receives``, all at once; the opened messages, in order.
+        Receives are waited for (and opened, then ``check``-ed) before sends."""
+        sealed = [(p, self.seal(t, p)) for p, t in sends]
+        buffers = [(p, self.buffer(like)) for p, like in receives]
+        ops = [dist.P2POp(dist.isend, m, self._global(p, group), group) for p, m in sealed]
+        ops += [dist.P2POp(dist.irecv, b, self._global(p, group), group) for p, b in buffers]
+        if not ops:
+            return []
+        peers = sorted({p for p, _ in sends} | {p for p, _ in receives})
+        works = waiter.post(lambda: dist.batch_isend_irecv(ops), peers)
+        k = len(sealed)
+        out = []
+        for (p, buf), (_, like), work in zip(buffers, receives, works[k:], strict=True):
+            waiter.point_to_point(work, p)
+            try:
+                opened = self.open(buf, p, like)
+            except SealedMessageRefused as err:
+                raise self._refused(waiter, err) from None
+            if check is not None:
+                check(p, opened)
+            out.append(opened)
+        for (p, _), work in zip(sealed, works[:k], strict=True):
+            waiter.point_to_point(work, p)
+        return out
+
+    def _refused(self, waiter: Any, err: SealedMessageRefused) -> PartyLost:
+        """A refused message, as the loss policy asks: with ``continue`` the sender is
+        reported (:attr:`on_refused`) so the survivors count it as lost; with ``stop`` the run
+        stops naming it."""
+        if self.on_refused is not None:
+            self.on_refused(err.sender, str(err))
+        if waiter.watches:
+            return ExchangeFailed(str(err))
+        return PartyLost(str(err))
+
+    def _global(self, peer: int, group: Any) -> int:
+        return peer if group is None else dist.get_global_rank(group, peer)
+
+    # -- what gloo's collectives did ------------------------------------------------------------
+
+    def _everyone_else(self) -> list[int]:
+        return [i for i in range(len(self.members)) if i != self.index]
+
+    def gather(self, waiter: Any, value: Tensor) -> list[Tensor]:
+        """Every member's ``value`` (all the same size and type), in rank order."""
+        others = self._everyone_else()
+        received = self.swap(waiter, [(p, value) for p in others], [(p, value) for p in others])
+        parts = dict(zip(others, received, strict=True))
+        parts[self.index] = value.clone()
+        return [parts[i] for i in range(len(self.members))]
+
+    def reduce(self, waiter: Any, value: Tensor, op: str) -> Tensor:
+        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``, ``or``),
+        in rank order: every member gets the same bits."""
+        parts = self.gather(waiter, value)
+        out = parts[0]
+        for part in parts[1:]:
+            out = REDUCERS[op](out, part)
+        return out
+
+    def broadcast(self, waiter: Any, value: Tensor, src: int) -> None:
+        """Member ``src``'s ``value`` (index) written into ``value`` on every member."""
+        if self.index == src:
+            self.swap(waiter, [(p, value) for p in self._everyone_else()], [])
+        else:
+            value.copy_(self.swap(waiter, [], [(src, value)])[0])
+
+
+def _flip_at(rank: int) -> int | None:
+    spec = os.environ.get(FLIP_ENV, "")
+    who, _, at = spec.partition("@")
+    if who.strip().isdigit() and int(who) == rank and at.strip().isdigit():
+        return int(at)
+    return None

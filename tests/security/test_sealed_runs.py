@@ -1,0 +1,185 @@
+"""Sealed gossip in real multi-process runs under ``--roster`` (issue 30): sealing changes no
+number, a flipped byte is refused naming its sender, and nothing crosses in clear."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.sites import (
+    HAVE_W7A,
+    SITE_FLAGS,
+    free_port,
+    identity_flags,
+    make_roster,
+    serve,
+    start_party,
+    write_sites,
+)
+
+pytestmark = pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
+
+FLAGS = ["--nodes", "3", *SITE_FLAGS, "--iterations", "60", "--topology", "ring"]
+
+
+def run_sites(root, roster, *extra, env=None):
+    port = free_port()
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        parties = [
+            start_party(
+                root, r, port, *FLAGS, *extra, *(identity_flags(roster, r) if roster else [])
+            )
+            for r in range(3)
+        ]
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    done = []
+    for party in parties:
+        try:
+            out, err = party.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            party.kill()
+            out, err = party.communicate()
+        done.append((party.returncode, out + err))
+    return done
+
+
+def model(root, rank=0):
+    state = torch.load(root / f"site{rank}" / "run" / "model.pt", weights_only=False)
+    tensors = state if isinstance(state, dict) else {"x": state}
+    return {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+
+
+def test_sealing_changes_no_number(tmp_path):
+    plain, sealed = tmp_path / "plain", tmp_path / "sealed"
+    for root in (plain, sealed):
+        write_sites(root, parties=3, rows=300)
+    roster = make_roster(sealed, 3)
+    for code, text in run_sites(plain, None) + run_sites(sealed, roster):
+        assert code == 0, text[-3000:]
+    a, b = model(plain), model(sealed)
+    assert a.keys() == b.keys() and a
+    for name in a:
+        assert torch.allclose(a[name].double(), b[name].double(), rtol=0, atol=1e-6), name
+
+
+def test_a_flipped_byte_is_refused_naming_its_sender(tmp_path):
+    write_sites(tmp_path, parties=3, rows=300)
+    roster = make_roster(tmp_path, 3)
+    done = run_sites(tmp_path, roster, env={"SLATE_FLIP_SEALED": "1@40"})
+    texts = "\n".join(text for _, text in done)
+    assert "refused a sealed message from party 1" in texts, texts[-3000:]
+    assert any(code != 0 for code, _ in done)
+
+
+def payloads(path):
+    data, out, at = path.read_bytes(), [], 0
+    while at < len(data):
+        (size,) = struct.unpack_from("<Q", data, at)
+        out.append(data[at + 8 : at + 8 + size])
+        at += 8 + size
+    return out
+
+
+def best_cosine(messages, reference):
+    """The largest cosine between ``reference`` and any float32 window of its length in any
+    message, at any of the four byte alignments (non-finite values read as 0)."""
+    d, best = reference.numel(), 0.0
+    for raw in messages:
+        for shift in range(4):
+            usable = (len(raw) - shift) // 4 * 4
+            if usable < 4 * d:
+                continue
+            floats = torch.frombuffer(bytearray(raw[shift : shift + usable]), dtype=torch.float32)
+            floats = torch.nan_to_num(floats.double(), nan=0.0, posinf=0.0, neginf=0.0)
+            windows = floats.unfold(0, d, 1)
+            cos = torch.nn.functional.cosine_similarity(windows, reference.double()[None], dim=1)
+            best = max(best, float(cos.max()))
+    return best
+
+
+def capture_run(root, roster):
+    port = free_port()
+    program = [sys.executable, str(Path(__file__).with_name("wire_capture.py"))]
+    flags = ["--nodes", "2", *SITE_FLAGS, "--iterations", "30", "--topology", "ring"]
+    parties = [
+        start_party(
+            root,
+            r,
+            port,
+            *flags,
+            *(identity_flags(roster, r) if roster else []),
+            program=[*program, str(root / f"wire{r}.bin")],
+        )
+        for r in range(2)
+    ]
+    for party in parties:
+        out, err = party.communicate(timeout=240)
+        assert party.returncode == 0, (out + err)[-3000:]
+    messages = payloads(root / "wire0.bin") + payloads(root / "wire1.bin")
+    models = [torch.cat([v.reshape(-1) for v in model(root, r).values()]) for r in range(2)]
+    return messages, models
+
+
+def test_nothing_crosses_in_clear_under_a_roster(tmp_path):
+    plain, sealed = tmp_path / "plain", tmp_path / "sealed"
+    for root in (plain, sealed):
+        write_sites(root, parties=2, rows=300)
+    roster = make_roster(sealed, 2)
+    clear, models = capture_run(plain, None)
+    # the check sees what an eavesdropper sees without sealing: the parameters and the schema
+    assert max(best_cosine(clear, m) for m in models) > 0.9
+    # the schema's fields and counts, and the run's settings, as JSON
+    markers = [b'"n_features":300', b'"counts":{"train":300', b'"train_positives":', b'"algorithm"']
+    for marker in markers:
+        assert any(marker in m for m in clear), marker
+    hidden, models = capture_run(sealed, roster)
+    assert len(hidden) >= len(clear) // 2
+    assert max(best_cosine(hidden, m) for m in models) < 0.5
+    for marker in markers:
+        assert not any(marker in m for m in hidden), marker
+
+
+def test_with_continue_a_refused_sender_is_counted_as_lost(tmp_path):
+    write_sites(tmp_path, parties=3, rows=300)
+    roster = make_roster(tmp_path, 3)
+    port = free_port()
+    server = serve(port, "--roster", str(roster))
+    flags = ["--nodes", "3", "--external-store", "--on-party-loss", "continue", *SITE_FLAGS,
+             "--iterations", "200", "--topology", "ring"]  # fmt: skip
+    old = dict(os.environ)
+    os.environ["SLATE_FLIP_SEALED"] = "1@200"
+    try:
+        parties = [start_party(tmp_path, r, port, *flags, *identity_flags(roster, r))
+                   for r in range(3)]  # fmt: skip
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    done = []
+    for party in parties:
+        try:
+            out, err = party.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            party.kill()
+            out, err = party.communicate()
+        done.append((party.returncode, out + err))
+    server.kill()
+    server.communicate()
+    assert done[1][0] != 0
+    for rank in (0, 2):
+        code, text = done[rank]
+        assert code == 0, text[-3000:]
+        events = json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
+        lost = [e for e in events["party_events"] if e["event"] == "lost"]
+        assert [e["rank"] for e in lost] == [1], events["party_events"]
+    assert "refused a sealed message from party 1" in "\n".join(t for _, t in done)
