@@ -117,9 +117,13 @@ class TrainConfig:
     party_ap: bool | None = None
     on_party_loss: str | None = None
     drop_party: tuple[str, ...] = ()
+    robust: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        if values["robust"] == "none":  # recorded only when set: older outputs stay the same
+            del values["robust"]
+        return values
 
 
 def resolve_config(config: TrainConfig) -> TrainConfig:

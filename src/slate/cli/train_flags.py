@@ -204,6 +204,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "gossip on this graph with SGD-like noise added every round (default: per compressor)",
     )
     talk.add_argument(
+        "--robust",
+        choices=("none", "clip"),
+        default="none",
+        help="clip: self-centred clipping of each neighbour's difference, non-finite messages "
+        "dropped (docs/security.md, a misbehaving participant)",
+    )
+    talk.add_argument(
         "--wan",
         metavar="RTT_MS,MBIT_S",
         help="estimate the wall time over a WAN link: compute + RTT per round + bytes/bandwidth",

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from slate.communication.gossip import GossipSettings
+from slate.communication.robust import MessageGuard
 
 if TYPE_CHECKING:
     from slate.topology import Topology
@@ -95,10 +96,22 @@ class Communicator(ABC):
         self.mean_messages = 0.0
         self.peak_messages = 0.0
         self._round_degrees: dict[int, tuple[float, float]] = {}
+        #: Attacks (tests only), the watch on received values and ``--robust``
+        #: (:mod:`slate.communication.robust`); set by the run.
+        self.guard: MessageGuard | None = None
+
+    def set_guard(self, guard: MessageGuard | None) -> None:
+        """Use ``guard`` for this communicator's gossip (and CHOCO's, when it compresses)."""
+        self.guard = guard
+        choco = getattr(self, "choco", None)
+        if choco is not None:
+            choco.guard = guard
 
     def set_iteration(self, t: int) -> None:
         """Tell the communicator which iteration comes next."""
         self.iteration = t
+        if self.guard is not None:
+            self.guard.iteration = t
 
     @property
     def gossips_now(self) -> bool:

@@ -66,6 +66,7 @@ class SimulatorCommunicator(Communicator):
         self.n = topology.n
         self.device, self.dtype = device, dtype
         self._matrices: dict[int, tuple[Tensor | None, float]] = {}
+        self._edges: dict[int, tuple[Tensor, Tensor, Tensor, Tensor]] = {}  # _guarded_mix's
         self.choco: ChocoGossip | None = None
         if self.settings.compressor is not None:
             if x0 is None:
@@ -102,7 +103,29 @@ class SimulatorCommunicator(Communicator):
         if gossip is None:
             return x if direction is None else torch.add(x, direction, alpha=-lr)
         self._count(degree * x.shape[-1] * x.element_size(), degree)
+        if self.guard is not None and self.guard.active:
+            stepped = x if direction is None else torch.add(x, direction, alpha=-lr)
+            return self._guarded_mix(stepped, r)
         return self._mix_in_blocks(gossip, x, direction, lr)
+
+    def _guarded_mix(self, x: Tensor, r: int) -> Tensor:
+        """Mixing edge by edge (an attacker among the rows, or ``--robust clip``): each party
+        receives its neighbours' rows as they send them (:mod:`slate.communication.robust`)."""
+        assert self.guard is not None
+        key = r % max(1, self.topology.cycle_length)
+        if key not in self._edges:
+            W = np.array(self.topology.matrix_at(r))
+            pairs = [(i, j) for i in range(self.n) for j in range(self.n) if i != j and W[i, j] > 0]
+            as_long = lambda v: torch.tensor(v, dtype=torch.long, device=self.device)  # noqa: E731
+            self._edges[key] = (
+                as_long([i for i, _ in pairs]),
+                as_long([j for _, j in pairs]),
+                torch.tensor([W[i, j] for i, j in pairs], dtype=self.dtype, device=self.device),
+                torch.tensor(np.diag(W).copy(), dtype=self.dtype, device=self.device),
+            )
+        receivers, senders, weights, self_weight = self._edges[key]
+        theirs = self.guard.sent_view(x).index_select(0, senders)
+        return self.guard.mix(x, theirs, weights, receivers, senders, self_weight)
 
     @staticmethod
     def _mix_in_blocks(gossip: Tensor, x: Tensor, direction: Tensor | None, lr: float) -> Tensor:

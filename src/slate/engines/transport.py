@@ -83,12 +83,34 @@ class DistributedCommunicator(Communicator):
         if not neighbours:
             return x
         flat = x.reshape(-1).contiguous()
-        received = self._swap([flat] * len(neighbours), [peer for peer, _ in neighbours])
+        sent = flat if self.guard is None else self.guard.sent_view(flat[None])[0]
+        received = self._swap([sent] * len(neighbours), [peer for peer, _ in neighbours])
+        if self.guard is not None:
+            mixed = self._guarded(flat, received, neighbours, r)
+            if mixed is not None:
+                self._count(len(neighbours) * flat.numel() * flat.element_size(), len(neighbours))
+                return mixed.view_as(x)
         out = self.topology.self_weight_at(self.rank, r) * flat
         for (_, w), theirs in zip(neighbours, received, strict=True):
             out = out + w * theirs
         self._count(len(neighbours) * flat.numel() * flat.element_size(), len(neighbours))
         return out.view_as(x)
+
+    def _guarded(
+        self, flat: Tensor, received: list[Tensor], neighbours: list[tuple[int, float]], r: int
+    ) -> Tensor | None:
+        """Watch what arrived (:mod:`slate.communication.robust`); with ``--robust clip``,
+        the clipped mix (None: mix as usual)."""
+        assert self.guard is not None
+        senders = torch.tensor([p for p, _ in neighbours], dtype=torch.long, device=flat.device)
+        theirs = torch.stack(received)
+        if not self.guard.robust:
+            self.guard.watch(theirs, senders)
+            return None
+        weights = torch.tensor([w for _, w in neighbours], dtype=flat.dtype, device=flat.device)
+        receivers = torch.zeros_like(senders)
+        self_weight = torch.tensor([self.topology.self_weight_at(self.rank, r)], dtype=flat.dtype)
+        return self.guard.mix(flat[None], theirs, weights, receivers, senders, self_weight)[0]
 
     def _exchange_payloads(self, payload: Tensor, edges: RoundEdges) -> Tensor:
         """CHOCO's exchange: row ``e`` of ``payload`` goes to ``edges.peers[e]``, whose own

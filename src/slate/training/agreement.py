@@ -35,7 +35,7 @@ TRAJECTORY_FLAGS = (
     "coda_objective", "gossip_every", "compress", "consensus_step", "partition",
     "dirichlet_alpha", "model", "hidden", "eval_every", "checkpoint_every", "seed", "compile",
     "party_ap", "on_party_loss", "standardize", "max_categories", "min_frequency",
-    "validation_fraction", "early_stopping",
+    "validation_fraction", "early_stopping", "robust",
 )  # fmt: skip
 
 

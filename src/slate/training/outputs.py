@@ -235,7 +235,7 @@ def build_summary(
         **_communication_summary(run, final),
         "parties_alive": run.engine.n_parties,
         "members": list(run.party_set.members),
-        "party_events": run.party_set.party_events,
+        "party_events": run.party_set.party_events + run.guard.events(),
         "graph_changes": run.party_set.graph_changes,
         "config": config.to_dict(),
     }
@@ -274,6 +274,8 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
     )
     if summary.get("evaluation_warning"):
         log(f"{prefix}{summary['evaluation_warning']}")
+    for line in run.guard.suspects():
+        log(f"{prefix}{line}")
     if (summary.get("divergence") or {}).get("warning"):
         log(f"{prefix}{summary['divergence']['warning']}")
     few = few_positives_warning(summary.get("test_positives", FEW_POSITIVES), "the test set")

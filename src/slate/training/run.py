@@ -27,6 +27,7 @@ from torch import Tensor
 
 from slate.algorithms import Algorithm, build_algorithm
 from slate.communication.gossip import gossip_settings
+from slate.communication.robust import MessageGuard
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.sampler import PartySampler
@@ -176,6 +177,9 @@ class Run:
         self.x = self.initial_parameters()
         self.gossip = gossip_settings(self.settings.communication, self.topology, self.x.shape[1])
         self.wan = self.settings.communication.wan
+        self.guard = MessageGuard.from_env(
+            config.nodes, self.engine.local_parties, config.robust
+        )  # attacks (tests only), the watch on received values, --robust
         self.comm: Communicator = self.make_communicator(self.x)
 
     def _agree_on_the_run(self) -> None:
@@ -201,7 +205,9 @@ class Run:
     def make_communicator(self, x0: Tensor) -> Communicator:
         """The engine's communicator over the current topology; compressed gossip's public
         copies start at ``x0``."""
-        return self.engine.communicator(self.topology, self.device, self.gossip, x0)
+        comm = self.engine.communicator(self.topology, self.device, self.gossip, x0)
+        comm.set_guard(self.guard)
+        return comm
 
     def batch(self, indices: Tensor) -> Batch:
         """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
@@ -391,6 +397,13 @@ class Run:
     def _guard_finite(self, losses: Tensor, first_iteration: int) -> None:
         if bool(torch.isfinite(losses).all()) and bool(torch.isfinite(self.x).all()):
             return
+        sent = self.guard.first_non_finite()
+        if sent is not None:
+            raise TrainingDiverged(
+                f"Party {sent[0]} sent non-finite values (NaN or inf) to its neighbours at "
+                f"iteration {sent[1]}: its training diverged or it misbehaves. --robust clip "
+                "drops such messages and goes on without them."
+            )
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad):
             step, row = (int(v) for v in bad[0])
