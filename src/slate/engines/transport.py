@@ -109,7 +109,9 @@ class DistributedCommunicator(Communicator):
             return None
         weights = torch.tensor([w for _, w in neighbours], dtype=flat.dtype, device=flat.device)
         receivers = torch.zeros_like(senders)
-        self_weight = torch.tensor([self.topology.self_weight_at(self.rank, r)], dtype=flat.dtype)
+        self_weight = torch.tensor(
+            [self.topology.self_weight_at(self.rank, r)], dtype=flat.dtype, device=flat.device
+        )
         return self.guard.mix(flat[None], theirs, weights, receivers, senders, self_weight)[0]
 
     def _exchange_payloads(self, payload: Tensor, edges: RoundEdges) -> Tensor:
