@@ -217,7 +217,7 @@ def guarded_round(choco: ChocoGossip, x: Tensor, edges: RoundEdges, arrived: Ten
     assert guard is not None
     senders = torch.tensor(edges.peers, dtype=torch.long, device=x.device)
     if not guard.robust:
-        guard.watch(arrived, senders)
+        guard.watch(arrived, senders, choco.sent.index_select(0, edges.slots))
         choco.received.index_add_(0, edges.slots, arrived)
         gap = choco.received.index_select(0, edges.slots) - choco.sent.index_select(0, edges.slots)
         return x.index_add(0, edges.rows, gap * edges.weights, alpha=choco.gamma)
@@ -225,8 +225,8 @@ def guarded_round(choco: ChocoGossip, x: Tensor, edges: RoundEdges, arrived: Ten
     choco.received.index_add_(0, edges.slots, torch.where(finite, arrived, 0.0))
     theirs = torch.where(finite, choco.received.index_select(0, edges.slots), math.nan)
     own = choco.sent.index_select(0, edges.slots)
-    delta = guard.clipped_delta(own, theirs, edges.weights[:, 0], edges.rows, senders, x.shape[0])
-    return x + choco.gamma * delta
+    delta = guard.clipped_delta(own, theirs, edges.weights[:, 0], edges.rows, senders, x)
+    return guard.settle(x + choco.gamma * delta)
 
 
 # --------------------------------------------------------------------------- choosing gamma

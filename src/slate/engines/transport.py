@@ -105,7 +105,7 @@ class DistributedCommunicator(Communicator):
         senders = torch.tensor([p for p, _ in neighbours], dtype=torch.long, device=flat.device)
         theirs = torch.stack(received)
         if not self.guard.robust:
-            self.guard.watch(theirs, senders)
+            self.guard.watch(theirs, senders, flat[None].expand_as(theirs))
             return None
         weights = torch.tensor([w for _, w in neighbours], dtype=flat.dtype, device=flat.device)
         receivers = torch.zeros_like(senders)

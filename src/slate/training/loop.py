@@ -414,9 +414,10 @@ def train(
         finally:
             bar.close()
     history = run.history
+    robust = run.robust_records()
     if not run.writes_outputs:
         return RunResult({}, history, None, run.x)
-    summary = build_summary(run, history, final.party_aps, final.wall, final.traffic)
+    summary = build_summary(run, history, final.party_aps, final.wall, final.traffic, robust)
     summary.update(evaluation_summary(run, final.logits, final.scores))
     if run.validated:  # history holds validation scores; the test was scored once, just now
         summary.update(test_ap=final.scores.values["test_ap"],

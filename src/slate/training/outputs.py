@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from slate.communication.robust import suspect_lines
 from slate.config import TrainConfig
 from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
@@ -199,9 +200,11 @@ def write_pr_curve(path: Path, precision, recall, logits) -> None:
 
 
 def build_summary(
-    run: Run, history, party_aps: list[float], wall: float, traffic: dict[str, float]
-) -> dict[str, Any]:
-    """``summary.json``'s keys up to ``config`` (see :func:`evaluation_summary` for the rest)."""
+    run: Run, history, party_aps: list[float], wall: float, traffic: dict[str, float],
+    robust: list[list[int]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """``summary.json``'s keys up to ``config`` (see :func:`evaluation_summary` for the rest);
+    ``robust``: every party's ``--robust clip`` records (:meth:`Run.robust_records`)."""
     config, final = run.config, history[-1]
     return {
         "dataset": config.dataset,
@@ -235,7 +238,7 @@ def build_summary(
         **_communication_summary(run, final),
         "parties_alive": run.engine.n_parties,
         "members": list(run.party_set.members),
-        "party_events": run.party_set.party_events + run.guard.events(),
+        "party_events": run.party_set.party_events + run.guard.events(robust),
         "graph_changes": run.party_set.graph_changes,
         "config": config.to_dict(),
     }
@@ -274,7 +277,7 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
     )
     if summary.get("evaluation_warning"):
         log(f"{prefix}{summary['evaluation_warning']}")
-    for line in run.guard.suspects():
+    for line in suspect_lines(summary["party_events"]):
         log(f"{prefix}{line}")
     if (summary.get("divergence") or {}).get("warning"):
         log(f"{prefix}{summary['divergence']['warning']}")

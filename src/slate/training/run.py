@@ -27,7 +27,7 @@ from torch import Tensor
 
 from slate.algorithms import Algorithm, build_algorithm
 from slate.communication.gossip import gossip_settings
-from slate.communication.robust import MessageGuard
+from slate.communication.robust import RECORD_SHAPE, MessageGuard
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.sampler import PartySampler
@@ -180,6 +180,7 @@ class Run:
         self.guard = MessageGuard.from_env(
             config.nodes, self.engine.local_parties, config.robust
         )  # attacks (tests only), the watch on received values, --robust
+        self.guard.begin(self.x)
         self.comm: Communicator = self.make_communicator(self.x)
 
     def _agree_on_the_run(self) -> None:
@@ -334,7 +335,9 @@ class Run:
         traffic counters continue; returns that graph's record."""
         self.topology, graph = surviving_topology(self.base_topology, members)
         traffic = self.comm.counters()
-        # Compressed gossip's public copies restart at zero on every survivor (engines.choco).
+        # Compressed gossip's public copies restart at zero on every survivor (engines.choco),
+        # and --robust forgets its window and exclusions (the graph's indices change).
+        self.guard.restart(self.engine.local_parties, self.x)
         self.comm = self.make_communicator(torch.zeros_like(self.x))
         self.comm.restore_counters(traffic)
         self.algorithm.restart_tracking()
@@ -369,6 +372,7 @@ class Run:
             "evaluation_bytes": self.evaluator.sent_bytes,
             "network": self.network_state(),
             "communicator": self.comm.state_dict(),
+            "guard": self.guard.state_dict(),
             "config": self.config.to_dict(),
             "members": self.party_set.members,
             "exchanges": self.exchange.record,
@@ -391,6 +395,7 @@ class Run:
         self.evaluator.sent_bytes = state.get("evaluation_bytes", 0.0)
         self.start_network_clock(state.get("network"))
         self.comm.load_state_dict(state.get("communicator", {}))
+        self.guard.load_state_dict(state.get("guard", {}), like=self.x)
         self.party_set.party_events = list(state.get("party_events", []))
         self.party_set.graph_changes = list(state.get("graph_changes", []))
 
@@ -400,9 +405,10 @@ class Run:
         sent = self.guard.first_non_finite()
         if sent is not None:
             raise TrainingDiverged(
-                f"Party {sent[0]} sent non-finite values (NaN or inf) to its neighbours at "
-                f"iteration {sent[1]}: its training diverged or it misbehaves. --robust clip "
-                "drops such messages and goes on without them."
+                f"Party {sent[0]} sent non-finite values (NaN or inf), or values a million times "
+                f"larger than its neighbours' own, at iteration {sent[1]}: its training diverged "
+                "or it misbehaves. --robust clip drops or clips such messages and goes on "
+                "without them."
             )
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad):
@@ -421,6 +427,15 @@ class Run:
             f"Training diverged: {where} became non-finite (NaN or inf) with --lr "
             f"{self.config.lr}. Try a lower learning rate, e.g. --lr {self.config.lr / 10:g}."
         )
+
+    def robust_records(self) -> list[list[int]]:
+        """What ``--robust clip`` saw at every party (:meth:`MessageGuard.records`), so that each
+        site's summary names a misbehaving party even where it was not a neighbour
+        (collective: every process of a run with ``--robust clip`` calls it)."""
+        mine = self.guard.records()
+        if self.engine.own_party is None or not self.guard.robust:
+            return mine
+        return self.engine.gather_json(mine, RECORD_SHAPE, "--robust records", 1 << 20)
 
     def averaged_parameters(self) -> Tensor:
         """The output model of Alg. 1: :math:`\\bar x = \\frac1N \\sum_n x_n` (collective)."""
