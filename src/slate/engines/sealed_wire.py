@@ -216,9 +216,9 @@ class SealedWire:
 
 
 class _Tamper:
-    """Test-only: what party ``rank`` does to one message it sends (:data:`FLIP_ENV`,
+    """Test-only: what this party does to one message it sends (:data:`FLIP_ENV`,
     :data:`REPLAY_ENV`, :data:`RELAY_ENV`), counting its sealed messages over the whole
-    process. Only made when one of the hooks names this rank."""
+    process. Only made when one of the hooks names this party's rank."""
 
     def __init__(self, due: dict[str, int]) -> None:
         self.due = due  # hook -> the first message it may act on; removed once it did
@@ -227,6 +227,8 @@ class _Tamper:
         self.last_in: dict[int, Tensor] = {}  # sender -> the last sealed message received
 
     def sending(self, sealed: Tensor, peer: int) -> Tensor:
+        """What goes to global rank ``peer`` in place of ``sealed``: ``sealed`` itself, unless a
+        hook is due and can act on it."""
         count, self.sealed = self.sealed, self.sealed + 1
         out = sealed
         for hook in [h for h, at in self.due.items() if at <= count]:
@@ -244,6 +246,7 @@ class _Tamper:
         return out
 
     def received(self, sealed: Tensor, sender: int) -> None:
+        """Keep the last sealed message of global rank ``sender`` (for :data:`RELAY_ENV`)."""
         self.last_in[sender] = sealed.detach().cpu().clone()
 
 
@@ -259,6 +262,8 @@ _TAMPERS: dict[int, _Tamper | None] = {}  # one per rank and process, over every
 
 
 def _tamper(rank: int) -> _Tamper | None:
+    """This process's test-only hooks for party ``rank`` (read once from the environment), or
+    None when no hook names it: the normal case, which costs one ``is None`` per message."""
     if rank not in _TAMPERS:
         due = {}
         for hook in (FLIP_ENV, REPLAY_ENV, RELAY_ENV):
