@@ -1,7 +1,8 @@
 """What ``--roster`` costs: a 4-site w7a run with signed coordination records against the same
 run without them, alternating, on this machine.
 
-``python -m benchmarks.roster [--data-dir DIR] [--quick]`` prints the section's markdown lines;
+``python -m benchmarks.roster [--data-dir DIR] [--quick] [--pairs P] [--iterations I]``
+prints the section's markdown lines;
 ``python -m benchmarks --only roster`` puts them into RESULTS.md.
 """
 
@@ -107,14 +108,20 @@ def same_model(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], tol: floa
     )
 
 
-def roster_cost(data_dir: Path, quick: bool) -> list[str]:
+def roster_cost(
+    data_dir: Path, quick: bool, pairs: int | None = None, iterations: int | None = None
+) -> list[str]:
     """The markdown lines of the ``--roster`` section: 4 sites on w7a, plain and signed runs
-    alternating (3 pairs, 2 with ``quick``), their wall times and whether rank 0's models match.
+    alternating (3 pairs of 2000 iterations, 2 of 600 with ``quick``; ``pairs`` and
+    ``iterations`` override), their wall times and whether rank 0's models match. The order
+    within a pair alternates too (plain first, then signed first), so that a load that drifts
+    during the benchmark weighs on both kinds alike.
 
     Raises ``RuntimeError`` if a run fails or a signed model differs from the plain one.
     """
-    iterations = 600 if quick else 2000
-    pairs = 2 if quick else 3
+    given, given_pairs = iterations, pairs
+    iterations = iterations or (600 if quick else 2000)
+    pairs = pairs or (2 if quick else 3)
     lines = ["\n## Signed coordination records (`--roster`): 4 sites on w7a\n",
              "| wall time | plain, median (s) | `--roster`, median (s) | signed / plain "
              "(medians) | per-pair ratio, min | per-pair ratio, max | rank 0's models "
@@ -127,7 +134,8 @@ def roster_cost(data_dir: Path, quick: bool) -> list[str]:
         rows = write_sites(root, Path(data_dir) / "w7a")
         roster = make_roster(root)
         for pair in range(pairs):
-            for runs, key in ((plain, None), (signed, roster)):
+            kinds = ((plain, None), (signed, roster))
+            for runs, key in kinds if pair % 2 == 0 else kinds[::-1]:
                 run = one_run(root, f"{'signed' if key else 'plain'}{pair}", iterations, key)
                 runs.append(run)
                 kind = "signed" if key else "plain"
@@ -144,11 +152,16 @@ def roster_cost(data_dir: Path, quick: bool) -> list[str]:
         ratios = [s[field] / p[field] for p, s in zip(plain, signed, strict=True)]
         lines.append(f"| {label} | {a:.2f} | {b:.2f} | {b / a:.3f}x | {min(ratios):.3f}x | "
                      f"{max(ratios):.3f}x | {'yes' if identical else 'NO'} |")  # fmt: skip
+    flags = (" --quick" if quick else "") + "".join(
+        f" --{name} {value}" for name, value in (("pairs", given_pairs), ("iterations", given))
+        if value
+    )  # fmt: skip
     walls = ", ".join(f"{p['wall']:.2f} / {s['wall']:.2f}"
                       for p, s in zip(plain, signed, strict=True))  # fmt: skip
     lines += [
-        f"\n`python -m benchmarks.roster{' --quick' if quick else ''}`: {pairs} pairs of runs, "
-        "plain then signed, each a `slate rendezvous` on a free loopback port and 4 `slate train "
+        f"\n`python -m benchmarks.roster{flags}`: {pairs} pairs of runs, plain then signed "
+        "(signed first in every second pair), each a `slate rendezvous` on a free loopback "
+        "port and 4 `slate train "
         f"--rank R --external-store` sites ({rows:,} w7a training rows each, every 4th line; "
         f"`--features 300 --seed 1 --iterations {iterations} --timeout 60`, "
         "`--on-party-loss continue`, so heartbeats run), the signed runs with `--roster` on "
@@ -171,8 +184,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.roster")
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     parser.add_argument("--quick", action="store_true", help="fewer iterations and pairs")
+    parser.add_argument("--pairs", type=int, help="pairs of runs (3, or 2 with --quick)")
+    parser.add_argument("--iterations", type=int, help="per run (2000, or 600 with --quick)")
     args = parser.parse_args()
-    print("\n".join(roster_cost(Path(args.data_dir), args.quick)), flush=True)
+    lines = roster_cost(Path(args.data_dir), args.quick, args.pairs, args.iterations)
+    print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

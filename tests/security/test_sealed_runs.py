@@ -82,6 +82,24 @@ def test_a_flipped_byte_is_refused_naming_its_sender(tmp_path):
     assert any(code != 0 for code, _ in done)
 
 
+@pytest.mark.parametrize(
+    ("hook", "why"),
+    [("SLATE_REPLAY_SEALED", "(a replayed message)"), ("SLATE_RELAY_SEALED", "by another sender")],
+)
+def test_a_replayed_or_relayed_message_is_refused_naming_its_sender(tmp_path, hook, why):
+    """Party 1 sends its previous message to a peer again, or passes off the message another
+    party sealed for it as its own: the receiver refuses it, naming party 1, and says why."""
+    write_sites(tmp_path, parties=3, rows=300)
+    roster = make_roster(tmp_path, 3)
+    done = run_sites(tmp_path, roster, env={hook: "1@40"})
+    texts = "\n".join(text for _, text in done)
+    refusal = [
+        line for line in texts.splitlines() if "refused a sealed message from party 1" in line
+    ]
+    assert refusal and why in refusal[0], texts[-3000:]
+    assert any(code != 0 for code, _ in done)
+
+
 def payloads(path):
     data, out, at = path.read_bytes(), [], 0
     while at < len(data):
@@ -150,13 +168,17 @@ def test_nothing_crosses_in_clear_under_a_roster(tmp_path):
         assert not any(marker in m for m in hidden), marker
 
 
-def test_with_continue_a_refused_sender_is_counted_as_lost(tmp_path):
+def test_with_continue_a_refused_sender_is_counted_as_lost_once_and_may_return(tmp_path):
+    """Party 1 flips a byte of one message: the others count it as lost for that refusal. It is
+    alive, so it asks to come back and is admitted at their next checkpoint boundary, into a new
+    generation with new keys and no refusal on record; it is not counted lost again, and all
+    three finish. (Its message was refused, never mixed: see docs/security.md.)"""
     write_sites(tmp_path, parties=3, rows=300)
     roster = make_roster(tmp_path, 3)
     port = free_port()
     server = serve(port, "--roster", str(roster))
     flags = ["--nodes", "3", "--external-store", "--on-party-loss", "continue", *SITE_FLAGS,
-             "--iterations", "200", "--topology", "ring"]  # fmt: skip
+             "--iterations", "600", "--topology", "ring"]  # fmt: skip
     old = dict(os.environ)
     os.environ["SLATE_FLIP_SEALED"] = "1@200"
     try:
@@ -175,15 +197,13 @@ def test_with_continue_a_refused_sender_is_counted_as_lost(tmp_path):
         done.append((party.returncode, out + err))
     server.kill()
     server.communicate()
-    assert done[1][0] != 0
-    for rank in (0, 2):
+    for rank in (0, 1, 2):
         code, text = done[rank]
         assert code == 0, text[-3000:]
+    assert "party 1 rejoined the run" in done[1][1], done[1][1][-3000:]
+    for rank in (0, 2):
         events = json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
-        lost = [e for e in events["party_events"] if e["event"] == "lost"]
-        # Only the sender is ever counted lost, first for its refused message. (A lost site may
-        # come back through the returning-party path and be counted lost again by the same
-        # refusal: issue 30 leaves that open.)
-        assert {e["rank"] for e in lost} == {1}, json.dumps(events["party_events"], indent=1)
-        assert "sealed message was refused" in lost[0]["reason"], lost[0]
+        kinds = [(e["rank"], e["event"]) for e in events["party_events"]]
+        assert kinds == [(1, "lost"), (1, "rejoined")], json.dumps(events, indent=1)
+        assert "sealed message was refused" in events["party_events"][0]["reason"]
     assert "refused a sealed message from party 1" in "\n".join(t for _, t in done)

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
 from slate.errors import SlateError
 from slate.security.sealing import (
+    REPLAY_CHECK,
     TAG_BYTES,
     SealedChannel,
     SealedMessageRefused,
@@ -272,8 +273,18 @@ def test_a_replayed_round_is_refused(pair):
         error = refused(at_b, sealed, round)
         assert (error.reason, error.round) == ("replayed", round)
         assert "already received" in str(error)
-    # in lockstep, an old message offered for the next round fails its tag
-    assert refused(at_b, second, 6).reason == "tag"
+    # in lockstep, an old message offered for the next round fails its tag, and is then
+    # recognised as the round it was sealed in
+    for sealed, round in ((second, 5), (first, 3)):
+        error = refused(at_b, sealed, 6)
+        assert (error.reason, error.round, error.sender) == ("replayed", round, 0)
+    assert at_b.last_opened == 5  # the refusals changed nothing
+    sixth = at_a.seal(b"six", 6)
+    assert at_b.open(sixth, 6) == b"six"
+    # only the last few rounds are tried: an older replay is refused for its tag
+    for round in range(7, 7 + REPLAY_CHECK):
+        assert at_b.open(at_a.seal(b"x", round), round) == b"x"
+    assert refused(at_b, sixth, 7 + REPLAY_CHECK).reason == "tag"
 
 
 def test_an_out_of_order_round_is_refused(pair):
@@ -314,6 +325,20 @@ def test_a_message_for_another_receiver_is_refused():
     _, reference = reference_key(a.key, b.key)
     sealed = reference.encrypt(reference_nonce(1), b"for c?", reference_ad(0, 2, 1))
     assert refused(b.channel(a), sealed, 1).reason == "tag"
+
+
+def test_a_message_from_another_sender_is_refused_naming_the_expected_one():
+    a, b, c = Site(0), Site(1), Site(2)
+    # c's message to b, arriving where b waits for a's (relayed, or on a rewired connection)
+    sealed = c.channel(b).seal(b"c's", 1)
+    error = refused(b.channel(a), sealed, 1)
+    assert (error.reason, error.sender, error.receiver) == ("tag", 0, 1)
+    assert "from party 0" in str(error)
+    # a's own key to b, with c named as the sender in the associated data
+    _, reference = reference_key(a.key, b.key)
+    sealed = reference.encrypt(reference_nonce(1), b"as c", reference_ad(2, 1, 1))
+    assert refused(b.channel(a), sealed, 1).reason == "tag"
+    assert refused(b.channel(c), sealed, 1).reason == "tag"  # c's key to b is another key
 
 
 @pytest.mark.parametrize(("run", "gen"), [(RUN, GEN + 1), ("run-8", GEN)])

@@ -40,11 +40,20 @@ from slate.security.sealing import (
     sealing_key_record,
 )
 
-__all__ = ["FLIP_ENV", "SealedWire", "sealing_key_name"]
+__all__ = ["FLIP_ENV", "RELAY_ENV", "REPLAY_ENV", "SealedWire", "sealing_key_name"]
 
-#: Test-only: ``RANK@N`` makes party RANK flip one byte of the N-th message it seals (counted
-#: from 0 over all its channels), so that a real run can show the receiver refusing it.
+#: Test-only hooks, so that a real run can show the receiver refusing a bad message and naming
+#: its sender. Each is ``RANK@N``: party RANK tampers once with a message it sends, the N-th it
+#: seals or the first after that the hook can use, counted from 0 over all its channels and
+#: generations (so a party that was counted lost and came back does not tamper again).
+#: ``SLATE_FLIP_SEALED`` flips one byte of it.
 FLIP_ENV = "SLATE_FLIP_SEALED"
+#: ``SLATE_REPLAY_SEALED`` sends, in its place, the previous message it sealed for that peer (a
+#: replayed message; the first from N on whose previous message has the same size).
+REPLAY_ENV = "SLATE_REPLAY_SEALED"
+#: ``SLATE_RELAY_SEALED`` sends, in its place, the last message of the same size that another
+#: member sealed for RANK (a message of the wrong sender: that member's, as RANK's).
+RELAY_ENV = "SLATE_RELAY_SEALED"
 
 REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "sum": torch.add,
@@ -67,8 +76,7 @@ class SealedWire:
         self.index = self.members.index(rank)
         self._out = dict.fromkeys(channels, 0)  # the next round sealed for each peer
         self._in = dict.fromkeys(channels, 0)  # the next round expected from each peer
-        self._sealed = 0
-        self._flip = _flip_at(rank)
+        self._tamper = _tamper(rank)  # test-only (FLIP_ENV, REPLAY_ENV, RELAY_ENV)
         #: called with the refused sender's global rank before the refusal is raised
         self.on_refused: Callable[[int, str], None] | None = None
 
@@ -111,9 +119,8 @@ class SealedWire:
         rank = self.members[peer]
         round, self._out[rank] = self._out[rank], self._out[rank] + 1
         sealed = seal_tensor(self.channels[rank], tensor, round)
-        if self._flip is not None and self._sealed == self._flip:
-            sealed[0] ^= 1  # test-only (FLIP_ENV)
-        self._sealed += 1
+        if self._tamper is not None:
+            sealed = self._tamper.sending(sealed, rank)
         return sealed.to(tensor.device)  # nccl carries CUDA tensors
 
     def open(self, sealed: Tensor, peer: int, like: Tensor) -> Tensor:
@@ -121,6 +128,8 @@ class SealedWire:
         ``like``'s type and shape; :class:`SealedMessageRefused` names the sender otherwise."""
         rank = self.members[peer]
         round, self._in[rank] = self._in[rank], self._in[rank] + 1
+        if self._tamper is not None:
+            self._tamper.received(sealed, rank)
         opened = open_tensor(self.channels[rank], sealed, round, like.dtype, like.shape)
         return opened.to(like.device)
 
@@ -206,9 +215,60 @@ class SealedWire:
             value.copy_(self.swap(waiter, [], [(src, value)])[0])
 
 
-def _flip_at(rank: int) -> int | None:
-    spec = os.environ.get(FLIP_ENV, "")
-    who, _, at = spec.partition("@")
-    if who.strip().isdigit() and int(who) == rank and at.strip().isdigit():
-        return int(at)
-    return None
+class _Tamper:
+    """Test-only: what this party does to one message it sends (:data:`FLIP_ENV`,
+    :data:`REPLAY_ENV`, :data:`RELAY_ENV`), counting its sealed messages over the whole
+    process. Only made when one of the hooks names this party's rank."""
+
+    def __init__(self, due: dict[str, int]) -> None:
+        self.due = due  # hook -> the first message it may act on; removed once it did
+        self.sealed = 0
+        self.last_out: dict[int, Tensor] = {}  # peer -> the last message sealed for it
+        self.last_in: dict[int, Tensor] = {}  # sender -> the last sealed message received
+
+    def sending(self, sealed: Tensor, peer: int) -> Tensor:
+        """What goes to global rank ``peer`` in place of ``sealed``: ``sealed`` itself, unless a
+        hook is due and can act on it."""
+        count, self.sealed = self.sealed, self.sealed + 1
+        out = sealed
+        for hook in [h for h, at in self.due.items() if at <= count]:
+            if hook == FLIP_ENV:
+                out = sealed.clone()
+                out[0] ^= 1
+            elif hook == REPLAY_ENV:
+                out = _same_size(sealed, [self.last_out.get(peer)])
+            else:
+                out = _same_size(sealed, [m for r, m in self.last_in.items() if r != peer])
+            if out is not sealed:
+                del self.due[hook]
+                break
+        self.last_out[peer] = sealed
+        return out
+
+    def received(self, sealed: Tensor, sender: int) -> None:
+        """Keep the last sealed message of global rank ``sender`` (for :data:`RELAY_ENV`)."""
+        self.last_in[sender] = sealed.detach().cpu().clone()
+
+
+def _same_size(sealed: Tensor, candidates: list[Tensor | None]) -> Tensor:
+    """The first of ``candidates`` as large as ``sealed``, else ``sealed`` itself."""
+    for other in candidates:
+        if other is not None and other.numel() == sealed.numel():
+            return other.clone()
+    return sealed
+
+
+_TAMPERS: dict[int, _Tamper | None] = {}  # one per rank and process, over every generation
+
+
+def _tamper(rank: int) -> _Tamper | None:
+    """This process's test-only hooks for party ``rank`` (read once from the environment), or
+    None when no hook names it: the normal case, which costs one ``is None`` per message."""
+    if rank not in _TAMPERS:
+        due = {}
+        for hook in (FLIP_ENV, REPLAY_ENV, RELAY_ENV):
+            who, _, at = os.environ.get(hook, "").partition("@")
+            if who.strip().isdigit() and int(who) == rank and at.strip().isdigit():
+                due[hook] = int(at)
+        _TAMPERS[rank] = _Tamper(due) if due else None
+    return _TAMPERS[rank]

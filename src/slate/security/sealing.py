@@ -33,8 +33,11 @@ and a sealed message is exactly the plaintext plus the 16-byte tag (:func:`seale
 (:func:`associated_data`). A message sealed for another run, generation, receiver or round, or
 by another sender, fails its tag exactly like a flipped bit. The channel also refuses, before
 decrypting, a round it has already opened (*replayed*) and a round below the last one it opened
-(*out of order*). Every refusal is a :class:`SealedMessageRefused` naming the sender and why;
-the refused message is never returned, so it can never be mixed.
+(*out of order*). In lockstep the receiver never asks for an old round, so a replay shows as
+a failed tag for the round it waits for; such a message is then tried (after the tag failed,
+never on the normal path) against the last :data:`REPLAY_CHECK` rounds opened, and refused as
+*replayed* when it is one of them. Every refusal is a :class:`SealedMessageRefused` naming the
+sender and why; the refused message is never returned, so it can never be mixed.
 
 Sealing hides the content of messages, not their size, timing or who talks to whom, and it does
 nothing against a site of the run that sends bad values with valid seals (issue 30 part 2,
@@ -64,6 +67,7 @@ __all__ = [
     "KEY_RECORD_FORMAT",
     "MAX_ROUND",
     "NONCE_BYTES",
+    "REPLAY_CHECK",
     "TAG_BYTES",
     "SealedChannel",
     "SealedMessageRefused",
@@ -91,6 +95,7 @@ TAG_BYTES = 16  # AES-GCM's full tag
 ROUND_BYTES = 8  # the round in the associated data
 MAX_ROUND = (1 << 64) - 1  # rounds are 0..2**64-1: the nonce's first 4 bytes are always 0
 REPLAY_MEMORY = 4096  # opened rounds remembered (at least), to tell a replay from a late one
+REPLAY_CHECK = 4  # recent rounds a message that failed its tag is tried as, to name a replay
 MAX_RUN_ID = 128
 _RECORD_FIELDS = {"format": str, "run": str, "gen": int, "rank": int, "x25519": str, "sig": str}
 
@@ -107,8 +112,9 @@ class SealedMessageRefused(SlateError):
 
     ``reason`` is ``"tag"`` (the authentication tag failed: the message was altered, or sealed
     with another key, by another sender, for another receiver, run, generation or round),
-    ``"replayed"`` (a round this channel already opened) or ``"out of order"`` (a round below
-    the last one opened). The message's content is never returned.
+    ``"replayed"`` (a round this channel already opened, or a message that opens as one of
+    the last rounds opened: ``round`` is then that earlier round) or ``"out of order"`` (a
+    round below the last one opened). The message's content is never returned.
     """
 
     def __init__(self, sender: int, receiver: int, round: int, reason: str) -> None:
@@ -352,8 +358,8 @@ class SealedChannel:
       nothing), so no nonce is ever used twice under the sending key.
     * :meth:`open` takes the round the receiver expects. A round already opened (replayed) or
       below the last one opened (out of order) is refused before decrypting; a failed tag is
-      refused after. A refusal leaves the channel as it was, so the message that belongs in the
-      round can still be opened.
+      refused after (as *replayed* when it opens as a recent round). A refusal leaves the
+      channel as it was, so the message that belongs in the round can still be opened.
     """
 
     __slots__ = ("_ad_in", "_ad_out", "_in", "_last_in", "_last_out", "_out", "_recent",
@@ -421,7 +427,7 @@ class SealedChannel:
         try:
             plaintext = self._in.decrypt(nonce, sealed, ad)
         except InvalidTag:
-            raise SealedMessageRefused(self.peer, self.rank, round, "tag") from None
+            raise self._failed_tag(sealed, round) from None
         self._opened(round)
         return plaintext
 
@@ -444,8 +450,22 @@ class SealedChannel:
                 view[:] = self._in.decrypt(nonce, sealed, ad)
         except InvalidTag:
             view[:] = bytes(size)
-            raise SealedMessageRefused(self.peer, self.rank, round, "tag") from None
+            raise self._failed_tag(sealed, round) from None
         self._opened(round)
+
+    def _failed_tag(self, sealed: Buffer, round: int) -> SealedMessageRefused:
+        """The refusal of ``sealed``, whose tag failed for ``round``: *replayed*, for the round
+        it was sealed in, when it opens as one of the last :data:`REPLAY_CHECK` rounds opened
+        (the sender, or someone on the way, sent that message again); else *tag*. Costs a few
+        decryptions, on a refusal only; the channel is left as it was."""
+        for earlier in reversed(self._recent[-REPLAY_CHECK:]):
+            ad = self._ad_in + _round_bytes(earlier)
+            try:
+                self._in.decrypt(earlier.to_bytes(NONCE_BYTES, "big"), bytes(sealed), ad)
+            except InvalidTag:
+                continue
+            return SealedMessageRefused(self.peer, self.rank, earlier, "replayed")
+        return SealedMessageRefused(self.peer, self.rank, round, "tag")
 
     def _next_out(self, round: int) -> tuple[bytes, bytes]:
         """The nonce and associated data of sealing ``round``, once it is checked to be after

@@ -1,0 +1,185 @@
+"""What crosses the loopback interface during a run, as an eavesdropper with a raw socket sees it
+(issue 30's confidentiality acceptance): every TCP payload byte between the run's processes.
+
+:class:`LoopbackCapture` reads every frame on ``lo`` through an ``AF_PACKET`` raw socket (root,
+or ``CAP_NET_RAW``) in a thread, while a second thread notes which TCP ports the run's processes
+own (their socket inodes in ``/proc/<pid>/fd``, matched in ``/proc/net/tcp*``). Other programs on
+the machine also talk over loopback, so only the flows whose two ports both belong to the run
+are kept. Each direction of each connection is put back together in sequence order
+(:meth:`LoopbackCapture.streams`).
+
+:func:`best_cosines` then reads every stream as float32 at the four byte alignments and gives,
+for each reference vector (a party's parameters), the largest cosine of any window of its
+length: about 1 when parameters crossed in clear, and small for ciphertext.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4  # each loopback packet is seen twice: keep the copy going out
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+ETH_HEADER = 14  # loopback frames carry a zeroed Ethernet header
+POLL_S = 0.02  # how often the run's sockets are looked up
+LARGEST = 1e4  # |float32| beyond this reads as 0 in a window (no parameter is that large)
+
+
+def raw_socket_refusal() -> str | None:
+    """Why a raw socket on ``lo`` cannot be opened here (no root or ``CAP_NET_RAW``, or not
+    Linux), or None when it can."""
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    except (AttributeError, OSError) as err:
+        return f"no raw socket on this machine ({err})"
+    with sock:
+        try:
+            sock.bind(("lo", 0))
+        except OSError as err:
+            return f"cannot bind a raw socket to lo ({err})"
+    return None
+
+
+class LoopbackCapture:
+    """Capture every TCP segment on ``lo`` while it is open (a context manager), and the ports
+    of the processes passed to :meth:`watch`."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        with contextlib.suppress(OSError):  # as much kernel buffer as allowed: no drops
+            self.sock.setsockopt(socket.SOL_SOCKET, 33, 256 << 20)  # SO_RCVBUFFORCE
+        self.sock.bind(("lo", 0))
+        self.sock.settimeout(0.1)
+        self.segments: dict[tuple[int, int], dict[int, bytes]] = {}  # (sport, dport) -> seq
+        self.ports: set[int] = set()
+        self.pids: list[int] = []
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._read, daemon=True),
+                         threading.Thread(target=self._poll, daemon=True)]  # fmt: skip
+
+    def watch(self, pids: Iterable[int]) -> None:
+        """Count the TCP ports that the processes ``pids`` own as the run's."""
+        self.pids.extend(pids)
+
+    def __enter__(self) -> LoopbackCapture:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        stats = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        self.dropped = struct.unpack("II", stats)[1]
+        self.sock.close()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                frame, address = self.sock.recvfrom(1 << 18)
+            except TimeoutError:
+                continue
+            if address[2] == PACKET_OUTGOING:
+                self._segment(frame)
+
+    def _segment(self, frame: bytes) -> None:
+        """Keep the TCP payload of an IPv4 or IPv6 frame, by flow and sequence number."""
+        kind = struct.unpack_from("!H", frame, 12)[0]
+        at = ETH_HEADER
+        if kind == 0x0800 and frame[at + 9] == 6:  # IPv4, TCP
+            end = at + struct.unpack_from("!H", frame, at + 2)[0]
+            at += (frame[at] & 0x0F) * 4
+        elif kind == 0x86DD and frame[at + 6] == 6:  # IPv6, TCP (no extension headers)
+            end = at + 40 + struct.unpack_from("!H", frame, at + 4)[0]
+            at += 40
+        else:
+            return
+        sport, dport, seq = struct.unpack_from("!HHI", frame, at)
+        payload = frame[at + (frame[at + 12] >> 4) * 4 : end]
+        if payload:
+            self.segments.setdefault((sport, dport), {})[seq] = payload
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.ports |= _ports_of(self.pids)
+            time.sleep(POLL_S)
+
+    def streams(self) -> dict[tuple[int, int], bytes]:
+        """The payload of each direction of each connection between two of the run's ports, in
+        sequence order (a segment seen twice is kept once)."""
+        out = {}
+        for (sport, dport), by_seq in self.segments.items():
+            if sport not in self.ports or dport not in self.ports:
+                continue
+            first = min(by_seq, key=lambda s: (s - next(iter(by_seq))) % (1 << 32))
+            parts = sorted(((s - first) % (1 << 32), p) for s, p in by_seq.items())
+            data, end = bytearray(), 0
+            for offset, payload in parts:
+                if offset + len(payload) > end:  # overlaps are taken once
+                    data += payload[max(0, end - offset) :]
+                    end = offset + len(payload)
+            out[(sport, dport)] = bytes(data)
+        return out
+
+
+def _ports_of(pids: list[int]) -> set[int]:
+    """The local TCP ports of the sockets that processes ``pids`` hold open now."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def best_cosines(streams: Iterable[bytes], references: list[torch.Tensor]) -> list[float]:
+    """For each of ``references`` (1-D, all of one length ``d``), the largest cosine between it
+    and any ``d`` consecutive float32 values of any stream, at any of the four byte alignments.
+
+    Values that are not finite or beyond ``±LARGEST`` read as 0 (no parameter is that large, and
+    it keeps the windows' sums of squares exact enough). Dot products come from an FFT
+    cross-correlation and window norms from a cumulative sum, so a long stream costs
+    ``O(n log n)``, not ``O(n d)``. Windows whose norm is below a millionth of the reference's
+    count as no match (they hold nearly nothing)."""
+    refs = torch.stack([r.double().reshape(-1) for r in references])
+    d, lengths = refs.shape[1], refs.norm(dim=1, keepdim=True)
+    refs = refs / lengths.clamp_min(1e-300)
+    best = torch.full((len(references),), -1.0, dtype=torch.float64)
+    for raw in streams:
+        for shift in range(4):
+            n = (len(raw) - shift) // 4
+            if n < d:
+                continue
+            floats = torch.frombuffer(bytearray(raw[shift : shift + 4 * n]), dtype=torch.float32)
+            x = torch.nan_to_num(floats.double(), nan=0.0, posinf=0.0, neginf=0.0)
+            x = torch.where(x.abs() <= LARGEST, x, torch.zeros_like(x))
+            size = 1 << (n + d).bit_length()
+            spectrum = torch.fft.rfft(x, size)[None] * torch.fft.rfft(refs, size).conj()
+            dots = torch.fft.irfft(spectrum, size)[:, : n - d + 1]
+            squares = torch.cat([torch.zeros(1, dtype=x.dtype), torch.cumsum(x * x, 0)])
+            norms = (squares[d:] - squares[:-d]).clamp_min(0).sqrt()
+            cosines = torch.where(norms > 1e-6 * lengths, dots / norms.clamp_min(1e-300), 0.0)
+            best = torch.maximum(best, cosines.max(dim=1).values)
+    return [float(b) for b in best]
