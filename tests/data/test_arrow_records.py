@@ -183,11 +183,16 @@ def test_files_pyarrow_could_read_differently_go_to_the_pure_reader(
                              options.get("delimiter")) is None  # fmt: skip
 
 
-def test_gzip_goes_to_the_pure_reader(tmp_path, arrow):
+def test_gzip_is_read_alike(tmp_path, monkeypatch, arrow):
+    plain = tmp_path / "t.csv"
+    _messy(plain, 2_000)
     path = tmp_path / "t.csv.gz"
-    path.write_bytes(gzip.compress(b"a,b\n1,2\n"))
+    path.write_bytes(gzip.compress(plain.read_bytes()))
+    assert isinstance(ArrowRecords.open(str(path), "utf-8", None), ArrowRecords)
+    _same(*_both(monkeypatch, lambda: read_table(path, "label", "1")))
+    path.write_bytes(gzip.compress(plain.read_bytes())[:-20])  # truncated: the pure reader's
     assert ArrowRecords.open(str(path), "utf-8", None) is None
-    assert open_records(str(path), "utf-8", None, max_bytes=None).__class__ is TextRecords
+    assert "gzip" in _same_error(monkeypatch, lambda: read_table(path, "label", "1"))
 
 
 def test_a_file_over_max_bytes_goes_to_the_pure_reader(tmp_path, arrow):

@@ -15,17 +15,19 @@ by the rules of :mod:`~slate.data.readers.cells`, one at a time.
 pyarrow does not say on which line a row starts, nor reject every quoting that Python's ``csv``
 rejects. So a file is read with pyarrow only when each of its lines is one record (no blank
 line, no line break inside quotes, no lone carriage return), every line holding a quote parses
-to the same cells in Python's ``csv``, and it is plain UTF-8 text without NUL bytes or cells
-beyond ``csv``'s size limit, separated by one character (not ``whitespace``), with at least two
-columns. A file that fails any of these, or that pyarrow cannot parse, is read by
+to the same cells in Python's ``csv``, and it is UTF-8 text (plain or gzip) without NUL bytes
+or cells beyond ``csv``'s size limit, separated by one character (not ``whitespace``), with at
+least two columns. A file that fails any of these, or that pyarrow cannot parse, is read by
 ``TextRecords``, which also writes every error message about a malformed file.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import importlib
 import os
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -113,11 +115,13 @@ class ArrowRecords:
     records with the same first lines. :meth:`block` gives lists of cells, :meth:`data_block`
     columns (:class:`ArrowRows`)."""
 
-    def __init__(self, name: str, encoding: str, delimiter: str, table: pa.Table) -> None:
+    def __init__(
+        self, name: str, encoding: str, delimiter: str, table: pa.Table, gzipped: bool = False
+    ) -> None:
         self.name = name
         self.encoding = encoding
         self.delimiter = delimiter
-        self.gzipped = False
+        self.gzipped = gzipped
         self._table = table
         self._next = 0  # the next row of the table to serve; row k is on line k + 1
 
@@ -132,7 +136,7 @@ class ArrowRecords:
             with TextRecords(name, encoding, delimiter) as pure:
                 delimiter = pure.delimiter
                 _, first = pure.block(1)
-                usable = pure.codec == "utf-8-sig" and not pure.gzipped
+                usable = pure.codec == "utf-8-sig"
         except DataError:
             return None  # the pure reader meets it again, and says so
         if delimiter == WHITESPACE or len(delimiter.encode("utf-8")) != 1:
@@ -143,12 +147,18 @@ class ArrowRecords:
             if max_bytes is not None and os.fstat(raw.fileno()).st_size > max_bytes:
                 return None
             data = raw.read()
-        if data[:2] == GZIP_MAGIC:
-            return None
+        gzipped = data[:2] == GZIP_MAGIC
+        if gzipped:
+            try:
+                data = gzip.decompress(data)  # the bytes the pure reader decodes
+            except (OSError, EOFError, zlib.error):
+                return None
+            if max_bytes is not None and len(data) > max_bytes:
+                return None
         table = _parse(data, delimiter, len(first[0]))
         if table is None:
             return None
-        return cls(name, encoding, delimiter, table)
+        return cls(name, encoding, delimiter, table, gzipped)
 
     def __enter__(self) -> ArrowRecords:
         return self
