@@ -10,12 +10,23 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from slate.data.readers.arrow_records import (
+    ArrowRecords,
+    ArrowRows,
+    add_column,
+    add_label,
+    add_text,
+    open_records,
+)
 from slate.data.readers.cells import CellContext, ColumnReader, GrowingArray, LabelReader
 from slate.data.readers.files import MAX_ELEMENTS
 from slate.data.readers.text_records import TextRecords
 from slate.errors import DataError
 
-__all__ = ["block_rows", "blocks", "check_widths", "rescan_text", "scan_rows"]
+__all__ = ["Rows", "block_rows", "blocks", "check_widths", "rescan_text", "scan_rows"]
+
+#: Rows of a block: lists of cells, or columns of pyarrow strings.
+Rows = list[list[str]] | ArrowRows
 
 #: Cells per block of rows read at once (bounds the Python objects alive at any time).
 _BLOCK_CELLS = 100_000
@@ -23,8 +34,8 @@ _MIN_BLOCK_ROWS = 64
 
 
 def scan_rows(
-    records: TextRecords,
-    pending: tuple[Sequence[int], list[list[str]]],
+    records: TextRecords | ArrowRecords,
+    pending: tuple[Sequence[int], Rows],
     n_cols: int,
     header: bool,
     label_idx: int | None,
@@ -49,8 +60,14 @@ def scan_rows(
                 f"features exceed the limit of {MAX_ELEMENTS} matrix elements. Use a smaller "
                 "file."
             )
-        columns = list(zip(*rows, strict=True))
         line_numbers.append(_as_array(lines))
+        if isinstance(rows, ArrowRows):
+            if label_state is not None and label_idx is not None:
+                add_label(label_state, rows.columns[label_idx], lines)
+            for column in features:
+                add_column(column, rows.columns[column.position], lines, context)
+            continue
+        columns = list(zip(*rows, strict=True))
         if label_state is not None and label_idx is not None:
             label_state.add(columns[label_idx], lines)
         for column in features:
@@ -73,7 +90,7 @@ def rescan_text(
     for column in columns:
         column.restart_text()
     seen = 0
-    with TextRecords(name, encoding, delimiter) as records:
+    with open_records(name, encoding, delimiter) as records:
         per_block = block_rows(n_cols)
         start_lines, start_rows = records.block(per_block)
         if header:
@@ -82,7 +99,10 @@ def rescan_text(
             check_widths(name, rows, lines, n_cols, header, delimiter)
             seen += len(rows)
             for column in columns:
-                column.add_text([row[column.position] for row in rows], lines, context)
+                if isinstance(rows, ArrowRows):
+                    add_text(column, rows.columns[column.position], lines, context)
+                else:
+                    column.add_text([row[column.position] for row in rows], lines, context)
     if seen != n_rows:
         raise DataError(
             f"CSV file {name} changed while it was read ({n_rows} data rows, then {seen}). "
@@ -91,17 +111,18 @@ def rescan_text(
 
 
 def blocks(
-    records: TextRecords, pending: tuple[Sequence[int], list[list[str]]], size: int
-) -> Iterator[tuple[Sequence[int], list[list[str]]]]:
-    """The rows already read (in blocks of ``size``), then the rest of the file's."""
+    records: TextRecords | ArrowRecords, pending: tuple[Sequence[int], list[list[str]]], size: int
+) -> Iterator[tuple[Sequence[int], Rows]]:
+    """The rows already read (in blocks of ``size``), then the rest of the file's (as columns
+    when pyarrow reads the file)."""
     lines, rows = pending
     for start in range(0, len(rows), size):
         yield lines[start : start + size], rows[start : start + size]
     while True:
-        lines, rows = records.block(size)
-        if not rows:
+        next_lines, next_rows = records.data_block(size)
+        if not len(next_rows):
             return
-        yield lines, rows
+        yield next_lines, next_rows
 
 
 def block_rows(n_cols: int) -> int:
@@ -116,9 +137,14 @@ def _as_array(lines: Sequence[int]) -> np.ndarray:
 
 
 def check_widths(
-    name: str, rows: list[list[str]], lines: Sequence[int], n_cols: int, header: bool, delim: str
+    name: str, rows: Rows, lines: Sequence[int], n_cols: int, header: bool, delim: str
 ) -> None:
-    """Raise a DataError for the first row whose number of cells differs from ``n_cols``."""
+    """Raise a DataError for the first row whose number of cells differs from ``n_cols``
+    (pyarrow's rows have as many cells as the first row: it reads no other file)."""
+    if isinstance(rows, ArrowRows):
+        if len(rows.columns) == n_cols:
+            return
+        raise DataError(f"CSV file {name} changed while it was read. Read it again.")
     if min(map(len, rows)) == max(map(len, rows)) == n_cols:
         return
     for row, line in zip(rows, lines, strict=True):

@@ -17,6 +17,7 @@ __all__ = [
     "GrowingArray",
     "LabelReader",
     "Problem",
+    "coded_distinct",
     "line_breaks",
     "make_context",
     "report_problems",
@@ -167,12 +168,15 @@ class ColumnReader:
             if values is not None:
                 self.store.append(values)
                 return
-            # A word: the column is text. Numbers stored before this block lost their text,
-            # so the column is read again once the whole file has been seen.
-            self.rescan = self.store.size > 0
-            self.store = GrowingArray(np.int32)
-            self.kind = "text"
+            self.become_text()
         self.add_text(cells, lines, context)
+
+    def become_text(self) -> None:
+        """A word was met: the column is text. Numbers stored before this block lost their
+        text, so the column is read again once the whole file has been seen."""
+        self.rescan = self.store.size > 0
+        self.store = GrowingArray(np.int32)
+        self.kind = "text"
 
     def _numbers(
         self, cells: Sequence[str], lines: Sequence[int], context: CellContext
@@ -182,6 +186,19 @@ class ColumnReader:
             values = np.array(cells, dtype=np.float64)
         except ValueError:
             values = self._numbers_with_missing(cells, context)
+        return self.checked_numbers(values, cells, lines, context)
+
+    def checked_numbers(
+        self,
+        values: np.ndarray | None,
+        cells: Sequence[str],
+        lines: Sequence[int],
+        context: CellContext,
+    ) -> np.ndarray | None:
+        """The block as numbers, from ``values`` converted in bulk: each entry that is not a
+        finite float32 number (NaN where the bulk conversion left a cell out) or that spells a
+        missing value is decided from its cell, one at a time; None if a cell is a word.
+        ``values=None``: every cell is decided one at a time."""
         if values is None:
             check: Iterable[int] = range(len(cells))
             values = np.empty(len(cells), dtype=np.float64)
@@ -504,6 +521,35 @@ def _label_key(cell: str) -> tuple[str, float | str]:
     if value is None or value != value:  # not a number, or nan (which equals nothing)
         return ("text", cell)
     return ("number", value)
+
+
+def coded_distinct(
+    reader: ColumnReader | LabelReader,
+    distinct: Sequence[str],
+    first: np.ndarray,
+    inverse: np.ndarray,
+    lines: Sequence[int],
+    new_cell: Callable[[str, int], int],
+) -> np.ndarray:
+    """A block given by its distinct cells as :func:`_coded` codes it: ``distinct[k]`` occurs
+    first on row ``first[k]``, and row ``i`` holds ``distinct[inverse[i]]``. New cells are met
+    in the order of their first rows, as :func:`_coded` meets them, so the codes, categories
+    and counts come out the same; only the distinct cells are looked at in Python."""
+    get = reader.lookup.get
+    mapping = np.empty(len(distinct), dtype=np.int32)
+    for k in np.argsort(first, kind="stable").tolist():
+        cell = distinct[k]
+        code = get(cell, _UNSEEN)
+        mapping[k] = new_cell(cell, int(lines[int(first[k])])) if code == _UNSEEN else code
+    codes = mapping[inverse]
+    missing = codes == -1
+    n_missing = int(missing.sum())
+    if n_missing:
+        reader.missing += n_missing
+        if reader.first_missing is None:
+            i = int(np.argmax(missing))
+            reader.first_missing = (int(lines[i]), distinct[int(inverse[i])])
+    return codes
 
 
 def _coded(

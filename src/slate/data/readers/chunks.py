@@ -14,13 +14,17 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from slate.data.readers.blocks import block_rows, blocks, scan_rows
+from slate.data.readers.arrow_records import ArrowRows, open_records
+from slate.data.readers.blocks import Rows, block_rows, blocks, scan_rows
 from slate.data.readers.cells import GrowingArray, LabelReader, make_context
 from slate.data.readers.delimited import _check_arguments, _finish, _Layout, _layout, _raw_table
 from slate.data.readers.table import BadCell, RawTable
-from slate.data.readers.text_records import TextRecords
 
-__all__ = ["read_table_chunks"]
+__all__ = ["WHOLE_FILE_BYTES", "read_table_chunks"]
+
+#: The largest file read with pyarrow here: pyarrow holds the whole file, and scoring reads
+#: larger files one block at a time with the pure reader, to keep memory bounded.
+WHOLE_FILE_BYTES = 256 << 20
 
 
 def read_table_chunks(
@@ -54,7 +58,7 @@ def read_table_chunks(
     name = os.fspath(path)
     _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
     context = make_context(name, na_values, np.float64)
-    with TextRecords(name, encoding, delimiter) as records:
+    with open_records(name, encoding, delimiter, max_bytes=WHOLE_FILE_BYTES) as records:
         layout, pending = _layout(
             records, label_column, positive_label, None, categorical_columns, labels, False,
             context, np.float64, True,
@@ -104,9 +108,11 @@ def _unlabelled(
 
 
 def _well_formed(
-    lines: Sequence[int], rows: list[list[str]], n_cols: int, malformed: list[BadCell]
-) -> tuple[Sequence[int], list[list[str]]]:
+    lines: Sequence[int], rows: Rows, n_cols: int, malformed: list[BadCell]
+) -> tuple[Sequence[int], Rows]:
     """The rows with ``n_cols`` cells; the others are added to ``malformed``."""
+    if isinstance(rows, ArrowRows):
+        return lines, rows  # pyarrow reads only files whose rows all have n_cols cells
     if min(map(len, rows), default=n_cols) == max(map(len, rows), default=n_cols) == n_cols:
         return lines, rows
     kept_lines, kept = [], []

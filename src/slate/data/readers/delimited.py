@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from slate.data.readers.arrow_records import ArrowRecords, open_records
 from slate.data.readers.blocks import block_rows, rescan_text, scan_rows
 from slate.data.readers.cells import (
     _FLOAT32_MAX,
@@ -413,7 +414,7 @@ class _Layout:
 
 
 def _layout(
-    records: TextRecords,
+    records: TextRecords | ArrowRecords,
     label_column: str | int | None,
     positive_label: str | None,
     header: bool | None,
@@ -500,7 +501,7 @@ def _read(
     """Read the file into typed blocks per column, or raise one DataError listing every problem."""
     _check_arguments(name, label_column, labels, missing, delimiter, na_values, categorical_columns)
     context = make_context(name, na_values, dtype)
-    with TextRecords(name, encoding, delimiter) as records:
+    with open_records(name, encoding, delimiter) as records:
         layout, pending = _layout(
             records, label_column, positive_label, header, categorical_columns, labels, strict,
             context, dtype, empty_ok,

@@ -73,8 +73,13 @@ def parse_disguised_numbers(
     if not categories:
         return None
     for name, (parse, note) in FORMATS.items():
-        parsed = [parse(c) for c in categories]
-        if any(p is None for p in parsed) or not any(p[1] for p in parsed):
+        parsed = []
+        for category in categories:  # stop at the first value not in this format
+            one = parse(category)
+            if one is None:
+                break
+            parsed.append(one)
+        if len(parsed) < len(categories) or not any(p[1] for p in parsed):
             continue
         numbers = np.array([p[0] for p in parsed] + [math.nan], dtype=np.float64)
         example = next(c for c, p in zip(categories, parsed, strict=True) if p[1])

@@ -141,6 +141,11 @@ class TextRecords:
             if kept:
                 return lines, kept
 
+    def data_block(self, size: int) -> tuple[Sequence[int], list[list[str]]]:
+        """The data rows of :meth:`block`: the interface
+        :class:`~slate.data.readers.arrow_records.ArrowRecords` serves as columns."""
+        return self.block(size)
+
     def _failure(self, exc: BaseException, line: int | None) -> DataError:
         if not isinstance(exc, UnicodeDecodeError):
             if self.gzipped:
