@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.machine import cpu_name
 from benchmarks.roster import roster_cost
 from benchmarks.wan import add_options as add_wan_options
 from benchmarks.wan import run_from_options as wan_section
@@ -298,12 +299,7 @@ def _end_to_end(data_dir: str, quick: bool) -> list[str]:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    if Path("/proc/cpuinfo").exists():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_name()
     return (f"{cpu}, {os.cpu_count()} logical cores, Python {platform.python_version()}, "
             f"torch {torch.__version__}, {platform.system()} {platform.release()}")  # fmt: skip
 

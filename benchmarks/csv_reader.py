@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.machine import cpu_name
 from slate.data.readers.arrow_records import READER_VARIABLE, ArrowRecords, open_records
 from slate.data.readers.delimited import RawTable, read_table
 
@@ -122,12 +123,7 @@ def measure(path: Path, repeats: int) -> tuple[dict[str, list[float]], bool]:
 
 
 def _versions() -> str:
-    cpu = "unknown CPU"
-    if Path("/proc/cpuinfo").exists():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_name()
     found = [f"Python {platform.python_version()}", f"numpy {np.__version__}"]
     for module in ("pyarrow", "pandas"):
         try:

@@ -52,6 +52,20 @@ def start_party(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
+def finish(parties: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str]]:
+    """Each party's exit code and output (stdout then stderr), in order; one that has not ended
+    within ``timeout`` seconds of the wait for it is killed."""
+    done = []
+    for party in parties:
+        try:
+            out, err = party.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            party.kill()
+            out, err = party.communicate()
+        done.append((party.returncode, out + err))
+    return done
+
+
 def serve(port: int, *flags: str) -> subprocess.Popen:
     """``slate rendezvous`` on the loopback interface."""
     command = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",

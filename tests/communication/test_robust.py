@@ -21,6 +21,7 @@ from slate.training.run import Run
 from tests.sites import (
     HAVE_W7A,
     SITE_FLAGS,
+    finish,
     free_port,
     identity_flags,
     make_roster,
@@ -308,14 +309,7 @@ def test_every_site_names_an_excluded_attacker_under_a_roster(tmp_path, monkeypa
             monkeypatch.setenv("SLATE_ATTACK", "1@0:signflip")
         parties.append(start_party(tmp_path, rank, port, *flags, *identity_flags(roster, rank)))
         monkeypatch.delenv("SLATE_ATTACK", raising=False)
-    done = []
-    for party in parties:
-        try:
-            out, err = party.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            party.kill()
-            out, err = party.communicate()
-        done.append((party.returncode, out + err))
+    done = finish(parties, timeout=300)
     server.kill()
     server.communicate()
     for rank in (0, 2, 3):

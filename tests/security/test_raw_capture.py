@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import gzip
 import struct
-import subprocess
 
 import pytest
 import torch
 
 from tests.security.raw_capture import LoopbackCapture, best_cosines, raw_socket_refusal
-from tests.sites import HAVE_W7A, SHARED, free_port, identity_flags, make_roster, start_party
+from tests.sites import (
+    HAVE_W7A,
+    SHARED,
+    finish,
+    free_port,
+    identity_flags,
+    make_roster,
+    start_party,
+)
 
 REFUSAL = raw_socket_refusal()
 
@@ -62,13 +69,8 @@ def captured_run(root, roster):
         keys = [identity_flags(roster, r) if roster else [] for r in range(SITES)]
         parties = [start_party(root, r, port, *FLAGS, *keys[r]) for r in range(SITES)]
         capture.watch(p.pid for p in parties)
-        for party in parties:
-            try:
-                out, err = party.communicate(timeout=300)
-            except subprocess.TimeoutExpired:
-                party.kill()
-                out, err = party.communicate()
-            assert party.returncode == 0, (out + err)[-3000:]
+        for code, text in finish(parties, timeout=300):
+            assert code == 0, text[-3000:]
     models = []
     for r in range(SITES):
         state = torch.load(root / f"site{r}" / "run" / "model.pt", weights_only=False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 from tests.sites import (
     HAVE_W7A,
     SITE_FLAGS,
+    finish,
     free_port,
     identity_flags,
     make_roster,
@@ -43,14 +43,7 @@ def run_sites(root, roster, *extra, env=None):
     finally:
         os.environ.clear()
         os.environ.update(old)
-    done = []
-    for party in parties:
-        try:
-            out, err = party.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            party.kill()
-            out, err = party.communicate()
-        done.append((party.returncode, out + err))
+    done = finish(parties, timeout=240)
     return done
 
 
@@ -187,14 +180,7 @@ def test_with_continue_a_refused_sender_is_counted_as_lost_once_and_may_return(t
     finally:
         os.environ.clear()
         os.environ.update(old)
-    done = []
-    for party in parties:
-        try:
-            out, err = party.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            party.kill()
-            out, err = party.communicate()
-        done.append((party.returncode, out + err))
+    done = finish(parties, timeout=240)
     server.kill()
     server.communicate()
     for rank in (0, 1, 2):
