@@ -8,8 +8,8 @@ written as two CSV files, and every method scores the same test rows with averag
 
 * ``slate lr=X T=Y``: ``slate train --dataset csv --train ... --test ... --threads 1`` with
   ``--lr X --iterations Y`` (each pair of ``--grid-lr`` x ``--grid-iterations``), and the rows
-  named in ``--settings`` (``default``: no ``--lr`` or ``--iterations`` at all; ``lr=auto``:
-  ``--lr auto``; ``lr=0.01``: the paper's step size, the default before ``--lr auto``);
+  named in ``--settings`` (``default``: no ``--lr`` or ``--iterations`` at all, now ``--lr
+  auto`` and 5000 iterations; ``lr=0.01 T=2000``: the defaults before them);
 * ``HistGradientBoosting``: scikit-learn's ``HistGradientBoostingClassifier(random_state=0)``
   with its defaults, text columns as categories, missing cells as missing;
 * ``LightGBM``: ``LGBMClassifier(random_state=0)`` with its defaults, where ``lightgbm`` imports.
@@ -39,7 +39,7 @@ from sklearn.metrics import average_precision_score
 from sklearn.model_selection import train_test_split
 
 MISSING = {"", "?", "NA", "N/A", "NaN", "nan", "null"}
-DEFAULT_SETTINGS = ("lr=0.01", "lr=auto")
+DEFAULT_SETTINGS = ("lr=0.01 T=2000", "default")
 
 
 def read_table(path: Path, label: str) -> tuple[list[str], list[list[str]], np.ndarray, str]:
@@ -105,7 +105,7 @@ def slate_ap(python: str, train: Path, test: Path, positive: str, flags: list[st
     return {
         "test_ap": summary["test_ap"], "lr": summary["config"]["lr"],
         "iterations": summary["config"]["iterations"], "command_seconds": seconds,
-        "lr_choice_seconds": choice.get("seconds"),
+        "wall_seconds": summary["wall_seconds"], "lr_choice_seconds": choice.get("seconds"),
     }  # fmt: skip
 
 
@@ -136,18 +136,15 @@ def measure(table: Path, args: argparse.Namespace) -> dict[str, Any]:
         "table": table.stem, "rows": len(y), "positive": positive,
         "positive_rate": float(y.mean()), "features": len(header), "slate": {},
     }  # fmt: skip
-    settings = list(args.settings) + [
-        f"lr={lr} T={t}" for lr in args.grid_lr for t in args.grid_iterations
-    ]
-    for setting in settings:
+    grid_settings = [f"lr={lr} T={t}" for lr in args.grid_lr for t in args.grid_iterations]
+    for setting in dict.fromkeys([*args.settings, *grid_settings]):  # each distinct one once
         run = slate_ap(args.slate_python, train_path, test_path, "1", setting_flags(setting))
         result["slate"][setting] = run
         print(f"  {table.stem}: slate {setting}: AP {run['test_ap']:.4f} (lr {run['lr']}, "
               f"{run['command_seconds']:.1f} s)", flush=True)  # fmt: skip
-    grid = {s: r for s, r in result["slate"].items() if s not in args.settings}
-    if grid:
-        best = max(grid, key=lambda s: grid[s]["test_ap"])
-        result["grid_best"] = {"setting": best, "test_ap": grid[best]["test_ap"]}
+    if grid_settings:
+        best = max(grid_settings, key=lambda s: result["slate"][s]["test_ap"])
+        result["grid_best"] = {"setting": best, "test_ap": result["slate"][best]["test_ap"]}
     x_train, x_test, categorical = encode_for_boosting(
         [features[i] for i in train_rows], [features[i] for i in test_rows]
     )
@@ -192,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--test-fraction", type=float, default=0.3)
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--settings", nargs="*", default=list(DEFAULT_SETTINGS),
-                        help="named slate runs, e.g. default lr=0.01 lr=auto")  # fmt: skip
+                        help="named slate runs, e.g. default 'lr=0.01 T=2000' lr=auto")  # fmt: skip
     parser.add_argument("--grid-lr", nargs="*", default=["0.001", "0.01", "0.03", "0.1", "0.3"])
     parser.add_argument("--grid-iterations", nargs="*", default=["2000", "5000"])
     parser.add_argument("--slate-python", default=sys.executable)
@@ -214,9 +211,11 @@ def main(argv: list[str] | None = None) -> None:
     for r in results:
         for setting, run in r["slate"].items():
             if run["lr_choice_seconds"] is not None:
-                print(f"{r['table']} {setting}: lr {run['lr']}, T {run['iterations']}, "
-                      f"choice {run['lr_choice_seconds']:.1f} s of "
-                      f"{run['command_seconds']:.1f} s")  # fmt: skip
+                print(
+                    f"{r['table']} {setting}: lr {run['lr']}, T {run['iterations']}: the "
+                    f"choice took {run['lr_choice_seconds']:.1f} s, training "
+                    f"{run['wall_seconds']:.1f} s, the command {run['command_seconds']:.1f} s"
+                )
 
 
 if __name__ == "__main__":
