@@ -154,3 +154,23 @@ def test_the_distributed_engine_uses_the_simulators_choice(tables, tmp_path) -> 
     assert without_seconds(distributed["lr_choice"]) == without_seconds(simulated["lr_choice"])
     assert distributed["config"]["lr"] == simulated["config"]["lr"]
     assert distributed["test_ap"] == pytest.approx(simulated["test_ap"], abs=1e-4)
+
+
+def test_the_choice_reads_the_table_once(tables, monkeypatch) -> None:
+    import slate.data.sources as sources
+
+    reads = []
+    original = sources._read_whole
+
+    def counted(*args, **kwargs):
+        reads.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sources, "_read_whole", counted)
+    train_path, test, _ = tables
+    config = TrainConfig(
+        dataset="csv", train=str(train_path), test=str(test), nodes=2, label_column="label",
+        positive_label="1", iterations=50, threads=1,
+    )  # fmt: skip
+    summary = train(config, write=False, progress=False, log=lambda _: None).summary
+    assert summary["lr_choice"]["iterations"] == 50 and len(reads) == 1
