@@ -174,3 +174,13 @@ def test_the_choice_reads_the_table_once(tables, monkeypatch) -> None:
     )  # fmt: skip
     summary = train(config, write=False, progress=False, log=lambda _: None).summary
     assert summary["lr_choice"]["iterations"] == 50 and len(reads) == 1
+
+
+def test_the_estimator_accepts_auto() -> None:
+    from slate import SlateClassifier
+
+    x, y = separable(400, seed=4)
+    model = SlateClassifier(lr="auto", iterations=100, n_parties=2, threads=1).fit(x, y)
+    assert model.lr_ in CANDIDATES and model.lr_choice_["lr"] == model.lr_
+    assert "training rows" in model.lr_choice_["rows"]
+    assert SlateClassifier().lr == 0.01  # the estimator's default is unchanged
