@@ -90,8 +90,9 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
     accuracy at the threshold 0 of the logit.
 
     Parameters mirror ``slate train``'s flags (``docs/outputs.md``, "scikit-learn estimator"),
-    with its defaults for a user's table; ``n_parties`` is ``--nodes``. Two things differ from
-    ``slate train --dataset csv``. ``standardize`` is off, as scikit-learn's convention is to
+    with its defaults for a user's table; ``n_parties`` is ``--nodes``. Three things differ from
+    ``slate train --dataset csv``. ``lr`` is 0.01 and ``iterations`` 2000 by default, not
+    ``"auto"`` and 5000 (see ``lr``). ``standardize`` is off, as scikit-learn's convention is to
     scale in a ``Pipeline`` (e.g. with ``StandardScaler``); ``standardize=True`` z-scores with
     the training rows' mean and standard deviation, and again in prediction. And the run's
     evaluations score the training rows, only at iteration 0 and at the end; they do not
@@ -105,7 +106,10 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         iterations: local steps of every party, each followed by a gossip exchange.
         lr: the step size eta, or ``"auto"``: chosen by short runs scored on a seeded
             stratified 20% of the training rows (``slate train --lr auto``,
-            :mod:`slate.training.lr_choice`); ``lr_`` holds the step size used.
+            :mod:`slate.training.lr_choice`); ``lr_`` holds the step size used. The default
+            stays the paper's 0.01 (and ``iterations`` 2000), unlike ``slate train`` on a
+            table (``auto`` and 5000): a fit inside a cross-validation or a grid search would
+            otherwise train five short runs more each time.
         topology: the communication graph (``ring``, ``full``, ``torus``, ``base-2``, ...).
         batch_size: samples per party per step (m).
         positives: positives among them (b); every party needs at least this many positives.

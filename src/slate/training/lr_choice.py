@@ -37,7 +37,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slate.data.datasets import Dataset
@@ -76,7 +76,6 @@ class LrChoice:
     rows: str  # which rows scored the candidates
     seconds: float
     nodes: int  # the parties of the candidates' runs
-    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
