@@ -9,7 +9,8 @@ written as two CSV files, and every method scores the same test rows with averag
 * ``slate lr=X T=Y``: ``slate train --dataset csv --train ... --test ... --threads 1`` with
   ``--lr X --iterations Y`` (each pair of ``--grid-lr`` x ``--grid-iterations``), and the rows
   named in ``--settings`` (``default``: no ``--lr`` or ``--iterations`` at all, now ``--lr
-  auto`` and 5000 iterations; ``lr=0.01 T=2000``: the defaults before them);
+  auto`` and 5000 iterations; ``lr=0.01 T=2000``: the defaults before them; ``hidden=128``: the
+  defaults with ``--hidden 128``);
 * ``HistGradientBoosting``: scikit-learn's ``HistGradientBoostingClassifier(random_state=0)``
   with its defaults, text columns as categories, missing cells as missing;
 * ``LightGBM``: ``LGBMClassifier(random_state=0)`` with its defaults, where ``lightgbm`` imports.
@@ -110,13 +111,15 @@ def slate_ap(python: str, train: Path, test: Path, positive: str, flags: list[st
 
 
 def setting_flags(setting: str) -> list[str]:
-    """``"lr=0.1 T=5000"`` to ``["--lr", "0.1", "--iterations", "5000"]``; ``default``: none."""
+    """``"lr=0.1 T=5000"`` to ``["--lr", "0.1", "--iterations", "5000"]`` (``hidden=H``:
+    ``--hidden H``); ``default``: none."""
     flags: list[str] = []
     for item in setting.split():
         key, _, value = item.partition("=")
         if key == "default":
             continue
-        flags += {"lr": ["--lr", value], "T": ["--iterations", value]}[key]
+        flags += {"lr": ["--lr", value], "T": ["--iterations", value],
+                  "hidden": ["--hidden", value]}[key]  # fmt: skip
     return flags
 
 

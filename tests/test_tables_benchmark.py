@@ -24,3 +24,4 @@ def test_setting_flags() -> None:
     assert setting_flags("default") == []
     assert setting_flags("lr=0.1 T=5000") == ["--lr", "0.1", "--iterations", "5000"]
     assert setting_flags("lr=auto") == ["--lr", "auto"]
+    assert setting_flags("hidden=128") == ["--hidden", "128"]
