@@ -206,10 +206,11 @@ def _tables(quick: bool) -> list[str]:
                             "write_big_table(Path(sys.argv[1]), int(sys.argv[2]))",
                             str(data), str(rows)], check=True, cwd=HERE.parent)  # fmt: skip
             run = folder / f"run{rows}"
+            # a fixed step (--lr 0.01): the table's --lr auto would add five short runs
             flags = ["--dataset", "csv", "--train", str(data), "--label-column", "label",
                      "--positive-label", "1", "--id-column", "id", "--nodes", "4",
                      "--iterations", "100", "--eval-every", "100", "--no-progress",
-                     "--out", str(run)]  # fmt: skip
+                     "--lr", "0.01", "--out", str(run)]  # fmt: skip
             measured = {
                 "slate train (read, split, encode, 100 iterations)": _peak(["train", *flags]),
                 "slate predict (streamed)": _peak(

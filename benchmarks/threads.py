@@ -31,7 +31,7 @@ import torch
 CASES: dict[str, tuple[list[str], str]] = {
     "table": (
         ["--dataset", "csv", "--train", "{table}", "--label-column", "label",
-         "--positive-label", "1", "--iterations", "3000"],
+         "--positive-label", "1", "--iterations", "3000", "--lr", "0.01"],
         "CSV, 4000 rows x 10 features, MLP, N from the positives",
     ),
     "digits": (["--dataset", "digits", "--iterations", "3000"], "sklearn digits, MLP, N=8"),

@@ -57,7 +57,8 @@ def _write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> None:
 def _slate_train(tmp_path: Path, *flags: str) -> Path:
     out = tmp_path / "run"
     table = ["--dataset", "csv", "--label-column", "label", "--positive-label", "1"]
-    run = ["--iterations", str(ITERATIONS), "--out", str(out), "--no-progress"]
+    # The estimator's step size (its default; a table's slate train would choose one, --lr auto).
+    run = ["--iterations", str(ITERATIONS), "--lr", "0.01", "--out", str(out), "--no-progress"]
     assert main(["train", *table, *run, *flags]) == 0
     return out
 
@@ -156,13 +157,18 @@ def test_params_round_trip_through_clone_and_set_params() -> None:
 
 def test_defaults_are_slate_trains_for_a_table() -> None:
     """Every parameter that is a flag defaults to ``slate train --dataset csv``'s value, except
-    ``standardize`` (off: scale in a Pipeline) and ``n_parties`` (None: chosen from the
-    positives at ``fit``, as ``slate train`` chooses ``--nodes`` for a table)."""
+    ``standardize`` (off: scale in a Pipeline), ``n_parties`` (None: chosen from the
+    positives at ``fit``, as ``slate train`` chooses ``--nodes`` for a table), and ``lr`` and
+    ``iterations``: the paper's 0.01 and 2000, where a table's ``slate train`` chooses its step
+    size (``--lr auto``, which the estimator takes as ``lr="auto"``) and runs 5000 iterations."""
     resolved = resolve_config(TrainConfig(dataset="csv"))
     for name, value in SlateClassifier().get_params().items():
         field = PARAMETER_FIELDS.get(name, name)
         if name == "n_parties":
             assert value is None
+        elif name in ("lr", "iterations"):
+            assert (name, value) in (("lr", 0.01), ("iterations", 2000))
+            assert (resolved.lr, resolved.iterations) == ("auto", 5000)
         elif name == "standardize":
             assert value is False and resolved.standardize is True
         elif hasattr(resolved, field):

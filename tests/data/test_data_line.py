@@ -57,7 +57,7 @@ def test_a_csv_run_enters_each_data_module_at_most_twice(tmp_path, per_party):
     train_file = tmp_path / ("p{rank}.csv" if per_party else "p0.csv")
     config = TrainConfig(
         dataset="csv", train=str(train_file), label_column="y", positive_label="1",
-        nodes=3, iterations=10, eval_every=10,
+        nodes=3, iterations=10, eval_every=10, lr=0.01,  # --lr auto trains 5 more short runs
     )  # fmt: skip
     entries = _entries(config)
     assert entries["slate.data.sources"] == 1  # the one orchestrator, entered from the run

@@ -54,7 +54,7 @@ def _run(tmp_path: Path, kind: str, notes: list[str]):
     config = TrainConfig(
         dataset="csv", train=str(tmp_path / f"{kind}_train.csv"),
         test=str(tmp_path / f"{kind}_test.csv"), label_column="y", positive_label="1",
-        iterations=600, threads=1, party_ap=False,
+        iterations=600, lr=0.01, threads=1, party_ap=False,  # a fixed step: no --lr auto
     )  # fmt: skip
     return train(config, write=False, progress=False, log=notes.append).summary
 

@@ -56,7 +56,7 @@ def audit(monkeypatch):
 
 def _config(tmp_path, **kw):
     defaults = dict(
-        dataset="csv", label_column="y", positive_label="1", nodes=3, iterations=600,
+        dataset="csv", label_column="y", positive_label="1", nodes=3, iterations=600, lr=0.01,
         eval_every=50, validation_fraction=0.25, early_stopping=3, threads=1, party_ap=False,
         out=str(tmp_path / "run"),
     )  # fmt: skip

@@ -98,6 +98,7 @@ NOT_CONFIG = frozenset(
         "rank",
         "rendezvous",
         "external_store",
+        "lr_choice",
     }
 )
 

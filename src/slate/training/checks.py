@@ -180,6 +180,8 @@ def compressed(config: TrainConfig) -> bool:
 def check_config(config: TrainConfig) -> None:
     """Every flag of a resolved config that can be checked without data."""
     validate_batch_shape(config.batch_size, config.positives)
+    if isinstance(config.lr, str) and config.lr != "auto":  # a number is checked by the rule
+        raise ConfigError(f"--lr must be a number or 'auto', got {config.lr!r}.")
     if config.iterations < 1:
         raise ConfigError(f"--iterations must be at least 1, got {config.iterations}.")
     if config.compile not in COMPILE_CHOICES:

@@ -163,7 +163,10 @@ def check_inputs(resolved: ResolvedConfig, dataset: Dataset | None = None) -> No
     flags = resolved.flags
     comm = resolved.communication
     build_topology(comm.topology, comm.nodes, seed=comm.seed, fed_period=comm.fed_period)
-    build_algorithm(resolved.algorithm.name, resolved.algorithm.config)
+    algorithm = resolved.algorithm.config
+    if algorithm.lr == "auto":  # chosen from the data later; the other values are checked now
+        algorithm = dataclasses.replace(algorithm, lr=1.0)
+    build_algorithm(resolved.algorithm.name, algorithm)
     spec = resolved.data
     if spec.per_party:
         return

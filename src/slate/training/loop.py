@@ -39,6 +39,7 @@ from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
+from slate.training.lr_choice import AUTO, LrChoice, resolve_auto_lr
 from slate.training.outputs import (
     ValidationCurve,
     build_summary,
@@ -347,6 +348,7 @@ def train(
     engine: Engine | None = None,
     resume: bool = False,
     log=print,
+    lr_choice: LrChoice | None = None,
 ) -> RunResult:
     """Run one experiment and (by default) write its run folder from the main process.
 
@@ -355,8 +357,17 @@ def train(
     iterations; ``resume=True`` continues from the folder's checkpoint. SIGINT / SIGTERM write a
     checkpoint and raise :class:`RunInterrupted`. ``config`` is resolved and checked here unless
     it is a :class:`~slate.training.configuration.ResolvedConfig` already.
+
+    ``--lr auto`` is chosen here, before the run is built (:mod:`slate.training.lr_choice`),
+    unless a launcher chose it already and passes its ``lr_choice`` with the number in ``lr``;
+    the choice goes to ``summary.json``'s ``lr_choice``.
     """
     resolved = as_resolved(config)
+    if resolved.flags.lr == AUTO:
+        main = engine is None or engine.is_main
+        resolved, data, lr_choice = resolve_auto_lr(
+            resolved, data, log if main else (lambda _: None), train
+        )
     config = resolved.flags
     returning = engine is not None and engine.returning
     if returning and not resume:
@@ -424,6 +435,8 @@ def train(
                        test_auroc=final.scores.values["test_auroc"])  # fmt: skip
         summary.update(validation_summary(history, loop.best, loop.stopped_at, run.n_validation))
     summary["divergence"] = _divergence(run, history, final).to_dict()
+    if lr_choice is not None:
+        summary["lr_choice"] = lr_choice.to_dict()
     if out is not None:
         write_run_folder(run, summary, history, out, final.model, final.validation)
         summary["out_dir"] = str(out)

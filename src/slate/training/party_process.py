@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from slate.errors import ConfigError
 if TYPE_CHECKING:
     from slate.data.datasets import Dataset
     from slate.training.configuration import ResolvedConfig
+    from slate.training.lr_choice import LrChoice
 
 __all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_parties"]
 
@@ -32,12 +34,19 @@ def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     """Check the input once here, then start one worker process per party."""
     from slate.engines.launch import launch_local
     from slate.training.configuration import check_inputs, resolve_and_check
+    from slate.training.loop import train
+    from slate.training.lr_choice import resolve_auto_lr
     from slate.training.outputs import default_out_dir
 
     settings, data = with_default_parties(resolve_and_check(config))
     check_inputs(settings, data)  # the dataset read to choose N is not read again
-    resolved = settings.flags
     forwarded = list(argv)
+    if settings.flags.lr == "auto":  # chosen once here, after the checks; each party gets it
+        settings, data, choice = resolve_auto_lr(settings, data, print, train)
+        forwarded += ["--lr", repr(settings.flags.lr)]
+        if choice is not None:
+            forwarded += ["--lr-choice", json.dumps(choice.to_dict())]
+    resolved = settings.flags
     if config.out is None:
         forwarded += ["--out", str(default_out_dir(resolved))]
     if config.nodes is None:
@@ -74,8 +83,12 @@ def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
     if config.out is not None:  # the local launcher always names the run folder
         rank = int(os.environ["RANK"])
         send_native_stderr_to(Path(_party_out_dir(config, rank, alone=False)), rank)
+    from slate.training.lr_choice import LrChoice
+
     rendezvous = worker_rendezvous(args.timeout)
-    return _train_as_party(_resolved(config), rendezvous, args, alone=False)
+    choice = getattr(args, "lr_choice", None)
+    lr_choice = LrChoice.from_dict(json.loads(choice)) if choice else None
+    return _train_as_party(_resolved(config), rendezvous, args, alone=False, lr_choice=lr_choice)
 
 
 def _resolved(config: TrainConfig) -> ResolvedConfig:
@@ -98,7 +111,11 @@ def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float):
 
 
 def _train_as_party(
-    settings: ResolvedConfig, rendezvous, args: argparse.Namespace, alone: bool
+    settings: ResolvedConfig,
+    rendezvous,
+    args: argparse.Namespace,
+    alone: bool,
+    lr_choice: LrChoice | None = None,
 ) -> int:
     """Train as this process's party, then leave together with the others."""
     import torch.distributed as dist
@@ -122,7 +139,8 @@ def _train_as_party(
     changes["out"] = _party_out_dir(settings.flags, engine.rank, alone)
     # One party per process: several processes share the cores, so one thread each.
     settings = settings.replace(**changes, nodes=world, threads=settings.flags.threads or 1)
-    train(settings, engine=engine, progress=not args.no_progress, resume=bool(args.resume))
+    train(settings, engine=engine, progress=not args.no_progress, resume=bool(args.resume),
+          lr_choice=lr_choice)  # fmt: skip
     engine.leave()
     return 0
 
