@@ -89,6 +89,7 @@ WINDOW = 16  # distances behind tau: the last 16 messages (at least twice a roun
 REFUSED_STEP = 1 / 8  # beta: the step of the per-pair rate of refused messages
 EXCLUDE_AFTER = 16  # messages from a sender before it can be excluded ...
 EXCLUDE_RATE = 0.8  # ... once this share of them (the moving rate) was refused
+MAX_GROUPINGS = 64  # rounds' edge groupings kept (a topology's cycle is shorter)
 ABSURD = 1e6  # without --robust: a message this many times larger than 1 + |own| is named
 
 
@@ -143,7 +144,10 @@ def corrupt(x: Tensor, attack: Attack) -> Tensor:
 
 
 def _by_receiver(receivers: Tensor, p: int) -> Tensor:
-    """For edges grouped by receiver: a ``(P, kmax)`` index into the edges, ``E`` for padding."""
+    """For edges grouped by receiver: a ``(P, kmax)`` index into the edges, ``E`` for padding
+    (a host synchronisation, except for a single row)."""
+    if p == 1:
+        return torch.arange(len(receivers), device=receivers.device)[None]
     counts = torch.bincount(receivers.cpu(), minlength=p)
     kmax = max(1, int(counts.max()) if len(counts) else 1)
     layout = torch.full((p, kmax), len(receivers), dtype=torch.long)
@@ -170,20 +174,39 @@ class ClipMemory:
         self.seen = torch.zeros(p, n, dtype=torch.long, device=device)
         self.excluded_at = torch.full((p, n), NEVER, dtype=torch.long, device=device)
         self.last: Tensor | None = None  # (P, d): the rows as the last mix left them
+        self._groupings: dict[tuple[int, bool], tuple[Tensor, Tensor, Tensor]] = {}
+
+    def grouping(self, receivers: Tensor, own_rows: bool) -> tuple[Tensor, Tensor]:
+        """The receiving row of each of this round's values (the edges', then, with
+        ``own_rows``, one per row for its own movement) and their :func:`_by_receiver` layout.
+        Kept for as long as the same ``receivers`` tensor comes back (the simulator and CHOCO
+        keep one per round of the topology's cycle), so that a round costs no host
+        synchronisation and no Python loop over its edges."""
+        key = (id(receivers), own_rows)
+        kept = self._groupings.get(key)
+        if kept is not None and kept[0] is receivers:
+            return kept[1], kept[2]
+        p = self.window.shape[0]
+        rows = torch.arange(p, device=receivers.device)
+        every = torch.cat([receivers, rows]) if own_rows else receivers
+        layout = _by_receiver(every, p)
+        if p > 1:  # one row: nothing to save, and a new tensor every round
+            if len(self._groupings) >= MAX_GROUPINGS:
+                self._groupings.clear()
+            self._groupings[key] = (receivers, every, layout)
+        return every, layout
 
     def excluded(self, receivers: Tensor, senders: Tensor) -> Tensor:
         """Per edge, whether its receiver has excluded its sender."""
         return self.excluded_at[receivers, senders] < NEVER
 
-    def threshold(self, dist: Tensor, usable: Tensor, receivers: Tensor) -> Tensor:
+    def threshold(self, dist: Tensor, usable: Tensor, receivers: Tensor, layout: Tensor) -> Tensor:
         """Push this round's usable distances into each receiving row's window (over its oldest
         values) and return :math:`\tau` per edge (NaN, so nothing is clipped, while empty).
 
         A round's values go in ascending order, so that what a row keeps does not depend on
         the order of its edges: every engine, whatever order its messages arrive in, computes
-        the same :math:`\tau`."""
-        p = self.window.shape[0]
-        layout = _by_receiver(receivers, p)
+        the same :math:`\tau`. ``receivers`` and ``layout``: :meth:`grouping`'s."""
         self._widen(2 * layout.shape[1])
         size = self.window.shape[1] - 1  # the last column takes what is not pushed
         inf = dist.new_full((1,), math.inf)
@@ -286,15 +309,12 @@ def clipped_update(
     zero = torch.zeros((), dtype=own.dtype, device=own.device)
     diff = torch.where(usable[:, None], theirs - own, zero)
     dist = torch.linalg.vector_norm(diff, dim=1)
-    if movement is None:
-        tau = memory.threshold(dist, usable, receivers)
-    else:
-        rows = torch.arange(p, device=receivers.device)
-        tau = memory.threshold(
-            torch.cat([dist, movement]),
-            torch.cat([usable, torch.isfinite(movement) & (movement > 0)]),
-            torch.cat([receivers, rows]),
-        )[: len(receivers)]
+    every, layout = memory.grouping(receivers, movement is not None)
+    if movement is not None:
+        dist = torch.cat([dist, movement])
+        usable = torch.cat([usable, torch.isfinite(movement) & (movement > 0)])
+    tau = memory.threshold(dist, usable, every, layout)[: len(receivers)]
+    dist, usable = dist[: len(receivers)], usable[: len(receivers)]
     clipped = usable & (dist > tau)
     scale = torch.where(clipped, tau / dist, torch.ones_like(dist))
     out = torch.zeros(p, diff.shape[1], dtype=diff.dtype, device=diff.device)
