@@ -130,7 +130,7 @@ def test_declarations_have_one_digest_per_site_that_changes_with_any_fact():
 def test_category_counts_must_add_up_to_the_declared_rows():
     declared = Declared.of([PartyCounts(6, 1, 1, 1), PartyCounts(4, 1, 1, 1)], [{}, {}])
     declared.check_category_counts({"ward": {"a": 7, "<missing>": 3}})
-    with pytest.raises(DeclarationBroken, match="'ward'.* 60000010 rows over 62 categories"):
+    with pytest.raises(DeclarationBroken, match=r"'ward'.* 60000010 rows over 62 categories"):
         fake = {f"fake_{k}": 10**6 for k in range(60)}
         declared.check_category_counts({"ward": {"a": 7, "<missing>": 3, **fake}})
     with pytest.raises(DeclarationBroken, match="negative count for 'b'"):

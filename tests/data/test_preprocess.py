@@ -77,7 +77,8 @@ def test_total_is_applied_to_both_rounds():
     block = np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32)
     mean, std, rows = federated_moments([block], total)
     assert rows == 4 and [what for what, _ in seen] == [
-        "standardisation sums", "standardisation squares"
+        "standardisation sums",
+        "standardisation squares",
     ]
     np.testing.assert_allclose(mean, [2.0, 4.0])
     np.testing.assert_allclose(std, np.concatenate([block, block]).std(0))

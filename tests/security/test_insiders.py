@@ -159,9 +159,7 @@ def test_planted_evaluation_counts_stop_every_site(svm_sites, monkeypatch):
     assert "20" in outputs[HONEST[0]][1] and "negative test rows" in outputs[HONEST[0]][1]
 
 
-def test_under_continue_planted_counts_are_dropped_and_the_average_refused(
-    svm_sites, monkeypatch
-):
+def test_under_continue_planted_counts_are_dropped_and_the_average_refused(svm_sites, monkeypatch):
     """With ``--on-party-loss continue`` (the sites' default) the planted evaluations are
     dropped (NaN, a warning) and training goes on; the last one is the final average's, so every
     honest site keeps its own model and stops naming the counts."""

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from slate.files import private_files, private_folder
 from slate.config import TrainConfig
 from slate.data.schema import PartyCounts, Schema
 from slate.engines.local import Engine
 from slate.engines.membership import Change
 from slate.errors import ConfigError
+from slate.files import private_files, private_folder
 from slate.security.messages import ListOf, MapOf
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from torch import Tensor
 
 from slate.communication.robust import suspect_lines
 from slate.config import TrainConfig
-from slate.inference.model_file import describe_run, save_model
 from slate.files import private_files, private_folder
+from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
 from slate.metrics.operating_points import (
     FEW_POSITIVES,
