@@ -504,7 +504,11 @@ class Evaluator:
         (:mod:`slate.training.final_check`)."""
         buffers = {name: value[0] for name, value in self.compute.buffers.items()}
         logits = self.compute.logits(x[0], self.test_features, buffers)
-        scores = PooledEvaluation().metrics((logits, self.test_labels), True)
+        labels = self.test_labels
+        if len(labels) and bool(labels.any()) and not bool(labels.all()):
+            scores = PooledEvaluation().metrics((logits, labels), True)
+        else:  # (no AP without both classes: such a site never refuses, final_check)
+            scores = TestScores({name: math.nan for name in REFUSED_VALUES})
         return Scored(-1, x[0], buffers, logits, scores)
 
     def party_aps(self, x: Tensor) -> list[float]:
