@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from slate.files import PRIVATE_FILE, private_folder
+from slate.permissions import PRIVATE_FILE, private_folder
 
 __all__ = ["DEBUG_LOG", "send_native_stderr_to"]
 

@@ -32,7 +32,7 @@ from slate.data.schema import PartyCounts, Schema
 from slate.engines.local import Engine
 from slate.engines.membership import Change
 from slate.errors import ConfigError
-from slate.files import private_files, private_folder
+from slate.permissions import private_files, private_folder
 from slate.security.messages import ListOf, MapOf
 
 if TYPE_CHECKING:

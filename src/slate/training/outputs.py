@@ -23,7 +23,7 @@ from torch import Tensor
 
 from slate.communication.robust import suspect_lines
 from slate.config import TrainConfig
-from slate.files import private_files, private_folder
+from slate.permissions import private_files, private_folder
 from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
 from slate.metrics.operating_points import (
@@ -121,7 +121,7 @@ def write_run_folder(
 ) -> None:
     """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary; with
     ``validation``, the kept model's validation PR curve (:data:`VALIDATION_CURVE`). The folder
-    is ``0700`` and every file ``0600`` (:mod:`slate.files`)."""
+    is ``0700`` and every file ``0600`` (:mod:`slate.permissions`)."""
     private_folder(out)
     with private_files():
         _write_run_files(run, summary, history, out, final_model, validation)

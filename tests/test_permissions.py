@@ -1,5 +1,5 @@
-"""A run folder and everything in it are private to the user, whatever the umask (slate.files):
-a run's outputs and checkpoints hold the site's model and data."""
+"""A run folder and everything in it are private to the user, whatever the umask
+(slate.permissions): a run's outputs and checkpoints hold the site's model and data."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from slate.cli import main
-from slate.files import private_files, private_folder
+from slate.permissions import private_files, private_folder
 
 
 def modes(root: Path) -> dict[str, int]:
