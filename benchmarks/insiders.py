@@ -33,8 +33,10 @@ DEFAULT_DATA_DIR = HERE.parent.parent / "shared" / "data"
 SITES, LIAR = 4, 1
 SPREAD = {
     "ring": ("stratified", ["--topology", "ring"]),
-    "base-2, H = 25, int8": ("stratified", ["--topology", "base-2", "--gossip-every", "25",
-                                            "--compress", "int8"]),  # fmt: skip
+    "base-2, H = 25, int8": (
+        "stratified",
+        ["--topology", "base-2", "--gossip-every", "25", "--compress", "int8"],
+    ),
     "ring, Dirichlet 0.5 sites": ("dirichlet", ["--topology", "ring"]),
     "exponential, Dirichlet 0.5 sites": ("dirichlet", ["--topology", "exponential"]),
     "ring, 200 iterations": ("stratified", ["--topology", "ring", "--iterations", "200"]),
@@ -143,7 +145,7 @@ def lies(data_dir: Path, root: Path, iterations: int) -> None:
                 stated.append(f"{summary['party_test_ap'][str(s)]:.4f}")
             else:
                 aps.append("no model")
-        said = done["errors"][0][len("slate: error: "):][:160] if done["errors"] else ""
+        said = done["errors"][0][len("slate: error: ") :][:160] if done["errors"] else ""
         print(f"| `{attack}` | {done['code']} | {said}... | {', '.join(aps)} | "
               f"{', '.join(stated)} |", flush=True)  # fmt: skip
 

@@ -23,7 +23,6 @@ from torch import Tensor
 
 from slate.communication.robust import suspect_lines
 from slate.config import TrainConfig
-from slate.permissions import private_files, private_folder
 from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
 from slate.metrics.operating_points import (
@@ -34,6 +33,7 @@ from slate.metrics.operating_points import (
     operating_points,
     unreached_marks,
 )
+from slate.permissions import private_files, private_folder
 from slate.training.evaluation import TestScores
 
 if TYPE_CHECKING:
