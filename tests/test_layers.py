@@ -20,7 +20,7 @@ PACKAGE = ROOT / "src" / "slate"
 #: units of its own layer or of the layers below. Within a layer the order below is the order
 #: of the allowed imports too (``optim`` uses ``algorithms``, not the other way round).
 LAYERS: list[list[str]] = [
-    ["errors", "version", "config"],
+    ["errors", "version", "config", "permissions"],
     ["metrics", "objectives", "models", "topology", "security"],
     ["communication"],
     ["data", "engines"],

@@ -22,7 +22,7 @@ def _moments_over_processes(blocks, processes):
     results = [None] * len(groups)
 
     def total_for(k):
-        def total(value):
+        def total(value, what=""):
             posted[k] = value.clone()
             barrier.wait()
             summed = sum(posted[j] for j in range(len(groups)))
@@ -70,13 +70,16 @@ def test_federated_moments_equal_pooled_numpy(parties, width, scale, seed):
 def test_total_is_applied_to_both_rounds():
     seen = []
 
-    def total(value):
-        seen.append(value.clone())
+    def total(value, what):
+        seen.append((what, value.clone()))
         return value * 2  # two identical processes
 
     block = np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32)
     mean, std, rows = federated_moments([block], total)
-    assert rows == 4 and len(seen) == 2
+    assert rows == 4 and [what for what, _ in seen] == [
+        "standardisation sums",
+        "standardisation squares",
+    ]
     np.testing.assert_allclose(mean, [2.0, 4.0])
     np.testing.assert_allclose(std, np.concatenate([block, block]).std(0))
 

@@ -1,11 +1,14 @@
 r"""Gossip with a misbehaving neighbour: test-only attacks, watching what arrives, and clipping.
 
-**Attacks (tests only).** ``SLATE_ATTACK=RANK@ITER:KIND[,...]`` makes party ``RANK`` send, from
-iteration ``ITER`` on, a corruption of its parameters to its neighbours while its own copy stays
-honest. ``KIND`` is ``nan`` (every value NaN), ``scale:F`` (times ``F``), ``signflip`` (times
--1) or ``zeros``. On both engines: the simulator mixes the attacker's corrupted row into the
-others' rows, a distributed process sends it; under CHOCO the corrupted vector is what the
-attacker compresses and sends (:func:`parse_attacks`, :class:`MessageGuard`).
+**Attacks (tests only).** ``SLATE_ATTACK=RANK@ITER:KIND[,...]`` makes party ``RANK`` misbehave from
+iteration ``ITER`` on. The gossip kinds (:data:`GOSSIP_KINDS`) corrupt what it sends its
+neighbours while its own copy stays honest: ``nan`` (every value NaN), ``scale:F`` (times
+``F``), ``signflip`` (times -1) or ``zeros``. On both engines: the simulator mixes the
+attacker's corrupted row into the others' rows, a distributed process sends it; under CHOCO the
+corrupted vector is what the attacker compresses and sends (:func:`parse_attacks`,
+:class:`MessageGuard`). The other kinds are an insider's lies in the final average, the
+evaluation counts and the set-up sums, told by a distributed process only
+(:mod:`slate.training.lies`).
 
 **Watching (always).** Every received neighbour value is checked, on the device and without a
 host synchronisation, for non-finite entries and for an absurd size (a norm over ``ABSURD``
@@ -68,7 +71,9 @@ from slate.errors import ConfigError
 
 __all__ = [
     "ATTACK_ENV",
+    "GOSSIP_KINDS",
     "KINDS",
+    "LIE_KINDS",
     "RECORD_SHAPE",
     "Attack",
     "ClipMemory",
@@ -82,7 +87,12 @@ __all__ = [
 ]
 
 ATTACK_ENV = "SLATE_ATTACK"
-KINDS = ("nan", "scale", "signflip", "zeros")
+GOSSIP_KINDS = ("nan", "scale", "signflip", "zeros")
+#: The insider's lies outside gossip (:mod:`slate.training.lies`).
+LIE_KINDS = ("final-poison", "eval-inflate", "eval-deflate", "rows", "stats-scale",
+             "fake-categories", "impute")  # fmt: skip
+KINDS = GOSSIP_KINDS + LIE_KINDS
+FACTOR_KINDS = ("scale", "rows", "stats-scale", "impute")  # KIND:F, F a number
 NEVER = 1 << 62  # "no non-finite message yet"
 CLIP_FACTOR = 2.0  # tau = CLIP_FACTOR x the lower median of recent neighbour distances
 WINDOW = 16  # distances behind tau: the last 16 messages (at least twice a round's)
@@ -117,11 +127,12 @@ def parse_attacks(spec: str | None) -> list[Attack]:
         if not (at_sign and colon and who.isdigit() and when.isdigit()):
             problem = "expected RANK@ITER:KIND with whole numbers RANK and ITER"
         elif kind not in KINDS:
-            problem = f"KIND must be one of nan, scale:F, signflip, zeros, not {kind!r}"
-        elif (kind == "scale") != bool(argument):
-            problem = "scale takes a factor (scale:F); the other kinds take none"
+            problem = f"KIND must be one of {', '.join(_kind_forms())}, not {kind!r}"
+        elif (kind in FACTOR_KINDS) != bool(argument):
+            problem = (f"{kind} takes a factor ({kind}:F)" if kind in FACTOR_KINDS
+                       else f"{kind} takes no factor")  # fmt: skip
         factor = 1.0
-        if problem is None and kind == "scale":
+        if problem is None and kind in FACTOR_KINDS:
             try:
                 factor = float(argument)
             except ValueError:
@@ -130,6 +141,10 @@ def parse_attacks(spec: str | None) -> list[Attack]:
             raise ConfigError(f"{ATTACK_ENV}: bad part {item!r}: {problem}")
         attacks.append(Attack(int(who), int(when), kind, factor))
     return attacks
+
+
+def _kind_forms() -> list[str]:
+    return [f"{kind}:F" if kind in FACTOR_KINDS else kind for kind in KINDS]
 
 
 def corrupt(x: Tensor, attack: Attack) -> Tensor:
@@ -338,7 +353,7 @@ class MessageGuard:
         self.n = n
         self.local = list(local_parties)
         self.robust = robust == "clip"
-        self.attacks = [a for a in attacks if a.rank in self.local]
+        self.attacks = [a for a in attacks if a.rank in self.local and a.kind in GOSSIP_KINDS]
         self.iteration = 0
         self._counts: Tensor | None = None  # (4, P, n): received, dropped, clipped, ignored
         self._past: list[list[int]] = []  # records() before the last restart

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from slate.data.declared import Declared
 from slate.data.preprocess import Standardizer
 from slate.errors import ConfigError, DataError
 from slate.security.messages import MapOf
@@ -55,11 +56,12 @@ ID_LIKE_SHARE = 0.9  # a text column with distinct values in at least this share
 ID_LIKE_MIN_ROWS = 20  # ... of at least this many rows looks like an ID or free text
 FORMAT = 1
 
-Total = Callable[[Tensor], Tensor]
+Total = Callable[..., Tensor]  # (value, what) -> the value summed over all processes
 Gather = Callable[[list[Any], Any, str], list[Any]]  # items, their shape, what they are
 
 
-def _local_total(value: Tensor) -> Tensor:
+def _local_total(value: Tensor, what: str = "") -> Tensor:
+    del what
     return value
 
 
@@ -140,19 +142,23 @@ def fit_features(
     centre: bool = True,
     total: Total = _local_total,
     gather: Gather = _local_gather,
+    declared: Declared | None = None,
 ) -> TableEncoder | Standardizer | None:
     """The one fit of a run's feature transform, on the training rows of this process's parties.
 
     ``train`` holds raw tables (``choice`` given: a :class:`TableEncoder`, scaled when
     ``standardize``) or arrays (a :class:`~slate.data.preprocess.Standardizer` when
     ``standardize``, else ``None``; ``centre=False`` only divides, for sparse LIBSVM rows).
-    ``total`` and ``gather`` federate the statistics over processes (identity in one process).
+    ``total`` and ``gather`` federate the statistics over processes (identity in one process);
+    with the sites' ``declared`` facts every federated sum is checked against them
+    (:mod:`slate.data.declared`).
     """
     if choice is not None:
-        return TableEncoder.fit(train, choice, standardize, total, gather, limits)
+        return TableEncoder.fit(train, choice, standardize, total, gather, limits, declared)
     if not standardize:
         return None
-    return Standardizer.fit([x.reshape(len(x), -1) for x in train], total, centre=centre)
+    rows = [x.reshape(len(x), -1) for x in train]
+    return Standardizer.fit(rows, total, centre=centre, declared=declared)
 
 
 def id_warnings(table: Any, choice: ColumnChoice) -> list[str]:
@@ -251,18 +257,22 @@ class TableEncoder:
         total: Total = _local_total,
         gather: Gather = _local_gather,
         limits: CategoryLimits | None = None,
+        declared: Declared | None = None,
     ) -> TableEncoder:
         """Fit on the training tables of this process's parties; ``total`` sums a tensor over
         all processes and ``gather`` concatenates every process's list (both identity in one
         process). The column kinds must agree across tables (checked by schema agreement).
-        ``limits`` caps the one-hot columns per text column (:class:`CategoryLimits`)."""
+        ``limits`` caps the one-hot columns per text column (:class:`CategoryLimits`);
+        ``declared``: the sites' declarations the federated sums are checked against."""
         first = tables[0]
         features = choice.features(first.columns, first.path)
         numeric = [c for c in features if c in first.numeric]
         text = [c for c in features if c in first.text]
-        means, missing_rate, imputed = _numeric_statistics(tables, numeric, total)
+        means, missing_rate, imputed = _numeric_statistics(tables, numeric, total, declared)
         indicators = [c for c in numeric if missing_rate[c] >= INDICATOR_RATE]
         counts = _united_category_counts(tables, text, gather)
+        if declared is not None:
+            declared.check_category_counts(counts)
         limits = limits or CategoryLimits()
         categories = {c: limits.keep(counts[c]) for c in text}
         reduced = {
@@ -280,7 +290,7 @@ class TableEncoder:
         encoder.left_out = left_out
         if standardize:  # only the numeric columns are scaled: fit on them alone
             blocks = [encoder._numeric_block(t) for t in tables]
-            encoder.scaler = _masked_scaler(blocks, encoder.width, total)
+            encoder.scaler = _masked_scaler(blocks, encoder.width, total, declared, numeric)
         return encoder
 
     # ------------------------------------------------------------------ applying
@@ -444,8 +454,9 @@ class TableEncoder:
         )
 
 
-def _numeric_statistics(tables, numeric: list[str], total: Total):
-    """Global mean over non-missing cells, missing rate, and this process's imputed counts."""
+def _numeric_statistics(tables, numeric: list[str], total: Total, declared: Declared | None):
+    """Global mean over non-missing cells, missing rate, and this process's imputed counts;
+    with ``declared``, the rows, non-missing cells and means are checked against it."""
     sums = torch.zeros(3, len(numeric), dtype=torch.float64)  # rows, non-missing, sum
     imputed = {}
     for table in tables:
@@ -456,7 +467,13 @@ def _numeric_statistics(tables, numeric: list[str], total: Total):
             sums[1, j] += present.sum()
             sums[2, j] += values[present].sum()
             imputed[c] = imputed.get(c, 0) + int((~present).sum())
-    sums = total(sums)
+    sums = total(sums, "column statistics")
+    if declared is not None and numeric:
+        for rows in sums[0].tolist():
+            declared.check_rows(rows, "rows of the column statistics")
+        declared.check_present(sums[1].tolist(), numeric)
+        present = sums[1].clamp(min=1)
+        declared.check_means((sums[2] / present).tolist(), numeric, "imputation sums")
     means, rate = {}, {}
     for j, c in enumerate(numeric):
         rows, present, added = (float(v) for v in sums[:, j])
@@ -488,10 +505,13 @@ def _united_category_counts(tables, text: list[str], gather: Gather) -> dict[str
     return united
 
 
-def _masked_scaler(numeric: list[np.ndarray], width: int, total: Total) -> Standardizer:
-    """z-scoring for the first ``numeric`` columns (fitted on them), identity for the other
-    ``width - n`` columns (mean 0, scale 1)."""
-    fitted = Standardizer.fit(numeric, total)
+def _masked_scaler(
+    numeric: list[np.ndarray], width: int, total: Total, declared: Declared | None,
+    columns: list[str],
+) -> Standardizer:  # fmt: skip
+    """z-scoring for the first ``numeric`` columns (fitted on them; named ``columns`` in the
+    sites' declarations), identity for the other ``width - n`` columns (mean 0, scale 1)."""
+    fitted = Standardizer.fit(numeric, total, declared=declared, columns=columns)
     n = numeric[0].shape[1]
     mean = np.zeros(width)
     scale = np.ones(width)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from slate.data.declared import Declared
 from slate.data.encoding import fit_features, table_notes
 from slate.data.local_data import (
     Exchange,
@@ -49,12 +50,14 @@ __all__ = ["Agreement", "agree", "cut"]
 class Agreement:
     """What the parties agreed on: the fitted transform (``None``: features as they are), the
     LIBSVM width of per-party files (``None`` otherwise), every party's row counts (per-party
-    files) and the notes for the console."""
+    files), the notes for the console, and every site's declarations (per-party files:
+    :mod:`slate.data.declared`)."""
 
     transform: Any
     width: int | None = None
     counts: list[PartyCounts] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    declared: Declared | None = None
 
 
 def agree(
@@ -77,7 +80,7 @@ def agree(
         return Agreement(shards[0].transform)
     counts: list[PartyCounts] = []
     notes: list[str] = []
-    width, federated = None, {}
+    width, federated, declared = None, {}, None
     standardize = bool(spec.standardize)
     if whole and options is not None:
         standardize = options.standardize
@@ -86,9 +89,11 @@ def agree(
         everyone = [Schema.from_json(raw) for raw in shared]
         check_agreement(everyone)
         counts = [s.counts for s in everyone]
+        declared = Declared.of(counts, [s.ranges for s in everyone])
         notes = check_party_files_counts(counts, spec.positives, spec.batch_size)
         width = None if options else (spec.n_features or max(s.n_features for s in everyone))
-        federated = {"total": exchange.total, "gather": exchange.gather_json}
+        federated = {"total": exchange.total, "gather": exchange.gather_json,
+                     "declared": declared}  # fmt: skip
     transform = fit_features(
         [s.train.pad(width).fit_input for s in shards],
         choice=options.choice if options else None, limits=options.limits if options else None,
@@ -102,7 +107,7 @@ def agree(
                 [s.train.fit_input, s.held.fit_input], transform, options.choice
             )
         ]
-    return Agreement(transform, width, counts, notes)
+    return Agreement(transform, width, counts, notes, declared)
 
 
 def cut(
@@ -190,6 +195,7 @@ def cut(
         preprocessing=agreement.transform,
         notes=agreement.notes,
         counts=counts,
+        declared=agreement.declared,
         held_out=held,
         final_test=final,
     )
@@ -238,6 +244,7 @@ def _final_test(
         return HeldOut(
             np.concatenate([x for x, _ in tests]), np.concatenate([y for _, y in tests]),
             row_blocks([len(y) for _, y in tests]), sum(rows), sum(positives), first.test_split,
+            [(r, p) for r, p in zip(rows, positives, strict=True)],
         )  # fmt: skip
 
     return whole_test if whole else parties_test

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 from torch import Tensor
 
+from slate.data.declared import Declared
 from slate.data.schema import PartyCounts
 from slate.data.spec import RANK_PLACEHOLDER, party_path, uses_party_files
 from slate.errors import DataError
@@ -30,7 +31,9 @@ __all__ = [
 class Exchange(Protocol):
     """What setting up per-party data needs from the engine: sums and a gather of small facts."""
 
-    def total(self, value: Tensor) -> Tensor: ...
+    def total(self, value: Tensor, what: str = "") -> Tensor:
+        """``value`` summed over every process; ``what`` names the sum."""
+        ...
 
     def gather_json(self, items: list[Any], shape: Any, what: str) -> list[Any]: ...
 
@@ -47,6 +50,7 @@ class HeldOut:
     rows: int
     positives: int
     split: str = ""  # how these rows were made, for summary.json's test_split
+    declared: list[tuple[int, int]] | None = None  # per rank: (rows, positives) it reported
 
 
 @dataclass
@@ -67,6 +71,8 @@ class LocalData:
         preprocessing: the fitted transform, applied to every feature row here.
         notes: warnings for the console (parties short of positives).
         counts: every party's row counts (per-party files only).
+        declared: every party's declarations, row counts and value ranges (per-party files
+            only; :mod:`slate.data.declared`).
         held_out: what ``x_test`` is: ``"test"``, or ``"validation"``.
         final_test: with ``--validation-fraction``, the test rows, read and transformed only when
             called, once training is over (every process calls it at the same point).
@@ -86,6 +92,7 @@ class LocalData:
     preprocessing: Any = None
     notes: list[str] = field(default_factory=list)
     counts: list[PartyCounts] = field(default_factory=list)
+    declared: Declared | None = None
     held_out: str = "test"
     final_test: Callable[[], HeldOut] | None = None
     test_positives: int | None = None  # over all parties, once the final test rows are read

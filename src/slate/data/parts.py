@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 from sklearn.model_selection import train_test_split
 
+from slate.data.declared import value_ranges
 from slate.data.schema import PartyCounts, Schema
 from slate.errors import ConfigError, DataError
 
@@ -133,7 +134,8 @@ class ArrayPart:
     def schema(self, rank: int, held: Part, counts: PartyCounts, positive_label: str) -> Schema:
         """What party ``rank`` says of its LIBSVM files: the widest of its two parts."""
         width = max(self.x.shape[1], held.fit_input.shape[1])
-        return Schema(rank=rank, format="libsvm", n_features=width, counts=counts)
+        return Schema(rank=rank, format="libsvm", n_features=width, counts=counts,
+                      ranges=value_ranges(features=self.x))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ class TablePart:
             rank=rank, format="csv", n_features=len(train.columns), header=train.header,
             label_column=train.label_name, label_values=tuple(values),
             positive_label=positive_label, text_columns=tuple(sorted(train.text)), counts=counts,
+            ranges=value_ranges(numeric=train.numeric),
         )  # fmt: skip
 
 

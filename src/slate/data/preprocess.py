@@ -14,35 +14,52 @@ same aggregate, without the cancellation that :math:`E[x^2] - \mu^2` suffers for
 large magnitude (an income of 1e6). The result equals the pooled statistics up to float64
 rounding. A constant feature (:math:`\sigma_j = 0`) is only centred: it is divided by 1.
 LIBSVM data is scaled without centring, :math:`x_j / \sigma_j`, so that zeros stay zeros.
+
+With the sites' declarations (:class:`slate.data.declared.Declared`), the summed rows must equal
+the declared training rows, each mean must lie in its column's declared range, and each
+variance in :math:`[0, (hi - lo)^2 / 4]`; a sum that breaks one stops the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+if TYPE_CHECKING:
+    from slate.data.declared import Declared
+
 __all__ = ["Standardizer", "federated_moments"]
 
-Total = Callable[[Tensor], Tensor]
+ALL_FEATURES = ""  # slate.data.declared.ALL_FEATURES: one declared range over every feature
+Total = Callable[..., Tensor]  # (value, what) -> the value summed over all processes
 
 
-def _local_total(value: Tensor) -> Tensor:
+def _local_total(value: Tensor, what: str = "") -> Tensor:
+    del what
     return value
 
 
 def federated_moments(
-    blocks: Sequence[np.ndarray], total: Total = _local_total
+    blocks: Sequence[np.ndarray],
+    total: Total = _local_total,
+    declared: Declared | None = None,
+    columns: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Global per-feature mean and standard deviation of the rows of all parties.
 
     Args:
         blocks: this process's parties' training features, each ``(n_k, d)``.
-        total: sums a float64 tensor over all processes (identity in one process).
+        total: sums a float64 tensor over all processes (identity in one process); it is
+            told what it sums (``"standardisation sums"``, ``"standardisation squares"``).
+        declared: the sites' declarations that the sums are checked against (module
+            docstring); ``None`` in one process.
+        columns: each feature's column in the declared ranges (default: one range over every
+            feature, :data:`~slate.data.declared.ALL_FEATURES`).
 
     Returns:
         ``(mean, std, rows)``: float64 arrays of shape ``(d,)`` and the global row count.
@@ -52,13 +69,20 @@ def federated_moments(
     for block in blocks:
         sums[0] += block.shape[0]
         sums[1:] += torch.from_numpy(block.sum(axis=0, dtype=np.float64))
-    sums = total(sums)
+    sums = total(sums, "standardisation sums")
+    names = list(columns) if columns is not None else [ALL_FEATURES] * width
+    if declared is not None:
+        declared.check_rows(float(sums[0]), "rows of the standardisation sums")
     rows = int(sums[0])
     mean = (sums[1:] / max(rows, 1)).numpy()
+    if declared is not None:
+        declared.check_means(mean, names, "standardisation sums")
     squares = torch.zeros(width, dtype=torch.float64)
     for block in blocks:
         squares += torch.from_numpy(((block.astype(np.float64) - mean) ** 2).sum(axis=0))
-    variance = total(squares).numpy() / max(rows, 1)
+    variance = total(squares, "standardisation squares").numpy() / max(rows, 1)
+    if declared is not None:
+        declared.check_variances(variance, names)
     return mean, np.sqrt(variance), rows
 
 
@@ -71,11 +95,17 @@ class Standardizer:
 
     @classmethod
     def fit(
-        cls, blocks: Sequence[np.ndarray], total: Total = _local_total, centre: bool = True
+        cls,
+        blocks: Sequence[np.ndarray],
+        total: Total = _local_total,
+        centre: bool = True,
+        declared: Declared | None = None,
+        columns: Sequence[str] | None = None,
     ) -> Standardizer:
         """Fit on every party's training rows. ``centre=False`` only divides by the standard
-        deviation (LIBSVM data: zeros stay zeros, a sparse matrix stays sparse)."""
-        mean, std, _ = federated_moments(blocks, total)
+        deviation (LIBSVM data: zeros stay zeros, a sparse matrix stays sparse);
+        ``declared`` and ``columns``: :func:`federated_moments`'."""
+        mean, std, _ = federated_moments(blocks, total, declared, columns)
         scale = np.where(std > 0, std, 1.0)
         return cls(mean if centre else np.zeros_like(mean), scale)
 

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slate.errors import DataError
-from slate.security.messages import ListOf
+from slate.security.messages import ListOf, MapOf
 
 __all__ = [
+    "RANGE_SHAPE",
     "SCHEMA_SHAPE",
     "PartyCounts",
     "Schema",
@@ -25,12 +26,17 @@ __all__ = [
     "column_order",
 ]
 
+#: A party's declared value ranges on the wire (:mod:`slate.data.declared`): column -> [lo, hi]
+#: or null.
+RANGE_SHAPE = MapOf(([float, float], None), 1_000_000)
+
 #: What a party's schema looks like on the wire (:mod:`slate.security.messages`).
 SCHEMA_SHAPE = {
     "rank": int, "format": str, "n_features": int, "header": ListOf(str, 1_000_000),
     "label_column": str, "label_values": ListOf(str, 1_000_000), "positive_label": str,
     "text_columns": ListOf(str, 1_000_000), "error": (str, None),
     "counts": {"train": int, "train_positives": int, "test": int, "test_positives": int},
+    "ranges": RANGE_SHAPE,
 }  # fmt: skip
 
 
@@ -65,7 +71,8 @@ class Schema:
         label_values: CSV: the distinct label cells of the party's files.
         positive_label: CSV: the positive label the party was given.
         text_columns: CSV: the columns that hold text (one-hot encoded), sorted.
-        counts: the party's row counts.
+        counts: the party's row counts (declared: :mod:`slate.data.declared`).
+        ranges: the party's declared value ranges (:func:`slate.data.declared.value_ranges`).
         error: why the party could not read its own files (then nothing else is set).
     """
 
@@ -78,6 +85,7 @@ class Schema:
     positive_label: str = ""
     text_columns: tuple[str, ...] = ()
     counts: PartyCounts = field(default_factory=PartyCounts)
+    ranges: dict[str, list[float] | None] = field(default_factory=dict)
     error: str | None = None
 
     @property
@@ -96,7 +104,7 @@ class Schema:
             header=tuple(raw["header"]), label_column=raw["label_column"],
             label_values=tuple(raw["label_values"]), positive_label=raw["positive_label"],
             text_columns=tuple(raw["text_columns"]), counts=PartyCounts(**raw["counts"]),
-            error=raw["error"],
+            ranges=dict(raw["ranges"]), error=raw["error"],
         )  # fmt: skip
 
 

@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from slate.permissions import PRIVATE_FILE, private_folder
+
 __all__ = ["DEBUG_LOG", "send_native_stderr_to"]
 
 DEBUG_LOG = "debug-rank{rank}.log"
@@ -25,7 +27,7 @@ def send_native_stderr_to(folder: Path, rank: int) -> Path | None:
     not the process's own (a caller captures it, as a test does), nothing is changed: None."""
     if sys.stderr is not sys.__stderr__:
         return None
-    folder.mkdir(parents=True, exist_ok=True)
+    private_folder(folder)
     path = folder / DEBUG_LOG.format(rank=rank)
     sys.stderr.flush()
     terminal = os.dup(2)
@@ -33,7 +35,8 @@ def send_native_stderr_to(folder: Path, rank: int) -> Path | None:
         terminal, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
         errors="backslashreplace",
     )  # fmt: skip
-    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+    os.chmod(path, PRIVATE_FILE)  # (a log from an earlier start keeps no wider mode)
     os.dup2(log, 2)
     os.close(log)
     return path

@@ -76,8 +76,8 @@ class Engine(ABC):
         """The mean over all N parties of the local rows ``x (P, ...)``, on every process."""
 
     @abstractmethod
-    def total(self, value: Tensor) -> Tensor:
-        """The sum over all processes of a local tensor."""
+    def total(self, value: Tensor, what: str = "") -> Tensor:
+        """The sum over all processes of a local tensor; ``what`` names the sum."""
 
     @abstractmethod
     def gather(self, x: Tensor) -> Tensor | None:
@@ -197,7 +197,8 @@ class SimulatorEngine(Engine):
         self.count_collective(x[0])
         return x.mean(dim=0)
 
-    def total(self, value: Tensor) -> Tensor:
+    def total(self, value: Tensor, what: str = "") -> Tensor:
+        del what
         self.count_collective(value)
         return value
 
@@ -237,10 +238,10 @@ class RecordedExchange:
         self.record: list[Any] = list(record) if record is not None else []
         self._next = 0
 
-    def total(self, value: Tensor) -> Tensor:
+    def total(self, value: Tensor, what: str = "") -> Tensor:
         if self.replaying:
             return self._replay().to(value.device)
-        result = self.engine.total(value)
+        result = self.engine.total(value, what)
         self.record.append(result.detach().cpu())
         return result
 

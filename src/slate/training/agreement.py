@@ -39,6 +39,8 @@ TRAJECTORY_FLAGS = (
 )  # fmt: skip
 
 
+DECLARATIONS = "declarations"  # the fingerprint's digests of every site's declarations
+
 #: One party's fingerprint on the wire: [party, {setting: value}] (values are only compared).
 FINGERPRINT_SHAPE = [int, MapOf(ANY, 256)]
 
@@ -54,12 +56,17 @@ def _slate_version() -> str:
         return "unknown"
 
 
-def run_fingerprint(config: Any, roster: str | None = None) -> dict[str, Any]:
+def run_fingerprint(
+    config: Any, roster: str | None = None, declarations: list[str] | None = None
+) -> dict[str, Any]:
     """The settings of ``config`` (a resolved ``TrainConfig``) that every site must share, the
-    digest of the run's ``roster`` (None without one), and the slate and torch versions."""
+    digest of the run's ``roster`` (None without one), the digests of every site's declarations
+    as this site received them (:meth:`slate.data.declared.Declared.digests`; None without
+    per-party files), and the slate and torch versions."""
     values = dataclasses.asdict(config)
     out = {name: values[name] for name in TRAJECTORY_FLAGS}
     out["roster"] = roster
+    out[DECLARATIONS] = declarations
     out["slate version"] = _slate_version()
     out["torch version"] = str(torch.__version__)  # TorchVersion does not load weights_only
     return out
@@ -71,9 +78,11 @@ def _flag(name: str) -> str:
 
 def check_same_run(fingerprints: list[tuple[int, dict[str, Any]]]) -> None:
     """Raise :class:`RunMismatch` unless every ``(rank, fingerprint)`` equals party 0's (the
-    lowest rank's); the message names the first differing site and flag and both values."""
+    lowest rank's); the message names the first differing site and flag and both values, or
+    the site whose declarations differ between the sites that received them."""
     ordered = sorted(fingerprints, key=lambda item: item[0])
     ref_rank, reference = ordered[0]
+    _check_declarations(ordered)
     for rank, fingerprint in ordered[1:]:
         for name, value in reference.items():
             theirs = fingerprint.get(name)
@@ -85,3 +94,21 @@ def check_same_run(fingerprints: list[tuple[int, dict[str, Any]]]) -> None:
                     "torch versions); no step was taken. Restart the sites with one command "
                     "line (only --rank, --train, --test and --out may differ)."
                 )
+
+
+def _check_declarations(ordered: list[tuple[int, dict[str, Any]]]) -> None:
+    """Every site must have received the same declaration from each site: one that differs
+    between receivers was sent differently to different sites, by its declarer."""
+    received = [(rank, f.get(DECLARATIONS)) for rank, f in ordered]
+    seen = [digests for _, digests in received if digests is not None]
+    if len(seen) < len(received) or not seen:
+        return  # (a site without declarations differs in its flags: reported below)
+    for declarer in range(min(len(d) for d in seen)):
+        versions = {digests[declarer] for digests in seen}
+        if len(versions) > 1:
+            raise RunMismatch(
+                f"Party {declarer} sent different declarations (row counts, value ranges) to "
+                "different sites: the sites compared what each received before step 1, and "
+                f"they differ. Party {declarer} runs modified code or lies; nothing was "
+                "trained. Remove it from the roster, or ask its site to run the same slate."
+            )

@@ -32,6 +32,7 @@ from slate.data.schema import PartyCounts, Schema
 from slate.engines.local import Engine
 from slate.engines.membership import Change
 from slate.errors import ConfigError
+from slate.permissions import private_files, private_folder
 from slate.security.messages import ListOf, MapOf
 
 if TYPE_CHECKING:
@@ -121,10 +122,11 @@ def newest_checkpoint(folder: Path) -> Path:
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically (temporary file, fsync, ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``payload`` to ``path`` atomically (temporary file, fsync, ``os.replace``), in a
+    ``0700`` folder, ``0600`` (a checkpoint holds the site's model and state)."""
+    private_folder(path.parent)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
+    with private_files(), open(tmp, "wb") as handle:
         torch.save(payload, handle)
         handle.flush()
         os.fsync(handle.fileno())

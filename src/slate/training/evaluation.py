@@ -28,7 +28,7 @@ import itertools
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from slate import metrics
+from slate.data.declared import DeclarationBroken, evaluation_count_problem
 from slate.errors import TrainingDiverged
 from slate.metrics.histograms import (
     DEFAULT_BINS,
@@ -46,6 +47,7 @@ from slate.metrics.histograms import (
     metrics_from_counts,
     positive_bins_bitmap,
 )
+from slate.training.lies import Lies, output_slice
 
 if TYPE_CHECKING:
     from slate.config import TrainConfig
@@ -60,6 +62,7 @@ __all__ = [
     "Evaluator",
     "FederatedEvaluation",
     "PooledEvaluation",
+    "Scored",
     "TestScores",
     "bin_edges",
     "end_bin_warning",
@@ -69,6 +72,7 @@ __all__ = [
 
 END_BIN_SHARE = 0.01  # warn when more of the test scores than this fall in an end bin
 SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
+REFUSED_VALUES = ("test_ap", "test_auroc")  # NaN in an evaluation whose counts were refused
 
 
 def _same(value: Tensor) -> Tensor:
@@ -96,6 +100,19 @@ class TestScores:
         return self.curve
 
 
+@dataclass
+class Scored:
+    """One scored averaged model: the iteration, the parameters and buffers (what a run saves
+    is exactly this), its logits on this process's test rows, and its metrics."""
+
+    iteration: int
+    parameters: Tensor = field(repr=False)
+    buffers: dict[str, Tensor] = field(repr=False)
+    logits: Tensor = field(repr=False)
+    scores: TestScores
+    refused: bool = False  # its counts broke the declarations (its metrics are NaN)
+
+
 class Evaluation(ABC):
     """Scores the logits of this process's test rows (a collective: every process calls it).
 
@@ -116,10 +133,11 @@ class Evaluation(ABC):
 
     @abstractmethod
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None
+        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
         """``(state, summed riders)``: what :meth:`metrics` needs, and ``riders`` (``float64``)
-        summed over all processes."""
+        summed over all processes; ``tamper`` changes this process's counts before they are
+        sent (a lying party's, :mod:`slate.training.lies`)."""
 
     @abstractmethod
     def metrics(self, state: Any, is_main: bool) -> TestScores:
@@ -140,9 +158,9 @@ class PooledEvaluation(Evaluation):
     name = "pooled"
 
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None
+        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
-        del union
+        del union, tamper  # (every process holds every row: there are no counts to send)
         return (logits, labels), (None if riders is None else total(riders))
 
     def metrics(self, state: Any, is_main: bool) -> TestScores:
@@ -174,10 +192,12 @@ class FederatedEvaluation(Evaluation):
         self.bins = bins
 
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None
+        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
         table = SegmentTable(union(positive_bins_bitmap(logits, labels, self.bins)), self.bins)
         local = table.counts(logits, labels).to(torch.float64)  # exact below 2^53 rows
+        if tamper is not None:  # (a lying party's counts, slate.training.lies)
+            local = tamper(local)
         extra = riders if riders is not None else local.new_zeros(0)
         summed = total(torch.cat([local.reshape(-1), extra.to(torch.float64)]))
         counts = summed[: local.numel()].view_as(local)
@@ -280,9 +300,17 @@ class Evaluator:
         device: torch.device,
         rows: tuple[np.ndarray, np.ndarray, list[np.ndarray] | None],
         faults: FaultPlan,
+        lies: Lies | None = None,
     ) -> None:
         self.engine, self.compute, self.config, self.device = engine, compute, config, device
         self.faults = faults  # SLATE_KILL_AT's "evaluation" moment (tests of a lost party)
+        self.lies = lies if lies is not None else Lies([])  # a lying party's (tests only)
+        layout = compute.layout
+        self.output = output_slice(layout.names, layout.offsets, layout.size)
+        # () -> (negatives, positives) that the summed counts must hold: the declared test
+        # rows of the sites in the run (per-party files; None: nothing to check against)
+        self.expected_counts: Callable[[], tuple[int, int]] | None = None
+        self.refused: list[dict[str, Any]] = []  # evaluations dropped under continue
         self.use_rows(*rows)
         self.learning_warning: str | None = None  # set once, when the run stops learning
         self.seconds = 0.0  # wall time spent in evaluate() and party_aps()
@@ -318,27 +346,66 @@ class Evaluator:
 
     def forget_scores(self) -> None:
         """Drop the scores kept from the last evaluation (the model or the rows changed)."""
-        self._last_scores: tuple[int, Tensor | None, TestScores | None] = (-1, None, None)
+        self._last: Scored | None = None
 
-    def test_scores(self, x: Tensor, iteration: int) -> tuple[Tensor, TestScores]:
-        """Logits and metrics of the averaged model on this process's test rows (collective
-        unless just evaluated).
+    def test_scores(self, x: Tensor, iteration: int) -> Scored:
+        """The averaged model, its logits on this process's test rows and its metrics
+        (collective unless just evaluated): the model a run saves is the model it scored.
 
         Those of the evaluation at this iteration are reused: every process evaluated at the
         same iterations, so all take the same branch.
         """
-        evaluated_at, logits, scores = self._last_scores
-        if evaluated_at == iteration:
-            return logits, scores
-        xbar, buffers = self.engine.mean(x), mean_buffers(self.engine, self.compute.buffers)
+        if self._last is not None and self._last.iteration == iteration:
+            return self._last
+        xbar, buffers = self._mean(x, iteration)
         logits = self.compute.logits(xbar, self.test_features, buffers)
-        return logits, self._score(logits)
+        state, _ = self._exchange(logits, iteration, None)
+        scored = Scored(iteration, xbar, buffers, logits, self._metrics(state), state is None)
+        self._last = scored
+        return scored
 
-    def _score(self, logits: Tensor) -> TestScores:
+    def _mean(self, x: Tensor, iteration: int) -> tuple[Tensor, dict[str, Tensor]]:
+        """The averaged model and its buffers (collective)."""
         engine = self.engine
-        return self.evaluation.score(
-            logits, self.test_labels, engine.total, engine.is_main, engine.union
+        sent = self.lies.mean_input(x, iteration, engine.n_parties, self.output)
+        return engine.mean(sent), mean_buffers(engine, self.compute.buffers)
+
+    def _exchange(
+        self, logits: Tensor, iteration: int, riders: Tensor | None
+    ) -> tuple[Any, Tensor | None]:
+        """The evaluation's exchange, and its counts checked against the declared test rows
+        (:func:`slate.data.declared.evaluation_count_problem`)."""
+        engine = self.engine
+        state, summed = self.evaluation.exchange(
+            logits, self.test_labels, engine.total, engine.union, riders,
+            lambda counts: self.lies.evaluation_counts(counts, iteration),
+        )  # fmt: skip
+        if self.expected_counts is not None and self.federated:
+            problem = evaluation_count_problem(state[1], *self.expected_counts())
+            if problem is not None:
+                state = self._refuse_counts(problem, iteration)
+        return state, summed
+
+    def _refuse_counts(self, problem: str, iteration: int) -> None:
+        """A sum of evaluation counts that breaks the declarations: every site stops, or with
+        ``--on-party-loss continue`` the evaluation is dropped (its metrics NaN)."""
+        text = (
+            f"The evaluation at iteration {iteration} was refused: {problem}. A participant "
+            "lied in its evaluation counts (or runs modified code); a sum does not show who."
         )
+        if self.config.on_party_loss != "continue":
+            raise DeclarationBroken(
+                f"{text} Every site stops here, and no AP built on these counts is reported. "
+                "Remove a site you do not trust from the roster."
+            )
+        self.refused.append({"iteration": iteration, "problem": problem})
+        return None
+
+    def _metrics(self, state: Any) -> TestScores:
+        """The metrics of an exchange's state (NaN for a refused one)."""
+        if state is None:
+            return TestScores({name: math.nan for name in REFUSED_VALUES})
+        return self.evaluation.metrics(state, self.engine.is_main)
 
     def evaluate(self, x: Tensor, iteration: int, riders: Tensor | None = None) -> dict[str, float]:
         """AP and AUROC of the averaged model on the whole test set, and the consensus distance.
@@ -360,25 +427,21 @@ class Evaluator:
     def _evaluate(self, x: Tensor, iteration: int, riders: Tensor | None) -> dict[str, float]:
         self.faults.check("evaluation", iteration)
         engine, size = self.engine, self.compute.layout.size
-        xbar = engine.mean(x)  # one reduction serves the scores and the distance
-        logits = self.compute.logits(
-            xbar, self.test_features, mean_buffers(engine, self.compute.buffers)
-        )
+        xbar, buffers = self._mean(x, iteration)  # one reduction: scores, distance, saving
+        logits = self.compute.logits(xbar, self.test_features, buffers)
         spread = ((x[:, :size] - xbar[:size]) ** 2).sum()
         overflow = not bool(torch.isfinite(logits).all())
         local = torch.tensor([float(spread), float(overflow)], dtype=torch.float64)
         if riders is not None:
             local = torch.cat([local, riders.to(torch.float64).cpu()])
-        state, summed = self.evaluation.exchange(
-            logits, self.test_labels, engine.total, engine.union, local
-        )
+        state, summed = self._exchange(logits, iteration, local)
         assert summed is not None
         if float(summed[1]) > 0:  # every process sees the same sum: all stop together
             self._diverged(x, iteration)
         self.summed_riders = summed[2:]
         self._watch_learning(xbar, logits, iteration)
-        scores = self.evaluation.metrics(state, engine.is_main)
-        self._last_scores = (iteration, logits, scores)
+        scores = self._metrics(state)
+        self._last = Scored(iteration, xbar, buffers, logits, scores, state is None)
         writes_outputs = engine.is_main or self.federated  # as Run.writes_outputs
         distance = float(summed[0]) / engine.n_parties if writes_outputs else math.nan
         return {
@@ -434,6 +497,19 @@ class Evaluator:
                     "--standardize) or a learning rate too small for float32."
                 )
             )
+
+    def own_model(self, x: Tensor) -> Scored:
+        """This process's own model (one party's, ``x (1, d)``) scored exactly on its own test
+        rows, with no exchange: what a site keeps when it refuses the average
+        (:mod:`slate.training.final_check`)."""
+        buffers = {name: value[0] for name, value in self.compute.buffers.items()}
+        logits = self.compute.logits(x[0], self.test_features, buffers)
+        labels = self.test_labels
+        if len(labels) and bool(labels.any()) and not bool(labels.all()):
+            scores = PooledEvaluation().metrics((logits, labels), True)
+        else:  # (no AP without both classes: such a site never refuses, final_check)
+            scores = TestScores({name: math.nan for name in REFUSED_VALUES})
+        return Scored(-1, x[0], buffers, logits, scores)
 
     def party_aps(self, x: Tensor) -> list[float]:
         """AP of every party's own model on the test set (collective; empty off the main)."""

@@ -39,6 +39,7 @@ from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
+from slate.training.final_check import AverageCheck, check_average
 from slate.training.lr_choice import AUTO, LrChoice, resolve_auto_lr
 from slate.training.outputs import (
     ValidationCurve,
@@ -59,12 +60,15 @@ MAX_CHUNK = 1000  # steps of indices drawn at once
 
 @dataclass
 class RunResult:
-    """What a finished run returns: its summary, history rows, folder and final parameters."""
+    """What a finished run returns: its summary, history rows, folder and final parameters;
+    ``refused``: the paragraph of a site that refused the final average and kept its own model
+    (its caller leaves the run, then stops with it)."""
 
     summary: dict[str, Any]
     history: list[dict[str, float]]
     out_dir: Path | None
     parameters: Tensor = field(repr=False)
+    refused: str | None = None
 
 
 def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
@@ -158,7 +162,9 @@ class _Progress:
 
 @dataclass
 class _Final:
-    """The collectives that end a run: party APs, final scores, model and traffic."""
+    """The collectives that end a run: party APs, final scores, model and traffic; at a site of
+    a distributed run, the check of the average against its own model
+    (:mod:`slate.training.final_check`), which replaced scores and model if it refused it."""
 
     party_aps: list[float]
     wall: float
@@ -167,6 +173,7 @@ class _Final:
     model: tuple[Any, Any, Any]
     traffic: dict[str, float]
     validation: Any = None  # the kept model's scores on the validation rows (ValidationCurve)
+    average_check: AverageCheck | None = None
 
 
 class _Loop:
@@ -221,6 +228,11 @@ class _Loop:
         ):
             run.history.append(_evaluation_row(run, self.elapsed()))
             self.bar.show(f"{run.history[-1]['test_ap']:.4f}")
+            refused = run.evaluator.refused
+            if refused and refused[-1]["iteration"] == t:
+                self.note(f"warning: the evaluation at iteration {t} was dropped: "
+                          f"{refused[-1]['problem']}; a participant lied in its evaluation "
+                          "counts (--on-party-loss continue: training goes on)")  # fmt: skip
             warning = run.evaluator.learning_warning
             if warning and not self.warned:
                 self.warned = True
@@ -271,9 +283,19 @@ class _Loop:
             run.use_final_test()  # the test rows, read and scored only now
         party_aps = run.evaluator.party_aps(run.x) if run.config.party_ap else []
         wall = self.elapsed()  # training and every evaluation, party APs included
-        logits, scores = run.evaluator.test_scores(run.x, run.iteration)
-        model = (run.averaged_parameters(), run.averaged_buffers(), scores)
-        return _Final(party_aps, wall, logits, scores, model, run.mean_traffic(), validation)
+        scored = run.evaluator.test_scores(run.x, run.iteration)  # the model saved is this one
+        traffic = run.mean_traffic()
+        check = None
+        if run.engine.own_party is not None:  # a site: the average checked against its own
+            own = run.evaluator.own_model(run.x)
+            problem = run.evaluator.refused[-1]["problem"] if scored.refused else None
+            check = check_average(run.engine.rank, scored.logits, own.logits,
+                                  run.evaluator.test_labels, problem)  # fmt: skip
+            if check.refused:
+                scored = own
+        model = (scored.parameters, scored.buffers, scored.scores)
+        return _Final(party_aps, wall, scored.logits, scored.scores, model, traffic, validation,
+                      check)  # fmt: skip
 
     def _recover(self) -> None:
         """Agree with the survivors on who is lost and continue without them. A party the
@@ -430,10 +452,19 @@ def train(
         return RunResult({}, history, None, run.x)
     summary = build_summary(run, history, final.party_aps, final.wall, final.traffic, robust)
     summary.update(evaluation_summary(run, final.logits, final.scores))
-    if run.validated:  # history holds validation scores; the test was scored once, just now
+    refused = final.average_check is not None and final.average_check.refused
+    if run.validated or refused:  # the test scored once, just now; or the site's own model
         summary.update(test_ap=final.scores.values["test_ap"],
                        test_auroc=final.scores.values["test_auroc"])  # fmt: skip
+    if run.validated:
         summary.update(validation_summary(history, loop.best, loop.stopped_at, run.n_validation))
+    if final.average_check is not None:
+        summary["final_average"] = final.average_check.to_dict()
+    if refused:
+        summary.update(evaluation="own test rows", test_ap_error_bound=None,
+                       test_auroc_error_bound=None)  # fmt: skip
+    if run.evaluator.refused:
+        summary["refused_evaluations"] = list(run.evaluator.refused)
     summary["divergence"] = _divergence(run, history, final).to_dict()
     if lr_choice is not None:
         summary["lr_choice"] = lr_choice.to_dict()
@@ -441,7 +472,8 @@ def train(
         write_run_folder(run, summary, history, out, final.model, final.validation)
         summary["out_dir"] = str(out)
     report(run, summary, final.wall, out, log)
-    return RunResult(summary, history, out, run.x)
+    message = final.average_check.message(out) if refused and final.average_check else None
+    return RunResult(summary, history, out, run.x, message)
 
 
 def _divergence(run: Run, history: list[dict[str, float]], final: _Final):

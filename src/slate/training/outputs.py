@@ -33,6 +33,7 @@ from slate.metrics.operating_points import (
     operating_points,
     unreached_marks,
 )
+from slate.permissions import private_files, private_folder
 from slate.training.evaluation import TestScores
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class ValidationCurve:
     def of(cls, run: Run) -> ValidationCurve:
         """Score the run's current (kept) model on its validation rows (collective: every
         process calls it; reuses the last evaluation when it scored this model)."""
-        _, scores = run.evaluator.test_scores(run.x, run.iteration)
+        scores = run.evaluator.test_scores(run.x, run.iteration).scores
         evaluation = run.evaluator.evaluation.name
         return cls(scores, int(run.data.n_test), int(test_positives(run)), evaluation)
 
@@ -119,9 +120,22 @@ def write_run_folder(
     validation: ValidationCurve | None = None,
 ) -> None:
     """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary; with
-    ``validation``, the kept model's validation PR curve (:data:`VALIDATION_CURVE`)."""
+    ``validation``, the kept model's validation PR curve (:data:`VALIDATION_CURVE`). The folder
+    is ``0700`` and every file ``0600`` (:mod:`slate.permissions`)."""
+    private_folder(out)
+    with private_files():
+        _write_run_files(run, summary, history, out, final_model, validation)
+
+
+def _write_run_files(
+    run: Run,
+    summary: dict[str, Any],
+    history: list[dict[str, float]],
+    out: Path,
+    final_model: tuple[Tensor, dict[str, Tensor], TestScores],
+    validation: ValidationCurve | None,
+) -> None:
     xbar, buffers, scores = final_model
-    out.mkdir(parents=True, exist_ok=True)
     rows, columns = history, HISTORY_COLUMNS
     if run.validated:  # the evaluations scored validation rows: say so in the columns
         rows = [_validation_columns(row) for row in history]
@@ -319,8 +333,8 @@ def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str
     if run.data.federated:
         own = run.evaluator.evaluation.party_test_aps(logits, run.evaluator.test_labels)
         out.update(
-            test_ap_error_bound=scores.values["test_ap_error_bound"],
-            test_auroc_error_bound=scores.values["test_auroc_error_bound"],
+            test_ap_error_bound=scores.values.get("test_ap_error_bound"),
+            test_auroc_error_bound=scores.values.get("test_auroc_error_bound"),
             party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
             party_rows=[dataclasses.asdict(c) for c in run.data.counts],
             evaluation_warning=scores.warning,  # e.g. many scores in the end bins

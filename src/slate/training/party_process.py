@@ -139,9 +139,13 @@ def _train_as_party(
     changes["out"] = _party_out_dir(settings.flags, engine.rank, alone)
     # One party per process: several processes share the cores, so one thread each.
     settings = settings.replace(**changes, nodes=world, threads=settings.flags.threads or 1)
-    train(settings, engine=engine, progress=not args.no_progress, resume=bool(args.resume),
-          lr_choice=lr_choice)  # fmt: skip
+    result = train(settings, engine=engine, progress=not args.no_progress,
+                   resume=bool(args.resume), lr_choice=lr_choice)  # fmt: skip
     engine.leave()
+    if result.refused is not None:  # the run folder is written: stop with the reason
+        from slate.training.final_check import AverageRefused
+
+        raise AverageRefused(result.refused)
     return 0
 
 

@@ -49,6 +49,7 @@ from slate.training.checks import (
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
 from slate.training.fault_plan import FaultPlan
+from slate.training.lies import Lies
 from slate.training.recovery import PartySet
 from slate.training.state import TrainingState
 
@@ -75,6 +76,7 @@ class Run:
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = self.settings.model.device
         self.faults = FaultPlan(self.engine.own_party)  # (a party with a process of its own)
+        self.lies = Lies.from_env(self.engine.own_party)  # an insider's lies (tests only)
         self.faults.check("setup", 0)
         self._load_data(data, exchanges)
         self._agree_on_the_run()
@@ -85,8 +87,11 @@ class Run:
         data = self.data
         self.evaluator = Evaluator(
             self.engine, self.compute, self.config, self.device,
-            (data.x_test, data.y_test, data.test_parts), self.faults,
+            (data.x_test, data.y_test, data.test_parts), self.faults, self.lies,
         )  # fmt: skip
+        if data.declared is not None:  # the summed counts must hold the declared test rows
+            declared = data.declared
+            self.evaluator.expected_counts = lambda: declared.test_rows(self.party_set.members)
         self.algorithm.init_state(self.x)
         self.iteration = 0
         self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
@@ -115,7 +120,7 @@ class Run:
         # A party returning to a run in progress replays the data set-up's exchanges.
         self.exchange = RecordedExchange(self.engine, exchanges)
         self.data = load_local_data(
-            self.settings.data, self.engine.local_parties, self.exchange, data
+            self.settings.data, self.engine.local_parties, self.lies.exchange(self.exchange), data
         )
         # A dataset read before the run (to choose N, or by the caller) counts its read too.
         self.load_seconds = time.perf_counter() - started + (data.read_seconds if data else 0.0)
@@ -190,7 +195,9 @@ class Run:
         every party has no other to agree with."""
         if self.engine.own_party is None:
             return
-        fingerprint = run_fingerprint(self.config, self.engine.roster_digest)
+        declared = self.data.declared
+        digests = declared.digests() if declared is not None else None
+        fingerprint = run_fingerprint(self.config, self.engine.roster_digest, digests)
         mine = [[party, fingerprint] for party in self.engine.local_parties]
         everyone = self.exchange.gather_json(mine, FINGERPRINT_SHAPE, "run's settings", 1 << 20)
         if self.exchange.replaying:  # compared as it would have arrived
@@ -466,6 +473,9 @@ class Run:
             test_split=held.split or self.data.test_split,
         )  # fmt: skip
         self.evaluator.use_rows(held.x, held.y, held.parts)
+        if held.declared is not None:  # every site's test rows, as it reported them
+            rows = held.declared
+            self.evaluator.expected_counts = lambda: _declared_test(rows, self.party_set.members)
 
     def mean_traffic(self) -> dict[str, float]:
         """Bytes, messages and rounds per party, averaged over all parties (collective)."""
@@ -531,3 +541,10 @@ class Run:
 def _rows(table: Tensor, indices: Tensor) -> Tensor:
     """``table[indices]`` by ``index_select`` (3x faster than advanced indexing on CPU)."""
     return table.index_select(0, indices.reshape(-1)).view(*indices.shape, *table.shape[1:])
+
+
+def _declared_test(rows: list[tuple[int, int]], members: list[int]) -> tuple[int, int]:
+    """``(negatives, positives)`` of the test rows ``(rows, positives)`` per rank that the
+    sites ``members`` reported."""
+    positives = sum(rows[m][1] for m in members)
+    return sum(rows[m][0] for m in members) - positives, positives

@@ -1,0 +1,121 @@
+r"""The model a site saves is checked against its own before it is kept.
+
+A run ends on the averaged model :math:`\bar x = \frac1N \sum_n x_n` (Alg. 1's output): every
+site saves it as ``model.pt``, and the summary's AP is that model's. The model saved is the model
+evaluated: one averaging gives both (:meth:`slate.training.evaluation.Evaluator.test_scores`), so
+no party can contribute one model to the evaluation and another to the saved average.
+
+A participant can still lie in the average itself (contribute :math:`nT - (n-1)x` and the
+average becomes its model :math:`T`). So, at a site of a distributed run, before it keeps
+:math:`\bar x`, the site scores on **its own test rows**, exactly and with no exchange:
+
+* :math:`a`: the AP of :math:`\bar x`, the model it would save;
+* :math:`b`: the AP of its own model :math:`x_i`, which no other site wrote.
+
+Gossip leaves every honest site's model close to the average by the end (the run's consensus
+distance), so on the same rows the two APs differ little. When :math:`a < b - \delta` with
+:math:`\delta =` :data:`AVERAGE_BOUND` :math:`= 0.05`, the site **refuses the average**: it
+keeps its own model (``model.pt`` is :math:`x_i`, the summary's AP and curve are its own on its
+own test rows), records ``final_average`` in ``summary.json``, and exits with code 2 and one
+paragraph. How :math:`\delta` was set: honest runs of 4 sites on w7a (ring, base-2 with local
+steps and int8, Dirichlet-split sites, a site with few positives) give :math:`b - a` of at most
+0.02 (``docs/security.md``); the poisoned average scores 0.02 against 0.70. A site with no
+positive test row cannot score an AP: the check is skipped there and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from slate import metrics
+from slate.errors import SlateError
+
+__all__ = ["AVERAGE_BOUND", "AverageCheck", "AverageRefused", "check_average"]
+
+AVERAGE_BOUND = 0.05  # delta: the most the saved model's AP may fall below the site's own
+
+
+class AverageRefused(SlateError):
+    """A site refused the final average: it kept its own model (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class AverageCheck:
+    """The saved model against the site's own, on the site's own test rows."""
+
+    rank: int
+    rows: int
+    average_ap: float | None  # a: the averaged model's AP (None: no positive row)
+    own_ap: float | None  # b: the site's own model's AP
+    bound: float = AVERAGE_BOUND
+    refused_counts: str | None = None  # why the final evaluation's counts were refused
+
+    @property
+    def refused(self) -> bool:
+        if self.refused_counts is not None:
+            return True
+        if self.average_ap is None or self.own_ap is None:
+            return False
+        return self.average_ap < self.own_ap - self.bound
+
+    def to_dict(self) -> dict[str, Any]:
+        """``summary.json``'s ``final_average``."""
+        return {
+            "accepted": not self.refused,
+            "saved": "own model" if self.refused else "averaged model",
+            "average_ap_own_rows": self.average_ap,
+            "own_model_ap_own_rows": self.own_ap,
+            "bound": self.bound,
+            "test_rows": self.rows,
+            "reason": self.reason(),
+        }
+
+    def reason(self) -> str | None:
+        if self.refused_counts is not None:
+            return (f"the final evaluation's counts broke the sites' declarations "
+                    f"({self.refused_counts})")  # fmt: skip
+        if self.average_ap is None or self.own_ap is None:
+            return "not checked: this site holds no positive test row" if self.rows else None
+        if not self.refused:
+            return None
+        return (
+            f"on this site's {self.rows} test rows the averaged model scores AP "
+            f"{self.average_ap:.4f}, its own model {self.own_ap:.4f}: "
+            f"{self.own_ap - self.average_ap:.4f} lower, over the bound {self.bound:g}"
+        )
+
+    def message(self, out: Any) -> str:
+        """The paragraph a site that refused the average stops with."""
+        where = f"{out}/model.pt" if out is not None else "its model"
+        return (
+            f"Party {self.rank} refused the final average: {self.reason()}. A participant may "
+            "have lied in the average (or the sites ended far apart: see the consensus distance "
+            f"in history.csv). Party {self.rank} kept its own model instead: {where} is its own "
+            "model, and summary.json's test AP is that model's on this site's own test rows "
+            "(final_average records the refusal). Nothing from the refused average was saved."
+        )
+
+
+def check_average(
+    rank: int, average_logits: Tensor, own_logits: Tensor, labels: Tensor,
+    refused_counts: str | None = None,
+) -> AverageCheck:  # fmt: skip
+    """Score the averaged model and the site's own on the site's test rows (module docstring);
+    ``refused_counts``: why the final evaluation's counts were refused (with
+    ``--on-party-loss continue``, :class:`slate.training.evaluation.Evaluator`), which refuses
+    the average too."""
+    rows = len(labels)
+    if rows == 0 or not bool(labels.any()) or bool(labels.all()):
+        return AverageCheck(rank, rows, None, None, refused_counts=refused_counts)
+    average = _ap(average_logits, labels)
+    own = _ap(own_logits, labels)
+    return AverageCheck(rank, rows, average, own, refused_counts=refused_counts)
+
+
+def _ap(logits: Tensor, labels: Tensor) -> float | None:
+    value = metrics.average_precision(logits, labels)
+    return None if math.isnan(value) else float(value)
