@@ -178,7 +178,10 @@ class Run:
         self.gossip = gossip_settings(self.settings.communication, self.topology, self.x.shape[1])
         self.wan = self.settings.communication.wan
         self.guard = MessageGuard.from_env(
-            config.nodes, self.engine.local_parties, config.robust
+            config.nodes,
+            self.engine.local_parties,
+            config.robust,
+            self.compute.layout.last_linear(self.model),
         )  # attacks (tests only), the watch on received values, --robust
         self.guard.begin(self.x)
         self.comm: Communicator = self.make_communicator(self.x)
