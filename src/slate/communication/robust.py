@@ -105,6 +105,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from slate.communication.accusations import (
+    RECORD_SHAPE,
+    accusation_lines,
+    current_record,
+    events_from_records,
+)
 from slate.errors import ConfigError
 
 __all__ = [
@@ -133,6 +139,7 @@ FAR = 0.5  # a message farther than FAR x |x_i| from x_i is one no honest neighb
 REFUSED_STEP = 1 / 8  # beta: the step of the per-pair rate of refused (non-finite or far) ones
 EXCLUDE_AFTER = 16  # messages from a sender before it can be excluded ...
 EXCLUDE_RATE = 0.8  # ... once this share of them (the moving rate) was refused
+COUNTS = 5  # per pair: received, dropped, clipped, far, ignored
 ABSURD = 1e6  # without --robust: a message this many times larger than 1 + |own| is named
 
 
@@ -550,7 +557,7 @@ class MessageGuard:
     def load_state_dict(self, state: dict[str, Any], like: Tensor) -> None:
         """Continue from :meth:`state_dict`'s output; ``like``: a tensor on the run's device and
         dtype."""
-        self._past = [_current_record(row) for row in state.get("past", [])]
+        self._past = [current_record(row) for row in state.get("past", [])]
         if "counts" in state:
             self._ensure(like)
             counts = state["counts"]
@@ -565,76 +572,3 @@ class MessageGuard:
         for name in ("_heard", "_origin"):
             if name in state:
                 setattr(self, name, state[name].to(like.device, like.dtype).clone())
-
-
-#: One row of :meth:`MessageGuard.records`, as the parties exchange it at the end of a run.
-RECORD_SHAPE = [int, int, int, int, int, int, int, int]
-COUNTS = 5  # received, dropped, clipped, far, ignored
-
-
-def _current_record(row: list[int]) -> list[int]:
-    """A record as :data:`RECORD_SHAPE` has it (one written before the far count gets 0)."""
-    row = [int(v) for v in row]
-    return [*row[:5], 0, *row[5:]] if len(row) == len(RECORD_SHAPE) - 1 else row
-
-
-def events_from_records(records: list[list[int]], iteration: int) -> list[dict[str, Any]]:
-    """One ``"robust"`` entry per sender from :meth:`MessageGuard.records` rows (from one
-    process or all): its counts summed over the receivers that saw it, and each receiver's own
-    report (``reports``). An exclusion is an accusation made by the receiver that excluded it,
-    and only that receiver's (``accused_by``, ``accusations``): every site lists the same
-    accusations, each with its accuser, not a verdict."""
-    by_sender: dict[int, list[list[int]]] = {}
-    for row in map(_current_record, records):
-        by_sender.setdefault(row[1], []).append(row)
-    events = []
-    for sender, rows in sorted(by_sender.items()):
-        rows.sort()
-        received, dropped, clipped, far = (sum(r[k] for r in rows) for k in range(2, 6))
-        reports = [
-            {"by": r[0], "received": r[2], "dropped": r[3], "clipped": r[4], "far": r[5],
-             "ignored": r[6], "excluded_at": r[7] if r[7] >= 0 else None}
-            for r in rows
-        ]  # fmt: skip
-        accusations = [report for report in reports if report["excluded_at"] is not None]
-        seen_by = sorted({r[0] for r in rows})
-        receivers = f"part{'y' if len(seen_by) == 1 else 'ies'} {', '.join(map(str, seen_by))}"
-        reason = (
-            f"{dropped} dropped (non-finite), {far} farther than half the receiver's own model "
-            f"and {clipped} clipped of the {received} messages received from it by {receivers}"
-        )
-        if accusations:
-            reason += "; " + "; ".join(f"party {a['by']} {accusation_text(a)}" for a in accusations)
-        else:
-            reason += "; no party excluded it"
-        events.append({
-            "rank": sender, "iteration": iteration, "event": "robust", "reason": reason,
-            "received": received, "dropped": dropped, "clipped": clipped, "far": far,
-            "seen_by": seen_by, "accused_by": [a["by"] for a in accusations],
-            "accusations": accusations, "reports": reports,
-        })  # fmt: skip
-    return events
-
-
-def accusation_text(report: dict[str, Any]) -> str:
-    """What one receiver's accusation says: ``excluded it from iteration 15: 16 of the 16
-    messages it received from it were non-finite or farther than half its own model; 1984
-    later messages ignored``."""
-    refused = report["dropped"] + report["far"]
-    return (
-        f"excluded it from iteration {report['excluded_at']}: {refused} of the "
-        f"{report['received']} messages it received from it were non-finite or farther "
-        f"than half its own model; {report['ignored']} later messages ignored"
-    )
-
-
-def accusation_lines(events: list[dict[str, Any]]) -> list[str]:
-    """One line per accusation in ``"robust"`` events: ``party 2 accuses party 1: --robust clip
-    excluded it from iteration 15: ...``. Each names its accuser: the line reports what that
-    party says it saw, not a fact every site established."""
-    return [
-        f"party {a['by']} accuses party {e['rank']}: --robust clip {accusation_text(a)}"
-        for e in events
-        if e["event"] == "robust"
-        for a in e.get("accusations", [])
-    ]

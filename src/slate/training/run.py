@@ -433,8 +433,9 @@ class Run:
 
     def robust_records(self) -> list[list[int]]:
         """What ``--robust clip`` saw at every party (:meth:`MessageGuard.records`), so that each
-        site's summary names a misbehaving party even where it was not a neighbour
-        (collective: every process of a run with ``--robust clip`` calls it)."""
+        site's summary reports every receiver's accusations, each as that receiver's, also where
+        neither party is its neighbour (collective: every process of a run with ``--robust
+        clip`` calls it)."""
         mine = self.guard.records()
         if self.engine.own_party is None or not self.guard.robust:
             return mine
