@@ -80,12 +80,12 @@ than half the receiver's own model is one no honest party sends: the parties sta
 model, no pull moves a party by more than its clipping radius a round, and the largest distance
 between honest neighbours stayed under :math:`0.04 \lVert x_i \rVert` in the ten runs measured
 for it (rings, exponential and base-2 graphs of 4 to 16 w7a parties; no attacker,
-``signflip``, ``drift:3`` and ``drift:20``). Zeros are :math:`\lVert x_i \rVert` away, a sign-flipped model
-about :math:`2 \lVert x_i \rVert`, a model times :math:`10^{30}` far beyond, NaN is non-finite:
-those senders are excluded after 16 messages. A sender whose messages stay plausible, however
-consistently they pull, is clipped, never excluded: an undetected drift's cost is bounded by the
-clip (measured in docs/security.md). A change of the party set starts the window and the
-exclusions again (:meth:`MessageGuard.restart`).
+``signflip``, ``drift:3`` and ``drift:20``). Zeros are :math:`\lVert x_i \rVert` away, a
+sign-flipped model about :math:`2 \lVert x_i \rVert`, a model times :math:`10^{30}` far
+beyond, NaN is non-finite: those senders are excluded after 16 messages. A sender whose
+messages stay plausible, however consistently they pull, is clipped, never excluded: an
+undetected drift's cost is bounded by the clip (measured in docs/security.md). A change of the
+party set starts the window and the exclusions again (:meth:`MessageGuard.restart`).
 
 **Accusations.** An exclusion is what the receiver that made it says about the sender, not a
 fact. At the end of a run the parties exchange their records (:meth:`MessageGuard.records`:
@@ -189,7 +189,10 @@ def parse_attacks(spec: str | None) -> list[Attack]:
 
 
 def corrupt(x: Tensor, attack: Attack) -> Tensor:
-    """What the attacker sends in place of ``x`` (a new tensor; ``x`` is not changed)."""
+    """What the attacker sends in place of ``x`` (a new tensor; ``x`` is not changed); ``drift``
+    needs what the attacker received: :meth:`MessageGuard.sent_view` and :func:`drift_message`."""
+    if attack.kind == "drift":
+        raise ValueError("drift's message depends on what its party received: use sent_view")
     if attack.kind == "nan":
         return torch.full_like(x, math.nan)
     if attack.kind == "zeros":
@@ -208,7 +211,7 @@ def drift_message(x: Tensor, distance: Tensor, factor: float, span: tuple[int, i
     start, stop = span
     head = x[start:stop]
     norm = torch.linalg.vector_norm(head)
-    step = torch.where(norm > 0, factor * distance / norm.clamp_min(1e-300), 0.0)
+    step = torch.where(norm > 0, factor * distance / norm.clamp_min(torch.finfo(x.dtype).tiny), 0)
     out = x.clone()
     out[start:stop] = head - step * head
     return out
