@@ -228,8 +228,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--robust",
         choices=("none", "clip"),
         default="none",
-        help="clip: self-centred clipping of each neighbour's difference, non-finite messages "
-        "dropped (docs/security.md, a misbehaving participant)",
+        help="clip: each neighbour's difference clipped to twice this party's own recent step, "
+        "non-finite messages dropped, a sender of messages over half a model away excluded "
+        "(docs/security.md, a misbehaving participant)",
     )
     talk.add_argument(
         "--wan",

@@ -219,12 +219,16 @@ def guarded_round(choco: ChocoGossip, x: Tensor, edges: RoundEdges, arrived: Ten
     if not guard.robust:
         guard.watch(arrived, senders, choco.sent.index_select(0, edges.slots))
         choco.received.index_add_(0, edges.slots, arrived)
+        if guard.drifting:
+            own = x.index_select(0, edges.rows)
+            guard.hear(own, choco.received.index_select(0, edges.slots), edges.rows)
         gap = choco.received.index_select(0, edges.slots) - choco.sent.index_select(0, edges.slots)
         return x.index_add(0, edges.rows, gap * edges.weights, alpha=choco.gamma)
     finite = torch.isfinite(arrived).all(dim=1, keepdim=True)
     choco.received.index_add_(0, edges.slots, torch.where(finite, arrived, 0.0))
     theirs = torch.where(finite, choco.received.index_select(0, edges.slots), math.nan)
     own = choco.sent.index_select(0, edges.slots)
+    guard.hear(x.index_select(0, edges.rows), theirs, edges.rows)
     delta = guard.clipped_delta(own, theirs, edges.weights[:, 0], edges.rows, senders, x)
     return guard.settle(x + choco.gamma * delta)
 

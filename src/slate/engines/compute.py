@@ -76,6 +76,22 @@ class FlatParameters:
             offset += param.numel()
         self.size = offset
 
+    def last_linear(self, module: nn.Module) -> tuple[int, int] | None:
+        """``(start, stop)``: where the last ``nn.Linear`` of ``module`` (in registration order:
+        the output layer of slate's models) keeps its weight and bias in the flat vector, or
+        ``None`` for a model without one. A Linear's weight and bias are registered one after
+        the other, so they are one span."""
+        linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            return None
+        prefix = f"{linears[-1]}." if linears[-1] else ""
+        spans = [
+            (offset, offset + shape.numel())
+            for name, shape, offset in zip(self.names, self.shapes, self.offsets, strict=True)
+            if name in (prefix + "weight", prefix + "bias")
+        ]
+        return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
+
     def flatten(self, module: nn.Module) -> Tensor:
         """The module's parameters concatenated in registration order, shape ``(d,)``."""
         return torch.cat([p.detach().reshape(-1) for p in module.parameters()])

@@ -104,11 +104,12 @@ class DistributedCommunicator(Communicator):
         assert self.guard is not None
         senders = torch.tensor([p for p, _ in neighbours], dtype=torch.long, device=flat.device)
         theirs = torch.stack(received)
+        receivers = torch.zeros_like(senders)
         if not self.guard.robust:
             self.guard.watch(theirs, senders, flat[None].expand_as(theirs))
+            self.guard.hear(flat[None].expand_as(theirs), theirs, receivers)
             return None
         weights = torch.tensor([w for _, w in neighbours], dtype=flat.dtype, device=flat.device)
-        receivers = torch.zeros_like(senders)
         self_weight = torch.tensor(
             [self.topology.self_weight_at(self.rank, r)], dtype=flat.dtype, device=flat.device
         )

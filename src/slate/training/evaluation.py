@@ -47,7 +47,7 @@ from slate.metrics.histograms import (
     metrics_from_counts,
     positive_bins_bitmap,
 )
-from slate.training.lies import Lies, output_slice
+from slate.training.lies import Lies
 
 if TYPE_CHECKING:
     from slate.config import TrainConfig
@@ -305,8 +305,8 @@ class Evaluator:
         self.engine, self.compute, self.config, self.device = engine, compute, config, device
         self.faults = faults  # SLATE_KILL_AT's "evaluation" moment (tests of a lost party)
         self.lies = lies if lies is not None else Lies([])  # a lying party's (tests only)
-        layout = compute.layout
-        self.output = output_slice(layout.names, layout.offsets, layout.size)
+        span = compute.layout.last_linear(compute.module)
+        self.output = slice(*span) if span is not None else None  # final-poison's output layer
         # () -> (negatives, positives) that the summed counts must hold: the declared test
         # rows of the sites in the run (per-party files; None: nothing to check against)
         self.expected_counts: Callable[[], tuple[int, int]] | None = None

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from slate.communication.robust import ATTACK_ENV, LIE_KINDS, Attack, parse_attacks
 
-__all__ = ["FAKE_CATEGORIES", "FAKE_COUNT", "PLANTED_ROWS", "Lies", "LyingExchange", "output_slice"]
+__all__ = ["FAKE_CATEGORIES", "FAKE_COUNT", "PLANTED_ROWS", "Lies", "LyingExchange"]
 
 PLANTED_ROWS = 20_000  # eval-inflate / eval-deflate: rows added to the top bin
 FAKE_CATEGORIES = 60  # fake-categories: made-up names per text column ...
@@ -57,10 +57,11 @@ class Lies:
         attack = self.attacks.get(kind)
         return attack if attack is not None and iteration >= attack.start else None
 
-    def mean_input(self, x: Tensor, iteration: int, n: int, output: slice) -> Tensor:
+    def mean_input(self, x: Tensor, iteration: int, n: int, output: slice | None) -> Tensor:
         """What this party contributes to the averaged model at ``iteration`` (``x (1, d)``,
-        its own; ``output``: the output layer's positions in the flat vector)."""
-        if self._due("final-poison", iteration) is None:
+        its own; ``output``: the output layer's positions in the flat vector, ``None`` for a
+        model without a final ``nn.Linear``, which it leaves alone)."""
+        if self._due("final-poison", iteration) is None or output is None:
             return x
         target = x.clone()
         target[:, output] = -target[:, output]
@@ -143,11 +144,3 @@ def _with_fake_categories(counts: dict[str, dict[str, int]]) -> dict[str, dict[s
         column: {**named, **{f"fake_{k}": FAKE_COUNT for k in range(FAKE_CATEGORIES)}}
         for column, named in counts.items()
     }
-
-
-def output_slice(names: list[str], offsets: list[int], size: int) -> slice:
-    """The flat positions of the model's output layer: the parameters of the module that
-    registers the last parameter (``net.4.weight`` and ``net.4.bias`` of ``net.4``)."""
-    module = names[-1].rpartition(".")[0]
-    first = next(k for k, name in enumerate(names) if name.rpartition(".")[0] == module)
-    return slice(offsets[first], size)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slate.communication.robust import suspect_lines
+from slate.communication.robust import accusation_lines
 from slate.config import TrainConfig
 from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
@@ -291,7 +291,7 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
     )
     if summary.get("evaluation_warning"):
         log(f"{prefix}{summary['evaluation_warning']}")
-    for line in suspect_lines(summary["party_events"]):
+    for line in accusation_lines(summary["party_events"]):
         log(f"{prefix}{line}")
     if (summary.get("divergence") or {}).get("warning"):
         log(f"{prefix}{summary['divergence']['warning']}")

@@ -183,7 +183,10 @@ class Run:
         self.gossip = gossip_settings(self.settings.communication, self.topology, self.x.shape[1])
         self.wan = self.settings.communication.wan
         self.guard = MessageGuard.from_env(
-            config.nodes, self.engine.local_parties, config.robust
+            config.nodes,
+            self.engine.local_parties,
+            config.robust,
+            self.compute.layout.last_linear(self.model),
         )  # attacks (tests only), the watch on received values, --robust
         self.guard.begin(self.x)
         self.comm: Communicator = self.make_communicator(self.x)
@@ -437,8 +440,9 @@ class Run:
 
     def robust_records(self) -> list[list[int]]:
         """What ``--robust clip`` saw at every party (:meth:`MessageGuard.records`), so that each
-        site's summary names a misbehaving party even where it was not a neighbour
-        (collective: every process of a run with ``--robust clip`` calls it)."""
+        site's summary reports every receiver's accusations, each as that receiver's, also where
+        neither party is its neighbour (collective: every process of a run with ``--robust
+        clip`` calls it)."""
         mine = self.guard.records()
         if self.engine.own_party is None or not self.guard.robust:
             return mine

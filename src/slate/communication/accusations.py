@@ -1,0 +1,81 @@
+"""What ``--robust clip``'s receivers report at the end of a run, and how every site reads it:
+per sender, each receiver's own report, and an exclusion as the accusation of the receiver that
+made it, never as a verdict (:mod:`slate.communication.robust`, "Accusations")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["RECORD_SHAPE", "accusation_lines", "current_record", "events_from_records"]
+
+#: One row of ``MessageGuard.records`` as the parties exchange it at the end of a run:
+#: ``[receiver, sender, received, dropped, clipped, far, ignored, excluded_at]``.
+RECORD_SHAPE = [int, int, int, int, int, int, int, int]
+
+
+def current_record(row: list[int]) -> list[int]:
+    """A record as :data:`RECORD_SHAPE` has it (one written before the far count gets 0)."""
+    row = [int(v) for v in row]
+    return [*row[:5], 0, *row[5:]] if len(row) == len(RECORD_SHAPE) - 1 else row
+
+
+def events_from_records(records: list[list[int]], iteration: int) -> list[dict[str, Any]]:
+    """One ``"robust"`` entry per sender from ``MessageGuard.records`` rows (from one
+    process or all): its counts summed over the receivers that saw it, and each receiver's own
+    report (``reports``). An exclusion is an accusation made by the receiver that excluded it,
+    and only that receiver's (``accused_by``, ``accusations``): every site lists the same
+    accusations, each with its accuser, not a verdict."""
+    by_sender: dict[int, list[list[int]]] = {}
+    for row in map(current_record, records):
+        by_sender.setdefault(row[1], []).append(row)
+    events = []
+    for sender, rows in sorted(by_sender.items()):
+        rows.sort()
+        received, dropped, clipped, far = (sum(r[k] for r in rows) for k in range(2, 6))
+        reports = [
+            {"by": r[0], "received": r[2], "dropped": r[3], "clipped": r[4], "far": r[5],
+             "ignored": r[6], "excluded_at": r[7] if r[7] >= 0 else None}
+            for r in rows
+        ]  # fmt: skip
+        accusations = [report for report in reports if report["excluded_at"] is not None]
+        seen_by = sorted({r[0] for r in rows})
+        receivers = f"part{'y' if len(seen_by) == 1 else 'ies'} {', '.join(map(str, seen_by))}"
+        reason = (
+            f"{dropped} dropped (non-finite), {far} farther than half the receiver's own model "
+            f"and {clipped} clipped of the {received} messages received from it by {receivers}"
+        )
+        if accusations:
+            reason += "; " + "; ".join(f"party {a['by']} {accusation_text(a)}" for a in accusations)
+        else:
+            reason += "; no party excluded it"
+        events.append({
+            "rank": sender, "iteration": iteration, "event": "robust", "reason": reason,
+            "received": received, "dropped": dropped, "clipped": clipped, "far": far,
+            "seen_by": seen_by, "accused_by": [a["by"] for a in accusations],
+            "accusations": accusations, "reports": reports,
+        })  # fmt: skip
+    return events
+
+
+def accusation_text(report: dict[str, Any]) -> str:
+    """What one receiver's accusation says: ``excluded it from iteration 15: 16 of the 16
+    messages it received from it were non-finite or farther than half its own model; 1984
+    later messages ignored``."""
+    refused = report["dropped"] + report["far"]
+    return (
+        f"excluded it from iteration {report['excluded_at']}: {refused} of the "
+        f"{report['received']} messages it received from it were non-finite or farther "
+        f"than half its own model; {report['ignored']} later messages ignored"
+    )
+
+
+def accusation_lines(events: list[dict[str, Any]]) -> list[str]:
+    """One line per accusation in ``"robust"`` events: ``party 2 accuses party 1: --robust clip
+    excluded it from iteration 15: ...``. Each names its accuser: the line reports what that
+    party says it saw, not a fact every site established."""
+    return [
+        f"party {a['by']} accuses party {e['rank']}: --robust clip {accusation_text(a)}"
+        for e in events
+        if e["event"] == "robust"
+        for a in e.get("accusations", [])
+    ]
