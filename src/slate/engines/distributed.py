@@ -27,11 +27,9 @@ the training loop then calls :meth:`DistributedEngine.leave_generation`, which
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,12 +40,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from slate.communication.gossip import GossipSettings
-from slate.engines import handshake, json_exchange, session
+from slate.engines import handshake, json_exchange, start_up
 from slate.engines.base import Communicator
 from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter, first_line
 from slate.engines.liveness import (
     FINAL_MEMBERS_KEY,
-    PREFIX,
     Heartbeat,
     confirm_leave,
     leave_run,
@@ -149,8 +146,8 @@ class DistributedEngine(Engine):
         engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
         engine._prefix = None
         engine.rosters_seen = ""
-        _publish_roster(records, engine.rank)
-        running = engine._join_session(recover) if records.signed else None
+        start_up.publish_roster(records, engine.rank)
+        running = start_up.join_session(engine, recover) if records.signed else None
         membership = Membership(records, rendezvous.rank, list(engine.members), timeout_s)
         engine.membership = membership if recover else None
         engine.guard = FailureGuard(engine.rank, records)
@@ -173,72 +170,6 @@ class DistributedEngine(Engine):
             if recover:
                 membership.announce()
         return engine
-
-    def _join_session(self, recover: bool) -> str | None:
-        """Under a roster: join the session of a run in progress at this store (returned), or
-        derive a new one with the other sites (:mod:`slate.engines.session`; None returned).
-        A party that may return (``recover``) looks for a run in progress first."""
-        assert self.rendezvous is not None
-        records = self.records
-        nonce = self.rendezvous.store_nonce or session.read_store_nonce(
-            records.store, self.timeout_s
-        )
-        if nonce is None:
-            raise PartyLost(
-                f"Party {self.rank} found no store nonce ({session.STORE_NONCE_KEY}) at the "
-                f"rendezvous within --timeout {self.timeout_s:g} s: whoever hosts the store "
-                "writes it when the store opens, so someone deleted it, or the store is served "
-                "by another slate version. Restart the rendezvous ('slate rendezvous') and the "
-                "sites."
-            )
-        found = session.running(records, nonce) if recover else None
-        if found is not None:
-            records.session = found
-            return found
-        try:
-            session.derive(records, self.rank, self.timeout_s, nonce)
-        except session.SessionNotAgreed as err:
-            raise PartyLost(self._session_failure(err)) from None
-        return None
-
-    def _session_failure(self, err: session.SessionNotAgreed) -> str:
-        """Why the sites did not agree on a session within --timeout, for a message."""
-        waited = f"Party {self.rank} waited --timeout {self.timeout_s:g} s for the run to start"
-        records = self.records
-        try:
-            if err.missing:
-                other = _other_rosters(records, err.missing)
-                if other:
-                    return f"{waited}, but {other}"
-                reached = [r for r in err.missing if records.store.check([f"{ROSTER_KEY}/{r}"])]
-                if reached:
-                    keys = ", ".join(session.nonce_key(r) for r in reached)
-                    return (
-                        f"{waited}, but the session nonce records of parties {reached} ({keys}) "
-                        "are not in the rendezvous store although those parties reached it "
-                        f"(their {ROSTER_KEY}/R records are there): {DELETING} No step was "
-                        "taken; restart every site."
-                    )
-                return _never_reached(waited, err.missing)
-        except (RuntimeError, dist.DistStoreError):
-            return _never_reached(waited, err.missing)
-        theirs = "; ".join(
-            f"party {r} signed {sid[:16] + '...' if sid else 'none yet'}"
-            for r, sid in sorted(err.disagreeing.items())
-        )
-        replaced = (
-            f" (this party's own nonce record was deleted or replaced {err.replaced} times)"
-            if err.replaced
-            else ""
-        )
-        return (
-            f"{waited}, but the sites did not agree on the run's session id within it: this "
-            f"party computed {err.session[:16] or 'none'}..., while {theirs or 'the others'}"
-            f"{replaced}. Someone replaced or deleted session nonce records "
-            "(slate/session/nonce/R) in the rendezvous store while the sites read them, for "
-            "example with an earlier run's; no step was taken. Keep the rendezvous port "
-            "reachable by the sites only (docs/security.md) and restart every site."
-        )
 
     def rejoin(self, reason: str = "restarted with --resume") -> Change:
         """A returning party: ask to be admitted, wait for the members' next checkpoint, and
@@ -297,10 +228,10 @@ class DistributedEngine(Engine):
         key = SealedWire.publish(self.records, generation) if self.records.identity else None
         hello = handshake.publish(self.records, generation, self.rank)
         try:
-            self._init_group(prefix)
+            start_up.open_watched(self, prefix)
         except (RuntimeError, dist.DistBackendError, TimeoutError) as err:
             if generation == 0:
-                raise PartyLost(self._start_up_failure(err)) from None
+                raise PartyLost(start_up.failure(self, err)) from None
             if self.membership is None:
                 raise PartyLost(
                     f"Party {self.rank} could not open the process group: {first_line(err)}"
@@ -314,42 +245,6 @@ class DistributedEngine(Engine):
             self.records, generation, self.rank, self.members, self.timeout_s, hello,
             self.device, self._wire, prefix.addresses, self._gone,
         ).run(opened)  # fmt: skip
-
-    def _init_group(self, prefix: SigningStore) -> None:
-        """``init_process_group`` on a watched thread: it either returns, raises what it
-        raised, or raises :class:`TimeoutError` after ``--timeout`` + ``handshake.MARGIN_S``
-        seconds (gloo's and the store's own waits are bounded by ``--timeout``, but a wait that
-        restarts, or a peer that holds a connection open without a word, could go on)."""
-        outcome: list[BaseException | None] = []
-
-        def opening() -> None:
-            try:
-                dist.init_process_group(
-                    self.backend,
-                    store=prefix,
-                    rank=self.members.index(self.rank),
-                    world_size=len(self.members),
-                    timeout=datetime.timedelta(seconds=self.timeout_s),
-                )
-                outcome.append(None)
-            except BaseException as err:  # handed to the waiting thread
-                outcome.append(err)
-
-        watched = threading.Thread(target=opening, name="slate-open-group", daemon=True)
-        watched.start()
-        deadline = time.monotonic() + self.timeout_s + handshake.MARGIN_S
-        looks = _RosterLook(self) if not self.generation_opened else None
-        while watched.is_alive() and time.monotonic() < deadline:
-            watched.join(min(1.0, max(0.0, deadline - time.monotonic())))
-            if looks is not None and watched.is_alive():
-                looks.look()  # for the message, should the store be gone by then
-        if not outcome:
-            raise TimeoutError(
-                f"the process group did not open within --timeout {self.timeout_s:g} s + "
-                f"{handshake.MARGIN_S:g} s"
-            )
-        if outcome[0] is not None:
-            raise outcome[0]
 
     @property
     def generation_opened(self) -> bool:
@@ -376,79 +271,6 @@ class DistributedEngine(Engine):
         if self.membership is not None:
             with contextlib.suppress(RuntimeError, dist.DistStoreError):
                 self.membership.report_refused(sender, why)
-
-    def _start_up_failure(self, err: Exception) -> str:
-        """Why the run's first process group did not open: records deleted from the store (this
-        party's own, or a peer's that reached the rendezvous), parties that never reached the
-        rendezvous (none registered under their rank), or else an unreachable address."""
-        assert self.rendezvous is not None
-        waited = f"Party {self.rank} waited --timeout {self.timeout_s:g} s for the run to start"
-        try:
-            deleted = self._deleted_records()
-            missing = [
-                r
-                for r in range(self.rendezvous.world)
-                if registered_process(self.records, r) is None
-            ]
-            other_rosters = _other_rosters(self.records, missing)
-        except (RuntimeError, dist.DistStoreError):  # (its host may have stopped)
-            deleted, missing, other_rosters = "", [], self.rosters_seen
-        if deleted:
-            return (
-                f"{waited}, but {deleted}: {DELETING} No step was taken; keep the rendezvous "
-                "port reachable by the sites only (docs/security.md) and restart every site."
-            )
-        if other_rosters:
-            return f"{waited}, but {other_rosters}"
-        if missing:
-            return _never_reached(waited, missing)
-        gone = self.gone_parties()
-        if gone:
-            return f"{waited}, but {gone} before the process group opened. Restart every party."
-        return (
-            f"{waited}: every party reached the rendezvous, but they could not connect to each "
-            "other's published addresses (check GLOO_SOCKET_IFNAME and firewalls between the "
-            f"sites, docs/deployment.md). Backend said: {first_line(err)}"
-        )
-
-    def _deleted_records(self) -> str:
-        """The records of the set-up that were in the store and are gone, described ("" when
-        none is): this party's own gloo address or registration, or the gloo address or
-        registration of a party that reached the rendezvous (its roster record is there)."""
-        found = []
-        own = f"{PREFIX}process/{self.rank}"
-        if not self.records.store.check([own]):
-            found.append(f"this party's registration {own}, which it wrote, is gone")
-        prefix = self._prefix
-        if prefix is not None:
-            mine, theirs = prefix.vanished()
-            for key in mine:
-                found.append(
-                    f"this party's gloo address record {prefix.name(key)}, which it wrote, is gone"
-                )
-            for key, index in theirs:
-                owner = self.members[index] if index is not None else None
-                if owner is not None and self._reached(owner):
-                    found.append(
-                        f"party {owner}'s gloo address record {prefix.name(key)} is not there "
-                        f"although party {owner} reached the rendezvous"
-                    )
-        for rank in range(self.rendezvous.world if self.rendezvous else 0):
-            key = f"{PREFIX}process/{rank}"
-            if rank != self.rank and not self.records.store.check([key]) and self._reached(rank):
-                found.append(
-                    f"party {rank}'s registration {key} is not there although party {rank} "
-                    "reached the rendezvous"
-                )
-        return "; ".join(found)
-
-    def _reached(self, rank: int) -> bool:
-        """Whether party ``rank`` reached the rendezvous: its roster record is there (plain, a
-        second record beside its registration; under a roster also its session nonce)."""
-        keys = [f"{ROSTER_KEY}/{rank}"]
-        if self.records.signed:
-            keys.append(session.nonce_key(rank))
-        return any(self.records.store.check([key]) for key in keys)
 
     def gone_parties(self, look_s: float = 3.0) -> str:
         """The other members seen to be gone within ``look_s`` seconds (a process that exited
@@ -665,84 +487,6 @@ class DistributedEngine(Engine):
 
 _SEALED_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
                dist.ReduceOp.BOR: "or"}  # fmt: skip
-
-ROSTER_KEY = "slate/roster"  # each party's roster digest ("none" without one), for messages
-DELETING = (
-    "someone may be deleting records in the rendezvous store (the sites never delete them "
-    "while a run starts)."
-)
-
-
-def _never_reached(waited: str, missing: list[int]) -> str:
-    return (
-        f"{waited}, but parties {missing} never reached the rendezvous. Start every "
-        "site within --timeout seconds of the others (or raise --timeout), with the "
-        "same --nodes and --rendezvous."
-    )
-
-
-def _publish_roster(records: Records, rank: int) -> None:
-    """Say which roster this party runs with (plain text: a party with another roster cannot
-    verify this one's signatures, but can still be told why the run does not start)."""
-    identity = records.identity
-    records.store.set(f"{ROSTER_KEY}/{rank}", identity.roster.digest if identity else "none")
-
-
-def _other_rosters(records: Records, missing: list[int]) -> str:
-    """Which missing parties registered with another roster (or without one), for a message."""
-    identity = records.identity
-    mine = identity.roster.digest if identity else "none"
-    found = []
-    for rank in missing:
-        key = f"{ROSTER_KEY}/{rank}"
-        theirs = (
-            records.store.get(key).decode(errors="replace")[:64]
-            if records.store.check([key])
-            else None
-        )
-        if theirs is not None and theirs != mine:
-            found.append(
-                f"party {rank} " + ("runs without --roster" if theirs == "none"
-                                    else f"holds another roster (sha256 {theirs[:16]}...)")
-            )  # fmt: skip
-    if not found:
-        return ""
-    here = (
-        f"this site's roster {identity.roster.path or ''} has sha256 {mine[:16]}..."
-        if identity
-        else "this site runs without --roster"
-    )
-    return (
-        f"{'; '.join(found)}, while {here}. Every site must start with the same roster file "
-        "(and its own --key), or all without one; no step was taken."
-    )
-
-
-class _RosterLook:
-    """While the first process group opens: once a second, on a connection of its own, whether
-    another site published another roster digest (or none). Only for the message, should the
-    group not open: a site with a roster that stops waits for no address of a site without one,
-    and it may host the store, which then goes with it."""
-
-    def __init__(self, engine: DistributedEngine) -> None:
-        self.engine = engine
-        self.records: Records | None = None
-
-    def look(self) -> None:
-        engine = self.engine
-        assert engine.rendezvous is not None
-        others = [r for r in range(engine.rendezvous.world) if r != engine.rank]
-        try:
-            if self.records is None:
-                self.records = Records(
-                    engine.rendezvous.connect(), engine.rendezvous.world, engine.records.identity
-                )
-            found = _other_rosters(self.records, others)
-        except (RuntimeError, dist.DistStoreError):
-            return
-        if found:
-            engine.rosters_seen = found
-
 
 _OPENED = False  # whether this process ever opened a process group (see opened_a_group)
 
