@@ -275,10 +275,11 @@ class Hello:
         reports: dict[int, _Outcome | None] = {r: None for r in self.members if r != self.rank}
         waiting = set(reports)
         while waiting:
-            for rank in sorted(waiting):
-                body = self.records.get(
-                    report_key(self.generation, rank), self._signer(rank), self.generation
-                )
+            ranks = sorted(waiting)
+            bodies = self.records.get_many(  # (two round trips once every report is there)
+                [report_key(self.generation, r) for r in ranks], [self._signer(r) for r in ranks]
+            )
+            for rank, body in zip(ranks, bodies, strict=True):
                 report = None if body is None else _parse(body, rank)
                 if report is not None:
                     reports[rank] = report
