@@ -241,10 +241,11 @@ class Hello:
         k = len(sends)
         for j, peer in enumerate(others):
             rank = self.members[peer]
-            if not waits.done[k + j].is_set():
-                outcome.missing.append(rank)
-            elif waits.errors[k + j] is not None:
-                outcome.wrong[rank] = f"the connection failed ({waits.errors[k + j]})"
+            error = waits.errors[k + j]
+            if not waits.done[k + j].is_set() or (error is not None and _timed_out(error)):
+                outcome.missing.append(rank)  # (gloo's own timeout may have ended the wait)
+            elif error is not None:
+                outcome.wrong[rank] = f"the connection failed ({error})"
             else:
                 why = self._check(buffers[j].cpu(), peer, plain)
                 if why is not None:
@@ -281,15 +282,21 @@ class Hello:
             )
             for rank, body in zip(ranks, bodies, strict=True):
                 report = None if body is None else _parse(body, rank)
+                if report is None and self.gone(rank) is not None:
+                    report = self._report_of(rank)  # (it may have reported, then left, since)
+                    if report is None:
+                        waiting.discard(rank)
                 if report is not None:
                     reports[rank] = report
-                    waiting.discard(rank)
-                elif self.gone(rank) is not None:
                     waiting.discard(rank)
             if not waiting or time.monotonic() > deadline:
                 break
             time.sleep(POLL_SECONDS)
         return reports
+
+    def _report_of(self, rank: int) -> _Outcome | None:
+        body = self.records.get(report_key(self.generation, rank), self._signer(rank))
+        return None if body is None else _parse(body, rank)
 
     def _failure(self, mine: _Outcome, reports: dict[int, _Outcome | None]) -> PartyLost:
         silent = {r: self.gone(r) for r, report in reports.items() if report is None}
@@ -366,6 +373,12 @@ def _parties(ranks: list[int]) -> str:
     if len(ranks) == 1:
         return f"party {ranks[0]}"
     return "parties " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
+def _timed_out(error: str) -> bool:
+    """Whether gloo's error says that a wait ran out of time (its own ``--timeout``)."""
+    text = error.lower()
+    return "timed out" in text or "timeout" in text
 
 
 def _parse(body: str, rank: int) -> _Outcome | None:
