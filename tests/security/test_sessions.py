@@ -23,11 +23,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch.distributed as dist
 
-from slate.engines import session
+from slate.engines import session, start_up
 from slate.engines.handshake import MARGIN_S
 from slate.engines.launch import serve_rendezvous
 from slate.engines.liveness import FINAL_MEMBERS_KEY, LEFT_KEY, confirm_leave, leave_run
@@ -160,6 +161,11 @@ def test_sites_that_read_an_old_nonce_they_cannot_replace_stop_naming_it(sites):
         err = out[rank]
         assert isinstance(err, session.SessionNotAgreed), err
         assert err.missing == [] and err.disagreeing == {2: old} and err.session not in ("", old)
+        engine = SimpleNamespace(rank=rank, timeout_s=1.5, records=Records(store, 3, sites[rank]))
+        message = start_up.session_failure(engine, err)
+        assert message.startswith(f"Party {rank} waited --timeout 1.5 s") and "\n" not in message
+        assert "did not agree on the run's session id" in message, message
+        assert f"party 2 signed {old[:16]}..." in message and err.session[:16] in message
 
 
 def test_a_run_in_progress_is_only_one_of_this_stores_sessions(sites):

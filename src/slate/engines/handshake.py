@@ -241,8 +241,9 @@ class Hello:
         k = len(sends)
         for j, peer in enumerate(others):
             rank = self.members[peer]
-            error = waits.errors[k + j]
-            if not waits.done[k + j].is_set() or (error is not None and _timed_out(error)):
+            finished = waits.done[k + j].is_set()  # (its error, if any, is set before)
+            error = waits.errors[k + j] if finished else None
+            if not finished or (error is not None and _timed_out(error)):
                 outcome.missing.append(rank)  # (gloo's own timeout may have ended the wait)
             elif error is not None:
                 outcome.wrong[rank] = f"the connection failed ({error})"
