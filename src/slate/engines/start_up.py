@@ -8,10 +8,11 @@
   ``--timeout`` + :data:`~slate.engines.handshake.MARGIN_S` seconds; while it waits, the other
   sites' roster digests are read once a second (for the message, should the store be gone by
   then: a site with a roster that gives up may have hosted it).
-* :func:`failure`, :func:`session_failure`: why the run did not start, in this order: records
-  of the set-up that were in the store and are gone (someone may be deleting records: the sites
-  never delete them while a run starts), sites with another roster or none, sites that never
-  reached the rendezvous, sites that are gone, else addresses the sites could not reach.
+* :func:`failure`, :func:`session_failure`: why the run did not start, in this order: this
+  party's own records of the set-up gone from the store (someone may be deleting records: the
+  sites never delete them while a run starts), sites with another roster or none, records of
+  another site gone although it wrote them, sites that never reached the rendezvous, sites that
+  are gone, else addresses the sites could not reach.
 
 The functions take the :class:`~slate.engines.distributed.DistributedEngine` whose start they
 serve (``engine``): its ``rank``, ``records``, ``rendezvous``, ``timeout_s``, ``members`` and
@@ -160,15 +161,16 @@ def failure(engine: Any, err: Exception) -> str:
     """Why the run's first process group did not open (see the module doc's order)."""
     waited, records, world = _waited(engine), engine.records, engine.rendezvous.world
     try:
-        deleted = _deleted_records(engine)
+        own, theirs = _deleted_records(engine)
         missing = [r for r in range(world) if registered_process(records, r) is None]
         rosters = other_rosters(records, missing)
     except (RuntimeError, dist.DistStoreError):  # (its host may have stopped)
-        deleted, missing, rosters = "", [], engine.rosters_seen
-    if deleted:
+        own, theirs, missing, rosters = [], [], [], engine.rosters_seen
+    if own or (theirs and not rosters):
         return (
-            f"{waited}, but {deleted}: {DELETING} No step was taken; keep the rendezvous port "
-            "reachable by the sites only (docs/security.md) and restart every site."
+            f"{waited}, but {'; '.join(own + theirs)}: {DELETING} No step was taken; keep the "
+            "rendezvous port reachable by the sites only (docs/security.md) and restart every "
+            "site."
         )
     if rosters:
         return f"{waited}, but {rosters}"
@@ -184,45 +186,43 @@ def failure(engine: Any, err: Exception) -> str:
     )
 
 
-def _deleted_records(engine: Any) -> str:
-    """The records of the set-up that were in the store and are gone, described ("" when none
-    is): this party's own gloo address or registration, or the gloo address or registration of
-    a party that reached the rendezvous (:func:`_reached`)."""
-    records, found = engine.records, []
-    own = f"{PREFIX}process/{engine.rank}"
-    if not records.store.check([own]):
-        found.append(f"this party's registration {own}, which it wrote, is gone")
+def _deleted_records(engine: Any) -> tuple[list[str], list[str]]:
+    """The records of the set-up that were in the store and are gone, described: this party's
+    own gloo address or registration (certainly deleted), and the gloo address or registration
+    of a party that wrote the record it writes right after them (:func:`_reached`)."""
+    records, own, others = engine.records, [], []
+    registration = f"{PREFIX}process/{engine.rank}"
+    if not records.store.check([registration]):
+        own.append(f"this party's registration {registration}, which it wrote, is gone")
     prefix = engine._prefix
     if prefix is not None:
-        mine, theirs = prefix.vanished()
-        for key in mine:
-            found.append(
+        written, awaited = prefix.vanished()
+        for key in written:
+            own.append(
                 f"this party's gloo address record {prefix.name(key)}, which it wrote, is gone"
             )
-        for key, index in theirs:
+        for key, index in awaited:
             owner = engine.members[index] if index is not None else None
             if owner is not None and _reached(records, owner):
-                found.append(
+                others.append(
                     f"party {owner}'s gloo address record {prefix.name(key)} is not there "
                     f"although party {owner} reached the rendezvous"
                 )
     for rank in range(engine.rendezvous.world):
         key = f"{PREFIX}process/{rank}"
         if rank != engine.rank and not records.store.check([key]) and _reached(records, rank):
-            found.append(
+            others.append(
                 f"party {rank}'s registration {key} is not there although party {rank} "
                 "reached the rendezvous"
             )
-    return "; ".join(found)
+    return own, others
 
 
 def _reached(records: Records, rank: int) -> bool:
-    """Whether party ``rank`` reached the rendezvous: its roster record is there (a second
-    record beside its registration; under a roster also its session nonce)."""
-    keys = [f"{ROSTER_KEY}/{rank}"]
-    if records.signed:
-        keys.append(session.nonce_key(rank))
-    return any(records.store.check([key]) for key in keys)
+    """Whether party ``rank`` wrote its registration and its gloo address: its hello record
+    of the first process group is there (:func:`slate.engines.handshake.publish`: written after
+    the registration, right before the address, with nothing to wait for in between)."""
+    return bool(records.store.check([handshake.hello_key(0, rank)]))
 
 
 def _never_reached(waited: str, missing: list[int]) -> str:
