@@ -156,7 +156,7 @@ def test_members_admit_a_returning_party_at_one_boundary(store_address, heartbea
 def test_a_party_cannot_rejoin_a_finished_run(store_address):
     port = store_address
     store = client(port)
-    store.set(FINAL_MEMBERS_KEY, "3")
+    store.set(FINAL_MEMBERS_KEY, "[0, 2, 3]")  # the ranks that finished
     with pytest.raises(PartyLost, match="already finished"):
         Membership(Records(store, 8), 1, [0, 1, 2], timeout_s=5.0).request_join()
 

@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from slate.engines import session
 from slate.engines.launch import serve_rendezvous
 from slate.engines.liveness import FINAL_MEMBERS_KEY, LEFT_KEY
 from slate.engines.store_records import Records
@@ -234,12 +235,15 @@ def test_with_a_roster_a_forged_end_does_not_end_the_rendezvous(tmp_path):
     )  # fmt: skip
     server.start()
     store = client(port)
-    store.set(FINAL_MEMBERS_KEY, "0")  # a stranger's end of the run
+    while session.read_store_nonce(store) is None:  # (the rendezvous writes it first)
+        time.sleep(0.01)
+    records = Records(store, 1, identity)
+    session.derive(records, 0, 30, session.read_store_nonce(store))  # the run's session
+    store.set(FINAL_MEMBERS_KEY, "[0]")  # a stranger's end of the run
     store.add(LEFT_KEY, 5)
     wait_for(lambda: any("ignored a record" in line for line in lines), "the note")
     assert server.is_alive()
-    records = Records(store, 1, identity)
-    records.put(FINAL_MEMBERS_KEY, "1")  # the real end, signed by the site
+    records.put(FINAL_MEMBERS_KEY, "[0]")  # the real end, signed by the site
     records.put(f"{LEFT_KEY}/0", "0")
     server.join(timeout=30)
     assert result == [0] and "every party has left" in lines[-1]

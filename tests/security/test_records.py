@@ -1,6 +1,7 @@
 """Every kind of store record a party acts on, checked as Flower checks a node: a valid one is
 accepted, and a bad signature, an unknown key, a rank off the roster, a key of another rank, a
-stale generation, a record replayed from elsewhere and one flipped byte are each refused.
+stale generation, a record of another session (an earlier run with the same roster), a record
+replayed from elsewhere and one flipped byte are each refused.
 
 Each record is written into a real ``torch.distributed`` store and read back through the code
 that a party runs (``Membership``, the liveness check, ``SigningStore``, the rendezvous's end
@@ -30,6 +31,8 @@ from slate.security import SiteIdentity, make_roster, read_private_key, write_ke
 
 GENERATION = 2  # the reader's current generation
 HOST = "site.example:4242"
+SESSION = "a1" * 32  # the reader's session
+EARLIER = "b2" * 32  # the session of an earlier run with the same roster
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +46,20 @@ def sites(tmp_path_factory) -> tuple[list[SiteIdentity], SiteIdentity]:
     return identities, SiteIdentity(read_private_key(pairs[3][0]), own, 0)
 
 
-def envelope(signer_key: SiteIdentity, key: str, signer: int, generation: int, body: str) -> str:
+def envelope(
+    signer_key: SiteIdentity,
+    key: str,
+    signer: int,
+    generation: int,
+    body: str,
+    session: str = SESSION,
+) -> str:
     """A record as an attacker may build it: any claimed signer, signed by any key."""
     run = "run-under-test"
-    signature = signer_key.sign(_signed_bytes(run, key, signer, generation, body))
-    return json.dumps({"run": run, "key": key, "signer": signer, "gen": generation,
-                       "body": body, "sig": base64.b64encode(signature).decode()})  # fmt: skip
+    signature = signer_key.sign(_signed_bytes(run, session, key, signer, generation, body))
+    return json.dumps({"run": run, "sess": session, "key": key, "signer": signer,
+                       "gen": generation, "body": body,
+                       "sig": base64.b64encode(signature).decode()})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,8 @@ KINDS = [
          lambda r, s: reader(r).failed() or None),
     Kind("check-in", f"slate/g{GENERATION}/down/2", "40", 2, True,
          lambda r, s: reader(r)._checked_in(2)),
-    Kind("final members", FINAL_MEMBERS_KEY, "3", None, False, lambda r, s: final_members(r)),
+    Kind("final members", FINAL_MEMBERS_KEY, "[0, 1, 2]", None, False,
+         lambda r, s: final_members(r)),
     Kind("generation", "slate/generation", str(GENERATION), None, False,
          lambda r, s: reader(r).running_generation()),
 ]  # fmt: skip
@@ -120,6 +132,7 @@ def read_back(kind: Kind, sites: list[SiteIdentity], raw: str) -> tuple[object, 
     store = dist.HashStore()
     said: list[str] = []
     records = Records(store, 3, sites[0], say=said.append)
+    records.session = SESSION
     if kind.name != "registration":
         store.set("slate/process/2", envelope(sites[2], "slate/process/2", 2, 0, HOST))
     store.set(kind.key, raw)
@@ -169,6 +182,8 @@ def forgeries(kind: Kind, sites: list[SiteIdentity], outsider: SiteIdentity) -> 
         ),
         "flipped byte": json.dumps({**good, "body": _flip(kind.body)}),
         "another run": json.dumps({**good, "run": "another-run"}),
+        "another session": envelope(sites[owner], kind.key, owner, generation, kind.body, EARLIER),
+        "no session": envelope(sites[owner], kind.key, owner, generation, kind.body, ""),
         "not a record": kind.body,
         "oversized": " " * (RECORD_LIMIT + 1),
     }
@@ -189,8 +204,9 @@ def _flip(body: str) -> str:
 
 
 FORGERIES = ["bad signature", "unknown key", "rank off the roster", "key of another rank",
-             "replayed from another key", "flipped byte", "another run", "not a record",
-             "oversized", "another site's record", "stale generation"]  # fmt: skip
+             "replayed from another key", "flipped byte", "another run", "another session",
+             "no session", "not a record", "oversized", "another site's record",
+             "stale generation"]  # fmt: skip
 
 
 @pytest.mark.parametrize("how", FORGERIES)
@@ -209,6 +225,7 @@ def test_an_old_heartbeat_written_again_is_no_sign_of_life(sites):
     identities, _ = sites
     store = dist.HashStore()
     records = Records(store, 3, identities[0], say=lambda _: None)
+    records.session = SESSION
     liveness = Liveness(records, silence_s=0.0)
     beats = [envelope(identities[2], "slate/beat/2", 2, 0, f"{HOST} {n}") for n in (5, 6)]
     store.set("slate/beat/2", beats[0])
@@ -224,10 +241,13 @@ def test_a_forged_first_record_is_replaced_by_the_honest_proposal(sites):
     identities, outsider = sites
     store = dist.HashStore()
     records = Records(store, 3, identities[1], say=lambda _: None)
+    records.session = SESSION
     key = f"slate/g{GENERATION}/change"
     store.set(key, envelope(outsider, key, 1, GENERATION, "{}"))
     assert records.first(key, "honest", GENERATION) == "honest"
-    assert Records(store, 3, identities[0]).get(key, generation=GENERATION) == "honest"
+    reader = Records(store, 3, identities[0])
+    reader.session = SESSION
+    assert reader.get(key, generation=GENERATION) == "honest"
     # ... while a valid record of another member stays the agreed one
     assert records.first(key, "later", GENERATION) == "honest"
 
@@ -237,6 +257,7 @@ def test_each_claimed_rank_is_named_once(sites):
     store = dist.HashStore()
     said: list[str] = []
     records = Records(store, 3, identities[0], say=said.append)
+    records.session = SESSION
     for n in range(3):
         store.set("slate/process/2", envelope(outsider, "slate/process/2", 2, 0, f"h:{n}"))
         assert registered_process(records, 2) is None

@@ -39,6 +39,8 @@ from slate.security.sealing import (
 
 RUN = "run-7"
 GEN = 3
+SESSION = "c3" * 32  # this start of the run (slate.engines.session)
+EARLIER = "d4" * 32  # an earlier run with the same roster
 
 
 def b64(data: bytes) -> str:
@@ -48,10 +50,12 @@ def b64(data: bytes) -> str:
 class Site:
     """A site of the test: its Ed25519 site key and its X25519 key of one generation."""
 
-    def __init__(self, rank: int, generation: int = GEN, run: str = RUN) -> None:
+    def __init__(
+        self, rank: int, generation: int = GEN, run: str = RUN, session: str = SESSION
+    ) -> None:
         self.rank = rank
         self.site_key = Ed25519PrivateKey.generate()
-        self.key = SealingKey.generate(run, generation, rank)
+        self.key = SealingKey.generate(run, generation, rank, session)
         self.record = sealing_key_record(self.key, self.site_key)
 
     def channel(self, peer: Site) -> SealedChannel:
@@ -65,8 +69,8 @@ def reference_key(sender: SealingKey, receiver: SealingKey, run: str = RUN, gen:
     HKDF-SHA256 with the info bytes spelt out."""
     shared = sender.private_key.exchange(X25519PublicKey.from_public_bytes(receiver.public_key))
     info = (
-        f'["slate-sealing-direction-1","{run}",{gen},{sender.rank},{receiver.rank},'
-        f'"{b64(sender.public_key)}","{b64(receiver.public_key)}"]'
+        f'["slate-sealing-direction-2","{run}","{sender.session}",{gen},{sender.rank},'
+        f'{receiver.rank},"{b64(sender.public_key)}","{b64(receiver.public_key)}"]'
     ).encode()
     raw = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
     return raw, AESGCM(raw)
@@ -102,23 +106,27 @@ def refused(channel: SealedChannel, sealed: bytes, round: int) -> SealedMessageR
 def test_a_record_is_json_and_verifies_to_the_published_key(pair):
     a, _ = pair
     record = json.loads(json.dumps(a.record))
-    assert set(record) == {"format", "run", "gen", "rank", "x25519", "sig"}
-    assert (record["run"], record["gen"], record["rank"]) == (RUN, GEN, 0)
+    assert set(record) == {"format", "run", "session", "gen", "rank", "x25519", "sig"}
+    assert (record["run"], record["session"], record["gen"], record["rank"]) == (
+        RUN, SESSION, GEN, 0
+    )  # fmt: skip
     assert base64.b64decode(record["x25519"]) == a.key.public_key
     raw_site_key = a.site_key.public_key().public_bytes_raw()
     for site_key in (a.site_key.public_key(), raw_site_key):
-        assert verify_sealing_key_record(record, site_key, RUN, GEN, 0) == a.key.public_key
+        found = verify_sealing_key_record(record, site_key, RUN, GEN, 0, SESSION)
+        assert found == a.key.public_key
 
 
 def test_the_signature_covers_exactly_the_binding(pair):
     a, _ = pair
-    signed = f'["slate-sealing-key-1","{RUN}",{GEN},0,"{a.record["x25519"]}"]'.encode()
+    signed = f'["slate-sealing-key-2","{RUN}","{SESSION}",{GEN},0,"{a.record["x25519"]}"]'
+    signed = signed.encode()
     a.site_key.public_key().verify(base64.b64decode(a.record["sig"]), signed)  # raises if not
 
 
-def record_refused(record, site_key, run=RUN, gen=GEN, rank=0) -> str:
+def record_refused(record, site_key, run=RUN, gen=GEN, rank=0, session=SESSION) -> str:
     with pytest.raises(SealingKeyRefused) as caught:
-        verify_sealing_key_record(record, site_key, run, gen, rank)
+        verify_sealing_key_record(record, site_key, run, gen, rank, session)
     assert caught.value.rank == rank and f"party {rank} " in str(caught.value)
     assert isinstance(caught.value, SlateError)
     return caught.value.problem
@@ -150,12 +158,24 @@ def test_a_record_for_another_run_generation_or_rank_is_refused(pair, run, gen, 
     assert words in record_refused(a.record, a.site_key.public_key(), run, gen, rank)
 
 
+def test_a_record_of_another_session_is_refused(pair):
+    """An earlier run with the same roster: the same run id, rank and generation, another
+    session; its record is refused naming the session, as the same key relabelled by hand."""
+    earlier = Site(0, session=EARLIER)
+    assert "another session" in record_refused(earlier.record, earlier.site_key.public_key())
+    relabelled = {**earlier.record, "session": SESSION}
+    assert "does not verify" in record_refused(relabelled, earlier.site_key.public_key())
+
+
 def test_a_record_relabelled_by_hand_does_not_verify(pair):
     a, _ = pair
-    for field, value in (("run", "run-8"), ("gen", GEN + 1), ("rank", 1)):
+    for field, value in (("run", "run-8"), ("gen", GEN + 1), ("rank", 1), ("session", EARLIER)):
         changed = {**a.record, field: value}
         run, gen, rank = changed["run"], changed["gen"], changed["rank"]
-        assert "does not verify" in record_refused(changed, a.site_key.public_key(), run, gen, rank)
+        problem = record_refused(
+            changed, a.site_key.public_key(), run, gen, rank, changed["session"]
+        )
+        assert "does not verify" in problem
 
 
 @pytest.mark.parametrize(
@@ -181,7 +201,7 @@ def test_a_site_identity_signs_a_record_that_its_roster_key_verifies(tmp_path):
     key = SealingKey.generate(RUN, GEN, 1)
     record = sealing_key_record(key, identity)
     assert verify_sealing_key_record(record, roster.verifier(1), RUN, GEN, 1) == key.public_key
-    record_refused(record, roster.verifier(0), rank=1)
+    record_refused(record, roster.verifier(0), rank=1, session="")
 
 
 def test_a_low_order_x25519_key_is_refused(pair):
@@ -195,7 +215,10 @@ def test_keys_are_fresh_and_repr_shows_no_secret(pair):
     a, _ = pair
     again = SealingKey.generate(RUN, GEN, 0)
     assert again.public_key != a.key.public_key
-    assert repr(a.key) == f"SealingKey(run_id={RUN!r}, generation={GEN}, rank=0)"
+    assert repr(a.key) == (
+        f"SealingKey(run_id={RUN!r}, generation={GEN}, rank=0, session={SESSION[:16]!r})"
+    )
+    assert "session" not in repr(SealingKey.generate(RUN, GEN, 0))
 
 
 # -- keys per direction, against the reference ------------------------------------------------
@@ -341,15 +364,21 @@ def test_a_message_from_another_sender_is_refused_naming_the_expected_one():
     assert refused(b.channel(c), sealed, 1).reason == "tag"  # c's key to b is another key
 
 
-@pytest.mark.parametrize(("run", "gen"), [(RUN, GEN + 1), ("run-8", GEN)])
-def test_a_message_of_another_generation_or_run_is_refused(pair, run, gen):
+@pytest.mark.parametrize(
+    ("run", "gen", "session"),
+    [(RUN, GEN + 1, SESSION), ("run-8", GEN, SESSION), (RUN, GEN, EARLIER)],
+)
+def test_a_message_of_another_generation_run_or_session_is_refused(pair, run, gen, session):
     a, b = pair
-    # the same X25519 key pairs, bound to another run or generation: other keys per direction
-    a_there = SealingKey(run, gen, 0, a.key.private_key)
-    b_there = SealingKey(run, gen, 1, b.key.private_key)
+    # the same X25519 key pairs, bound to another run, generation or session: other keys per
+    # direction (HKDF's info binds all three)
+    a_there = SealingKey(run, gen, 0, a.key.private_key, session)
+    b_there = SealingKey(run, gen, 1, b.key.private_key, session)
     sealed = SealedChannel(a_there, 1, b.key.public_key).seal(b"elsewhere", 2)
     assert refused(b.channel(a), sealed, 2).reason == "tag"
     assert SealedChannel(b_there, 0, a.key.public_key).open(sealed, 2) == b"elsewhere"  # there
+    if session != SESSION:
+        return  # the session is bound by the key only (the associated data has no session)
     # the right key, with the other run's or generation's associated data
     _, reference = reference_key(a.key, b.key)
     sealed = reference.encrypt(reference_nonce(2), b"x", reference_ad(0, 1, 2, run, gen))

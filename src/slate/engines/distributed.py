@@ -27,8 +27,9 @@ the training loop then calls :meth:`DistributedEngine.leave_generation`, which
 from __future__ import annotations
 
 import contextlib
-import datetime
+import json
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,13 +40,15 @@ import torch.distributed as dist
 from torch import Tensor
 
 from slate.communication.gossip import GossipSettings
-from slate.engines import json_exchange
+from slate.engines import handshake, json_exchange, start_up
 from slate.engines.base import Communicator
 from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter, first_line
 from slate.engines.liveness import (
     FINAL_MEMBERS_KEY,
     Heartbeat,
+    confirm_leave,
     leave_run,
+    process_alive,
     registered_process,
 )
 from slate.engines.local import MESSAGE_LIMIT, Engine
@@ -78,6 +81,7 @@ class Rendezvous:
     world: int
     outside: bool
     identity: SiteIdentity | None = None  # this site's key and the roster: records are signed
+    store_nonce: str | None = None  # the store's nonce, when this party hosts the store
 
     def records(self) -> Records:
         return Records(self.store, self.world, self.identity)
@@ -107,6 +111,8 @@ class DistributedEngine(Engine):
         self._heartbeat: Heartbeat | None = None
         self._lookout: Lookout | None = None
         self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
+        self._prefix: SigningStore | None = None
+        self.rosters_seen = ""  # another site's roster, as seen while the first group opened
         self.guard = FailureGuard(self.rank)
         self.records = self.guard.records() or Records(None, dist.get_world_size())
         self.guard.register()
@@ -138,7 +144,10 @@ class DistributedEngine(Engine):
         engine.members = tuple(range(rendezvous.world))
         engine.records = records = rendezvous.records()
         engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
-        _publish_roster(records, engine.rank)
+        engine._prefix = None
+        engine.rosters_seen = ""
+        start_up.publish_roster(records, engine.rank)
+        running = start_up.join_session(engine, recover) if records.signed else None
         membership = Membership(records, rendezvous.rank, list(engine.members), timeout_s)
         engine.membership = membership if recover else None
         engine.guard = FailureGuard(engine.rank, records)
@@ -150,7 +159,12 @@ class DistributedEngine(Engine):
             engine._lookout = Lookout(rendezvous.connect, membership, records)
         engine.waiter = Waiter(engine.guard, engine._lookout)
         engine.store_out_of_reach = False
-        engine.returning = recover and membership.running_generation() is not None
+        if records.signed:  # a run in progress is one of this store's sessions (running)
+            engine.returning = running is not None
+            if recover and not engine.returning:
+                membership.running_generation()  # (an earlier session's record is noted)
+        else:
+            engine.returning = recover and membership.running_generation() is not None
         if not engine.returning:
             engine._open_group(0)
             if recover:
@@ -209,27 +223,47 @@ class DistributedEngine(Engine):
             dist.PrefixStore(scope, self.rendezvous.store), self.records, self.members,
             self.timeout_s, scope,
         )  # fmt: skip
+        self._prefix = prefix
         self._wire = None
         key = SealedWire.publish(self.records, generation) if self.records.identity else None
+        hello = handshake.publish(self.records, generation, self.rank)
         try:
-            dist.init_process_group(
-                self.backend,
-                store=prefix,
-                rank=self.members.index(self.rank),
-                world_size=len(self.members),
-                timeout=datetime.timedelta(seconds=self.timeout_s),
-            )
-        except (RuntimeError, dist.DistBackendError) as err:
+            start_up.open_watched(self, prefix)
+        except (RuntimeError, dist.DistBackendError, TimeoutError) as err:
             if generation == 0:
-                raise PartyLost(self._start_up_failure(err)) from None
+                raise PartyLost(start_up.failure(self, err)) from None
             if self.membership is None:
                 raise PartyLost(
                     f"Party {self.rank} could not open the process group: {first_line(err)}"
                 ) from None
             raise ExchangeFailed(first_line(err)) from None
+        opened = time.monotonic()
         if key is not None:  # under a roster every exchange of this generation is sealed
             self._wire = SealedWire.establish(self.records, key, self.members, self.timeout_s)
             self._wire.on_refused = self._note_refused
+        handshake.Hello(
+            self.records, generation, self.rank, self.members, self.timeout_s, hello,
+            self.device, self._wire, prefix.addresses, self._gone,
+        ).run(opened)  # fmt: skip
+
+    @property
+    def generation_opened(self) -> bool:
+        """Whether a process group of this run was opened before (only the first one's wait
+        looks at the other sites' rosters)."""
+        return bool(self._aborted) or self.generation > 0
+
+    def _gone(self, rank: int) -> str | None:
+        """Why member ``rank`` is gone (its heartbeat, or its process on this host), or None."""
+        try:
+            if self.membership is not None:
+                why = self.membership.liveness.gone(rank)
+                return None if why is None else f"is gone ({why})"
+            where = registered_process(self.records, rank)
+        except (RuntimeError, dist.DistStoreError):
+            return None
+        if where is not None and where[0] == socket.gethostname() and not process_alive(where[1]):
+            return f"is gone (its process {where[1]} exited)"
+        return None
 
     def _note_refused(self, sender: int, why: str) -> None:
         """With ``continue``: tell the survivors that ``sender``'s sealed message was
@@ -237,37 +271,6 @@ class DistributedEngine(Engine):
         if self.membership is not None:
             with contextlib.suppress(RuntimeError, dist.DistStoreError):
                 self.membership.report_refused(sender, why)
-
-    def _start_up_failure(self, err: Exception) -> str:
-        """Why the run's first process group did not open: the parties that never reached the
-        rendezvous (none registered under their rank), or else an unreachable address."""
-        assert self.rendezvous is not None
-        try:
-            missing = [
-                r
-                for r in range(self.rendezvous.world)
-                if registered_process(self.records, r) is None
-            ]
-            other_rosters = _other_rosters(self.records, missing)
-        except (RuntimeError, dist.DistStoreError):
-            missing, other_rosters = [], ""
-        waited = f"Party {self.rank} waited --timeout {self.timeout_s:g} s for the run to start"
-        if other_rosters:
-            return f"{waited}, but {other_rosters}"
-        if missing:
-            return (
-                f"{waited}, but parties {missing} never reached the rendezvous. Start every "
-                "site within --timeout seconds of the others (or raise --timeout), with the "
-                "same --nodes and --rendezvous."
-            )
-        gone = self.gone_parties()
-        if gone:
-            return f"{waited}, but {gone} before the process group opened. Restart every party."
-        return (
-            f"{waited}: every party reached the rendezvous, but they could not connect to each "
-            "other's published addresses (check GLOO_SOCKET_IFNAME and firewalls between the "
-            f"sites, docs/deployment.md). Backend said: {first_line(err)}"
-        )
 
     def gone_parties(self, look_s: float = 3.0) -> str:
         """The other members seen to be gone within ``look_s`` seconds (a process that exited
@@ -474,55 +477,17 @@ class DistributedEngine(Engine):
                 daemon.stop()
         if self.rendezvous is not None:
             try:
-                if self.is_main:
-                    self.records.put(FINAL_MEMBERS_KEY, str(self.n_parties))
+                final = json.dumps(list(self.members)) if self.is_main else None
+                if final is not None:
+                    self.records.put(FINAL_MEMBERS_KEY, final)
                 leave_run(self.records, self.rank)
+                confirm_leave(self.records, self.rank, final)
             except (RuntimeError, dist.DistStoreError):
                 pass  # the store's host is gone; the results are written
 
 
 _SEALED_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
                dist.ReduceOp.BOR: "or"}  # fmt: skip
-
-ROSTER_KEY = "slate/roster"  # each party's roster digest ("none" without one), for messages
-
-
-def _publish_roster(records: Records, rank: int) -> None:
-    """Say which roster this party runs with (plain text: a party with another roster cannot
-    verify this one's signatures, but can still be told why the run does not start)."""
-    identity = records.identity
-    records.store.set(f"{ROSTER_KEY}/{rank}", identity.roster.digest if identity else "none")
-
-
-def _other_rosters(records: Records, missing: list[int]) -> str:
-    """Which missing parties registered with another roster (or without one), for a message."""
-    identity = records.identity
-    mine = identity.roster.digest if identity else "none"
-    found = []
-    for rank in missing:
-        key = f"{ROSTER_KEY}/{rank}"
-        theirs = (
-            records.store.get(key).decode(errors="replace")[:64]
-            if records.store.check([key])
-            else None
-        )
-        if theirs is not None and theirs != mine:
-            found.append(
-                f"party {rank} " + ("runs without --roster" if theirs == "none"
-                                    else f"holds another roster (sha256 {theirs[:16]}...)")
-            )  # fmt: skip
-    if not found:
-        return ""
-    here = (
-        f"this site's roster {identity.roster.path or ''} has sha256 {mine[:16]}..."
-        if identity
-        else "this site runs without --roster"
-    )
-    return (
-        f"{'; '.join(found)}, while {here}. Every site must start with the same roster file "
-        "(and its own --key), or all without one; no step was taken."
-    )
-
 
 _OPENED = False  # whether this process ever opened a process group (see opened_a_group)
 

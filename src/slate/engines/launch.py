@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import json
 import os
 import signal
 import socket
@@ -24,12 +25,15 @@ from typing import Any
 
 import torch.distributed as dist
 
+from slate.engines import session
 from slate.engines.distributed import Rendezvous
 from slate.engines.liveness import (
     BEATS_KEY,
     FINAL_MEMBERS_KEY,
-    final_members,
-    parties_left,
+    LEFT_KEY,
+    SEEN_KEY,
+    final_ranks,
+    has_left,
     registered_process,
     signed_beats,
 )
@@ -262,6 +266,7 @@ def party_rendezvous(
         world=world,
         outside=not hosts and external,
         identity=identity,
+        store_nonce=session.publish_store_nonce(store) if hosts else None,
     )
 
 
@@ -373,6 +378,7 @@ IDLE_TIMEOUT_SECONDS = 600.0  # slate rendezvous gives up after this long withou
 #: How long ``slate rendezvous`` stays up after a run that ended without some of its parties,
 #: so that a lost party restarted late learns at once that the run is over.
 LINGER_SECONDS = 300.0
+WATCH_SECONDS = 0.2  # how often slate rendezvous reads the store
 
 
 def serve_rendezvous(
@@ -389,7 +395,7 @@ def serve_rendezvous(
     stopping the others. It holds only coordination keys: addresses, heartbeats, membership.
     When no party's heartbeat has moved for ``idle_timeout`` seconds (0: never), the run can no
     longer finish and the rendezvous exits with status 1. With ``roster``, only an end of the
-    run signed by one of its sites counts.
+    run signed by one of its sites in this run's session counts (:class:`_EndWatch`).
     """
     if not 0 < port < 65536:
         raise ConfigError(f"--port must lie in 1..65535, got {port}.")
@@ -402,15 +408,18 @@ def serve_rendezvous(
             f"slate rendezvous could not listen on {host}:{port} "
             f"({str(err).splitlines()[0][:160]}). Is another process using that port?"
         ) from None
+    nonce = session.publish_store_nonce(store)  # before any site can look for it
+    store.set(SEEN_KEY, json.dumps({"final": None, "left": []}))
+    store.set(RENDEZVOUS_ROSTER_KEY, roster.digest if roster else "none")
     say(
         f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
         f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
     )
-    store.set(RENDEZVOUS_ROSTER_KEY, roster.digest if roster else "none")
     records = Records(store, roster.n if roster else 1 << 16, say=say, roster=roster)
-    watch = _Activity(records, idle_timeout)
+    end = _EndWatch(records, nonce, say)
+    watch = _Activity(records, idle_timeout, end)
     try:
-        while not _run_over(records):
+        while not end.over():
             if watch.idle():
                 say(
                     f"slate rendezvous: no party has been heard from for {idle_timeout:g} s "
@@ -419,8 +428,8 @@ def serve_rendezvous(
                     "restart every party with --resume (docs/deployment.md)."
                 )
                 return 1
-            time.sleep(1.0)
-        missing = _parties_that_did_not_finish(records)
+            time.sleep(WATCH_SECONDS)
+        missing = _parties_that_did_not_finish(records, end.final or ())
         if missing and linger > 0:
             say(
                 f"slate rendezvous: the run is over without {missing} of its parties; serving "
@@ -434,32 +443,99 @@ def serve_rendezvous(
     return 0
 
 
-def _parties_that_did_not_finish(records: Records) -> int:
+class _EndWatch:
+    """What ``slate rendezvous`` has seen of the run's end, kept once seen.
+
+    Under a roster it first learns the run's session from its own store nonce and the sites'
+    session records (:func:`slate.engines.session.learn`): an earlier session's end records,
+    replayed here, never verify in it. It puts its store nonce back (with one warning) if
+    someone replaced or deleted it. Then it keeps every valid end record it reads, the main
+    party's final members and each of their leave records, and says once if one it saw is
+    deleted later (it still counts: it was signed by its site). It tells the leaving parties
+    what it saw (:data:`~slate.engines.liveness.SEEN_KEY`), so that a party whose record was
+    deleted before it was seen writes it again (:func:`~slate.engines.liveness.confirm_leave`).
+    The run is over once the final members and the leave record of each of them were seen.
+    """
+
+    def __init__(self, records: Records, nonce: str, say) -> None:
+        self.records, self.nonce, self.say = records, nonce, say
+        self.session: str | None = None if records.signed else ""
+        self.final: tuple[int, ...] | None = None
+        self.left: set[int] = set()
+        self._told: tuple[Any, ...] = (None, ())
+        self._warned: set[str] = set()
+
+    def over(self) -> bool:
+        store, records = self.records.store, self.records
+        if session.read_store_nonce(store) != self.nonce:
+            self._warn(
+                session.STORE_NONCE_KEY,
+                f"slate rendezvous: warning: its store nonce {session.STORE_NONCE_KEY} was "
+                "replaced or deleted: someone may be writing to or deleting records in the "
+                "rendezvous store; written again.",
+            )
+            store.set(session.STORE_NONCE_KEY, self.nonce)
+        if self.session is None:
+            self.session = session.learn(records, self.nonce)
+            if self.session is None:
+                return False
+            records.session = self.session
+        if self.final is None:
+            self.final = final_ranks(records)
+        elif not store.check([FINAL_MEMBERS_KEY]):
+            self._warn(FINAL_MEMBERS_KEY, self._deleted(FINAL_MEMBERS_KEY))
+        for rank in self.final or ():
+            key = f"{LEFT_KEY}/{rank}"
+            if rank not in self.left and has_left(records, rank):
+                self.left.add(rank)
+            elif rank in self.left and not store.check([key]):
+                self._warn(key, self._deleted(key))
+        told = (self.final, tuple(sorted(self.left)))
+        if told != self._told:
+            store.set(SEEN_KEY, json.dumps({"final": self.final, "left": sorted(self.left)}))
+            self._told = told
+        return self.final is not None and self.left >= set(self.final)
+
+    def _deleted(self, key: str) -> str:
+        return (
+            f"slate rendezvous: warning: the end record {key} was deleted from the store after "
+            "it was written: someone may be deleting records in the rendezvous store (it was "
+            "seen, and still counts)."
+        )
+
+    def _warn(self, key: str, line: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.say(line)
+
+
+def _parties_that_did_not_finish(records: Records, final: tuple[int, ...]) -> int:
     """How many of the parties that registered at set-up (ranks 0, 1, ... in turn) are not
     among those the main party recorded as finishing the run."""
     started = 0
     while started < records.nodes and registered_process(records, started) is not None:
         started += 1
-    return max(0, started - (final_members(records) or 0))
+    return max(0, started - len(final))
 
 
 class _Activity:
     """When the parties' heartbeats (:data:`BEATS_KEY`, or under a roster their signed beat
-    records) last moved."""
+    records, read once the session is known) last moved."""
 
-    def __init__(self, records: Records, idle_timeout: float) -> None:
-        self.records, self.idle_timeout = records, idle_timeout
+    def __init__(self, records: Records, idle_timeout: float, end: _EndWatch) -> None:
+        self.records, self.idle_timeout, self.end = records, idle_timeout, end
         self.beats: Any = -1
         self.since = time.monotonic()
+        self.looked = 0.0
 
     def idle(self) -> bool:
-        records = self.records
-        beats = signed_beats(records) if records.signed else int(records.store.add(BEATS_KEY, 0))
-        if beats != self.beats:
-            self.beats, self.since = beats, time.monotonic()
-        return self.idle_timeout > 0 and time.monotonic() - self.since > self.idle_timeout
-
-
-def _run_over(records: Records) -> bool:
-    finished = final_members(records)
-    return finished is not None and parties_left(records) >= finished
+        now = time.monotonic()
+        if now - self.looked >= 1.0 and self.end.session is not None:
+            self.looked = now
+            records = self.records
+            beats = (
+                signed_beats(records) if records.signed else int(records.store.add(BEATS_KEY, 0))
+            )
+            if beats != self.beats:
+                self.beats, self.since = beats, now
+        return self.idle_timeout > 0 and now - self.since > self.idle_timeout

@@ -6,27 +6,35 @@ Every party registers its ``host:pid`` under ``process/<rank>`` and beats under
 this host has exited or was replaced, or its heartbeat has not moved for ``silence_s`` seconds.
 The agreement on lost and returning parties (:mod:`slate.engines.membership`), the lookout
 (:mod:`slate.engines.lookout`) and the launcher read these records; a party that finishes the
-run records that it left (:func:`leave_run`, :func:`parties_left`, :func:`final_members`).
+run records that it left (:func:`leave_run`, :func:`parties_left`, :func:`final_members`) and,
+when a ``slate rendezvous`` serves the store, waits briefly until the rendezvous says it saw those
+records, writing again any that someone deleted (:func:`confirm_leave`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from slate.engines.store_records import Records
+from slate.engines.store_records import RECORD_LIMIT, Records, parse_rank
 
 __all__ = [
     "BEAT_SECONDS",
     "FINAL_MEMBERS_KEY",
     "PREFIX",
+    "SEEN_KEY",
     "Heartbeat",
     "Liveness",
+    "confirm_leave",
     "final_members",
+    "final_ranks",
+    "has_left",
     "leave_run",
     "parties_left",
     "process_alive",
@@ -37,8 +45,12 @@ __all__ = [
 PREFIX = "slate/"
 BEAT_SECONDS = 0.5  # a live party's heartbeat counter moves this often
 MAX_SILENCE_SECONDS = 10.0  # a heartbeat silent this long (timeout / 2 if less) means gone
-LEFT_KEY = f"{PREFIX}left"  # parties that finished the run and left
-FINAL_MEMBERS_KEY = f"{PREFIX}final_members"  # how many parties finished it (set by the main)
+LEFT_KEY = f"{PREFIX}left"  # LEFT_KEY/<rank>: that party finished the run and left
+FINAL_MEMBERS_KEY = f"{PREFIX}final_members"  # the ranks that finished it (set by the main)
+#: What ``slate rendezvous`` saw of the end (plain JSON ``{"final": [ranks] or null, "left":
+#: [ranks]}``); written when it starts, so its presence also says that one serves the store.
+SEEN_KEY = f"{PREFIX}rendezvous/seen"
+CONFIRM_SECONDS = 5.0  # how long a leaving party waits for the rendezvous to see its records
 BEATS_KEY = f"{PREFIX}beats"  # every party's heartbeats together: the rendezvous sees activity
 
 
@@ -220,22 +232,109 @@ def signed_beats(records: Records) -> tuple[Any, ...]:
 
 
 def leave_run(records: Records, rank: int) -> None:
-    """Record that party ``rank`` finished the run and left."""
-    if records.signed:
-        records.put(f"{LEFT_KEY}/{rank}", str(rank))
-    else:
-        records.store.add(LEFT_KEY, 1)
+    """Record that party ``rank`` finished the run and left (signed under a roster)."""
+    records.put(f"{LEFT_KEY}/{rank}", str(rank))
 
 
-def parties_left(records: Records) -> int:
-    """How many parties recorded that they left (under a roster: distinct signed records)."""
-    if not records.signed:
-        return int(records.store.add(LEFT_KEY, 0))
-    return sum(records.get(f"{LEFT_KEY}/{r}", signer=r) is not None for r in range(records.nodes))
+def has_left(records: Records, rank: int) -> bool:
+    """Whether party ``rank`` recorded that it left (its own signed record under a roster)."""
+    body = records.get(f"{LEFT_KEY}/{rank}", signer=rank if records.signed else None)
+    return body == str(rank)
+
+
+def parties_left(records: Records, ranks: tuple[int, ...] | list[int]) -> int:
+    """How many of ``ranks`` recorded that they left."""
+    return sum(has_left(records, r) for r in ranks)
+
+
+def final_ranks(records: Records) -> tuple[int, ...] | None:
+    """The ranks that finished the run, as the main party recorded them; None before the end
+    (or when the record is not a valid one)."""
+    return parse_final(records.get(FINAL_MEMBERS_KEY), records.nodes)
+
+
+def parse_final(body: str | None, nodes: int) -> tuple[int, ...] | None:
+    """The ranks of a final-members record's body (a JSON list of distinct ranks), or None."""
+    if body is None or len(body) > RECORD_LIMIT:
+        return None
+    try:
+        ranks = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(ranks, list) or not ranks:
+        return None
+    found = [parse_rank(str(r), nodes) if isinstance(r, int) else None for r in ranks]
+    if any(r is None for r in found) or len(set(found)) != len(found):
+        return None
+    return tuple(r for r in found if r is not None)
 
 
 def final_members(records: Records) -> int | None:
     """How many parties finished the run, as the main party recorded it; None before the end
     (or when the record is not a valid one)."""
-    body = records.get(FINAL_MEMBERS_KEY)
-    return int(body) if body is not None and body.isdigit() and len(body) < 7 else None
+    ranks = final_ranks(records)
+    return None if ranks is None else len(ranks)
+
+
+def confirm_leave(
+    records: Records,
+    rank: int,
+    final: str | None,
+    timeout_s: float = CONFIRM_SECONDS,
+    say: Callable[[str], None] | None = None,
+) -> bool:
+    """After party ``rank`` wrote its leave record (and, for the main party, the final members
+    ``final``): when a ``slate rendezvous`` serves the store (:data:`SEEN_KEY` is there), wait
+    up to ``timeout_s`` until it says that it saw them, writing again, with one warning, any of
+    them that is gone from the store meanwhile. Returns whether the rendezvous saw them (True
+    at once where no rendezvous serves the store: the launcher, or party 0 as host; False
+    when the store stops answering: a rendezvous that ends has seen the end of the run)."""
+    try:
+        return _confirm_leave(records, rank, final, timeout_s, say)
+    except RuntimeError:  # (torch's DistError) the store's host is gone
+        return False
+
+
+def _confirm_leave(
+    records: Records,
+    rank: int,
+    final: str | None,
+    timeout_s: float,
+    say: Callable[[str], None] | None,
+) -> bool:
+    if not records.store.check([SEEN_KEY]):
+        return True
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    mine = [(f"{LEFT_KEY}/{rank}", str(rank))] + ([(FINAL_MEMBERS_KEY, final)] if final else [])
+    deadline = time.monotonic() + timeout_s
+    warned = False
+    while True:
+        seen = _seen(records)
+        if seen is not None and rank in seen[1] and (final is None or seen[0]):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        for key, body in mine:
+            if records.store.check([key]):
+                continue
+            if not warned:
+                warned = True
+                say(
+                    f"slate: warning: party {rank}'s record {key} was deleted from the "
+                    "rendezvous store before 'slate rendezvous' saw it: someone may be "
+                    "deleting records in the rendezvous store; written again."
+                )
+            records.put(key, body)
+        time.sleep(0.1)
+
+
+def _seen(records: Records) -> tuple[bool, set[int]] | None:
+    """What the rendezvous says it saw: whether the final members, and which leave records."""
+    if not records.store.check([SEEN_KEY]):
+        return None
+    try:
+        raw = json.loads(records.store.get(SEEN_KEY)[:RECORD_LIMIT])
+        left = {int(r) for r in raw["left"]}
+        return raw["final"] is not None, left
+    except (ValueError, TypeError, KeyError):
+        return None

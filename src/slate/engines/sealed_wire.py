@@ -5,9 +5,11 @@ other member of one generation, and one round counter per channel and direction.
 a pair advance a counter once per message, in the lockstep order of exchanges, so the receiver
 always knows the round of the message it waits for. The wire is built when the generation's
 process group opens (:meth:`SealedWire.establish`): each member makes a fresh X25519 key,
-publishes its record signed by its site key under ``slate/pg{g}/sealing/{rank}``, and verifies
-every other member's record against the roster. Keys live in memory only (never in a
-checkpoint); the next generation gets new ones.
+publishes its record signed by its site key under ``slate/pg{g}/sealing/{rank}`` (bound to the
+run's session, :mod:`slate.engines.session`), and verifies every other member's record against
+the roster. Every member publishes its record before it opens the process group, so once the
+group is open every record is there: one that is not was deleted from the store. Keys live in
+memory only (never in a checkpoint); the next generation gets new ones.
 
 Every exchange of a sealed run goes through :meth:`SealedWire.swap`: point-to-point ``uint8``
 messages (plaintext plus the 16-byte tag) with ``batch_isend_irecv``. What gloo would do as an
@@ -63,8 +65,21 @@ REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 }
 
 
+GRACE_S = 5.0  # how long a member's sealing-key record may take to show once the group is open
+
+
 def sealing_key_name(generation: int, rank: int) -> str:
     return f"slate/pg{generation}/sealing/{rank}"
+
+
+def _deleted(rank: int, peer: int, name: str) -> str:
+    return (
+        f"Party {rank} opened the process group with party {peer}, but party {peer}'s sealing "
+        f"key record {name} is not in the rendezvous store (every member publishes it before "
+        "the group opens): someone may be deleting records in the rendezvous store. Nothing "
+        "was exchanged; keep the rendezvous port reachable by the sites only "
+        "(docs/security.md) and restart every site."
+    )
 
 
 class SealedWire:
@@ -84,7 +99,9 @@ class SealedWire:
     def publish(cls, records: Any, generation: int) -> SealingKey:
         """Make this site's fresh key of ``generation`` and publish its signed record."""
         identity = records.identity
-        key = SealingKey.generate(identity.roster.run_id, generation, identity.rank)
+        key = SealingKey.generate(
+            identity.roster.run_id, generation, identity.rank, records.session
+        )
         body = json.dumps(sealing_key_record(key, identity), separators=(",", ":"))
         records.put(sealing_key_name(generation, identity.rank), body, generation)
         return key
@@ -93,15 +110,20 @@ class SealedWire:
     def establish(
         cls, records: Any, key: SealingKey, members: tuple[int, ...], timeout_s: float
     ) -> SealedWire:
-        """Read and verify every other member's record of ``key``'s generation; one channel
-        each. Raises :class:`SealingKeyRefused` naming a member whose record does not verify."""
+        """Read and verify every other member's record of ``key``'s generation (called once
+        the group is open: every member published its record before); one channel each.
+        Raises :class:`SealingKeyRefused` naming a member whose record does not verify, and
+        :class:`PartyLost` naming the record when it is gone from the store."""
         roster = records.identity.roster
         channels = {}
         for peer in members:
             if peer == key.rank:
                 continue
             name = sealing_key_name(key.generation, peer)
-            records.store.wait([name], datetime.timedelta(seconds=timeout_s))
+            try:
+                records.store.wait([name], datetime.timedelta(seconds=min(timeout_s, GRACE_S)))
+            except (RuntimeError, dist.DistStoreError):
+                raise PartyLost(_deleted(key.rank, peer, name)) from None
             body = records.get(name, signer=peer, generation=key.generation)
             try:
                 record = json.loads(body) if body is not None else None

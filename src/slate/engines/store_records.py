@@ -8,11 +8,14 @@ delete every key. Every record that a party acts on therefore goes through :clas
   refused when it is longer than :data:`RECORD_LIMIT` bytes, and the ranks it names are checked
   against ``--nodes`` by the reader (:func:`parse_rank`).
 * **With a roster** (``--roster``, ``--key``), a record is a signed *envelope*:
-  ``{"run", "key", "signer", "gen", "body", "sig"}``. ``sig`` is the signer's Ed25519 signature
-  (:class:`slate.security.SiteIdentity`) of the run id, the store key, the signer's rank, the
-  generation and the body together, so a record cannot be moved to another key, another run, or
-  passed off as another site's or another generation's. A record that does not verify, names a
-  rank off the roster, comes from another rank than the key belongs to, or carries an old
+  ``{"run", "sess", "key", "signer", "gen", "body", "sig"}``. ``sig`` is the signer's Ed25519
+  signature (:class:`slate.security.SiteIdentity`) of the run id, the session id, the store key,
+  the signer's rank, the generation and the body together, so a record cannot be moved to another
+  key, another run or another session (an earlier run with the same roster), or passed off as
+  another site's or another generation's. The session id (:mod:`slate.engines.session`) is
+  derived at each start from fresh random values of every site; until it is known (the session's
+  own nonce records) it is empty. A record that does not verify, names a rank off the roster,
+  comes from another rank than the key belongs to, belongs to another session or carries an old
   generation is ignored, as if it were absent; each party says once per claimed rank that it
   ignored one.
 
@@ -44,7 +47,7 @@ from slate.security.roster import Roster
 __all__ = ["RECORD_LIMIT", "Records", "SigningStore", "parse_rank"]
 
 RECORD_LIMIT = 64 * 1024  # bytes: every coordination record is far smaller
-FORMAT = "slate-record-1"
+FORMAT = "slate-record-2"
 POLL_SECONDS = 0.05
 ENVELOPE_START = b'{"run":'  # how every signed record begins
 MAX_REPLACEMENTS = 100  # forged records replaced under one key before giving up
@@ -84,6 +87,18 @@ class Records:
         self.roster = identity.roster if identity is not None else roster
         self.say = say
         self._noted: set[str] = set()
+        # the session id, shared by every copy over another connection (:meth:`with_store`)
+        self._session: list[str] = [""]
+
+    @property
+    def session(self) -> str:
+        """The run's session id (:mod:`slate.engines.session`); "" before it is known (and
+        always without a roster)."""
+        return self._session[0]
+
+    @session.setter
+    def session(self, value: str) -> None:
+        self._session[0] = value
 
     @property
     def signed(self) -> bool:
@@ -97,28 +112,32 @@ class Records:
     def with_store(self, store: Any) -> Records:
         """The same records over another connection to the store (one per thread)."""
         other = Records(store, self.nodes, self.identity, self.say, self.roster)
-        other._noted = self._noted
+        other._noted, other._session = self._noted, self._session
         return other
 
     # -- writing ------------------------------------------------------------------------------
 
-    def seal(self, key: str, body: str, generation: int = 0) -> str:
-        """What is stored under ``key``: ``body`` itself, or its signed envelope."""
+    def seal(self, key: str, body: str, generation: int = 0, session: str | None = None) -> str:
+        """What is stored under ``key``: ``body`` itself, or its signed envelope, bound to
+        ``session`` (this run's session when None)."""
         if self.identity is None:
             if self.roster is not None:
                 raise RuntimeError("records are only checked here: this process holds no key")
             return body
         run, signer = self.identity.roster.run_id, self.identity.rank
-        signature = self.identity.sign(_signed_bytes(run, key, signer, generation, body))
+        session = self.session if session is None else session
+        signed = _signed_bytes(run, session, key, signer, generation, body)
+        signature = self.identity.sign(signed)
         return json.dumps(
-            {"run": run, "key": key, "signer": signer, "gen": generation, "body": body,
-             "sig": base64.b64encode(signature).decode("ascii")},
+            {"run": run, "sess": session, "key": key, "signer": signer, "gen": generation,
+             "body": body, "sig": base64.b64encode(signature).decode("ascii")},
             separators=(",", ":"),
         )  # fmt: skip
 
-    def put(self, key: str, body: str, generation: int = 0) -> None:
-        """Store ``body`` under ``key`` (signed by this site under a roster)."""
-        self.store.set(key, self.seal(key, body, generation))
+    def put(self, key: str, body: str, generation: int = 0, session: str | None = None) -> None:
+        """Store ``body`` under ``key`` (signed by this site under a roster, bound to
+        ``session``: this run's session when None)."""
+        self.store.set(key, self.seal(key, body, generation, session))
 
     def first(
         self,
@@ -173,12 +192,47 @@ class Records:
             return None
         return self.open(key, _text(self.store.get(key)), None, generation)
 
+    def get_any_session(self, key: str, signer: int) -> tuple[str, str] | None:
+        """``(session, body)`` of ``signer``'s record under ``key``, whatever session it is
+        bound to (the session's own records, :mod:`slate.engines.session`); None when there is
+        none or it does not verify (noted like any forgery; another session's record is no
+        forgery here: the session code decides what it means)."""
+        if not self.store.check([key]):
+            return None
+        return self._any_session(key, _text(self.store.get(key)), signer)
+
+    def get_many_any_session(
+        self, keys: list[str], signers: list[int]
+    ) -> list[tuple[str, str] | None]:
+        """:meth:`get_any_session` of each key, in two round trips when all of them exist."""
+        if not keys or not self.store.check(keys):
+            return [self.get_any_session(k, s) for k, s in zip(keys, signers, strict=True)]
+        found: list[tuple[str, str] | None] = []
+        for key, raw, signer in zip(keys, self.store.multi_get(keys), signers, strict=True):
+            found.append(self._any_session(key, _text(raw), signer))
+        return found
+
+    def _any_session(self, key: str, raw: str, signer: int) -> tuple[str, str] | None:
+        if self.roster is None:
+            return None
+        if len(raw) > RECORD_LIMIT:
+            self.note(key, "?", f"{len(raw)} bytes, over the limit of {RECORD_LIMIT}")
+            return None
+        envelope, problem = self._verified(key, raw)
+        if envelope is None:
+            self.note(key, problem[0], problem[1])
+            return None
+        if envelope["signer"] != signer:
+            self.note(key, str(envelope["signer"]), f"the record belongs to rank {signer}")
+            return None
+        return envelope["sess"], envelope["body"]
+
     def open(
         self, key: str, raw: str, signer: int | None = None, generation: int | None = None
     ) -> tuple[int, str] | None:
         """``(signer, body)`` of the stored text ``raw``, or None when it is refused: too long,
-        or (with a roster) not a valid envelope of this run and key, signed by ``signer`` (any
-        site on the roster when None) in ``generation`` (any when None)."""
+        or (with a roster) not a valid envelope of this run, session and key, signed by
+        ``signer`` (any site on the roster when None) in ``generation`` (any when None)."""
         if len(raw) > RECORD_LIMIT:
             self.note(key, "?", f"{len(raw)} bytes, over the limit of {RECORD_LIMIT}")
             return None
@@ -189,6 +243,9 @@ class Records:
             self.note(key, problem[0], problem[1])
             return None
         claimed = envelope["signer"]
+        if envelope["sess"] != self.session:
+            self.note(key, str(claimed), _another_session(envelope["sess"], self.session))
+            return None
         if signer is not None and claimed != signer:
             self.note(key, str(claimed), f"the record belongs to rank {signer}")
             return None
@@ -205,7 +262,8 @@ class Records:
             envelope = json.loads(raw)
         except ValueError:
             return None, ("?", "it is not a signed record")
-        fields = {"run": str, "key": str, "signer": int, "gen": int, "body": str, "sig": str}
+        fields = {"run": str, "sess": str, "key": str, "signer": int, "gen": int, "body": str,
+                  "sig": str}  # fmt: skip
         if not isinstance(envelope, dict) or set(envelope) != set(fields):
             return None, ("?", "it is not a signed record")
         if any(not _is(envelope[name], kind) for name, kind in fields.items()):
@@ -222,8 +280,9 @@ class Records:
         except (binascii.Error, ValueError):
             return None, (claimed, "its signature is not base64")
         signed = _signed_bytes(
-            envelope["run"], key, envelope["signer"], envelope["gen"], envelope["body"]
-        )
+            envelope["run"], envelope["sess"], key, envelope["signer"], envelope["gen"],
+            envelope["body"],
+        )  # fmt: skip
         if not roster.verify(envelope["signer"], signed, signature):
             return None, (claimed, "its signature does not verify with that rank's key")
         return envelope, ("", "")
@@ -242,8 +301,23 @@ class Records:
         )
 
 
-def _signed_bytes(run: str, key: str, signer: int, generation: int, body: str) -> bytes:
-    return json.dumps([FORMAT, run, key, signer, generation, body], separators=(",", ":")).encode()
+def _signed_bytes(
+    run: str, session: str, key: str, signer: int, generation: int, body: str
+) -> bytes:
+    return json.dumps(
+        [FORMAT, run, session, key, signer, generation, body], separators=(",", ":")
+    ).encode()
+
+
+def _another_session(theirs: str, ours: str) -> str:
+    if not ours:
+        return f"it belongs to a session ({theirs[:16]}...) that this process has not joined"
+    if not theirs:
+        return "it is not bound to this run's session (only a session's own nonce records are)"
+    return (
+        f"it belongs to another session of this run ({theirs[:16]}..., not {ours[:16]}...): an "
+        "earlier run with the same roster wrote it, and someone replayed it here"
+    )
 
 
 def _is(value: Any, kind: type) -> bool:
@@ -285,14 +359,39 @@ class SigningStore(dist.Store):
         self.inner, self.records, self.members = inner, records.with_store(inner), members
         self.timeout_s = timeout_s
         self.scope = scope  # signed with each key: a record of another group does not verify
+        # What torch did through this store, for the messages when the group does not open:
+        self.written: dict[str, int | None] = {}  # key -> group rank, the records set here
+        self.awaited: dict[str, int | None] = {}  # key -> group rank, the records waited for
+        self.addresses: dict[int, bytes] = {}  # group rank -> its gloo record (as torch read it)
 
-    def _signer(self, key: str) -> int | None:
+    def _group_rank(self, key: str) -> int | None:
         found = _GROUP_RANK.search(key)
         if found is not None and int(found.group(1)) < len(self.members):
-            return self.members[int(found.group(1))]
+            return int(found.group(1))
         return None
 
+    def _signer(self, key: str) -> int | None:
+        index = self._group_rank(key)
+        return None if index is None else self.members[index]
+
+    def name(self, key: str) -> str:
+        """The key as it is named in the rendezvous store (with the group's prefix)."""
+        return f"{self.scope}/{key}" if self.scope else key
+
+    def vanished(self) -> tuple[list[str], list[tuple[str, int | None]]]:
+        """The records this party set that are no longer in the store, and the records it
+        waited for that are not there (with the group rank each belongs to); torch never
+        deletes them while a group opens, so a record set here and gone was deleted."""
+        mine = [key for key in self.written if not self.inner.check([key])]
+        theirs = [(key, rank) for key, rank in self.awaited.items()
+                  if key not in self.written and not self.inner.check([key])]  # fmt: skip
+        return mine, theirs
+
     def set(self, key: str, value: bytes | str) -> None:
+        index = self._group_rank(key)
+        self.written[key] = index
+        if index is not None:
+            self.addresses[index] = value if isinstance(value, bytes) else value.encode()
         self.inner.set(key, self._seal(key, value))
 
     def _seal(self, key: str, value: bytes | str) -> bytes | str:
@@ -302,6 +401,14 @@ class SigningStore(dist.Store):
         return self.records.seal(self.scope + key, base64.b64encode(raw).decode("ascii"))
 
     def get(self, key: str) -> bytes:
+        self.awaited.setdefault(key, self._group_rank(key))
+        value = self._get(key)
+        index = self._group_rank(key)
+        if index is not None:
+            self.addresses[index] = value
+        return value
+
+    def _get(self, key: str) -> bytes:
         if not self.records.signed:
             value = self.inner.get(key)
             if value.startswith(ENVELOPE_START):
@@ -311,12 +418,14 @@ class SigningStore(dist.Store):
             return value
         deadline = time.monotonic() + self.timeout_s
         while True:
-            self.inner.wait([key])
-            value = self._open(key, _text(self.inner.get(key)))
-            if value is not None:
-                return value
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise dist.DistStoreError(f"no valid signed record under {key} in time")
+            self.inner.wait([key], datetime.timedelta(seconds=left))
+            if self.inner.check([key]):  # (not deleted since: a get would wait for it)
+                value = self._open(key, _text(self.inner.get(key)))
+                if value is not None:
+                    return value
             time.sleep(POLL_SECONDS)
 
     def _open(self, key: str, raw: str) -> bytes | None:
@@ -335,6 +444,8 @@ class SigningStore(dist.Store):
         return self.inner.compare_set(key, expected, self._seal(key, desired))
 
     def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        for key in keys:
+            self.awaited.setdefault(key, self._group_rank(key))
         if timeout is None:
             self.inner.wait(keys)
         else:

@@ -9,16 +9,18 @@ cryptographic core that closes that gap; it uses pyca ``cryptography`` for every
 **Keys, fresh for each generation.** A generation is one membership epoch of a run (the party
 set changes only between generations). At the start of each generation every site makes a new
 X25519 key pair (:meth:`SealingKey.generate`) and publishes its public half in a record that its
-Ed25519 site key signs (:func:`sealing_key_record`). The signature binds the run id, the
-generation, the rank and the X25519 key together, so a record cannot be replayed into another
-run or generation, nor passed off as another rank's (:func:`verify_sealing_key_record` refuses
-each case and names the rank). A fresh key per generation means that a key pair leaked or
-recorded in one generation opens nothing of the next, and that a site which left and came back
-never shares a key with its former self.
+Ed25519 site key signs (:func:`sealing_key_record`). The signature binds the run id, the session
+id (fresh at every start of a run, :mod:`slate.engines.session`), the generation, the rank and the
+X25519 key together, so a record cannot be replayed into another run, another session of the same
+run (an earlier run with the same roster) or another generation, nor passed off as another rank's
+(:func:`verify_sealing_key_record` refuses each case and names the rank). A fresh key per
+generation means that a key pair leaked or recorded in one generation opens nothing of the next,
+and that a site which left and came back never shares a key with its former self.
 
 **One key per direction.** Two sites ``a`` and ``b`` compute the same X25519 shared secret.
-HKDF-SHA256 over it, with ``info`` binding the run id, the generation, the sender's and the
-receiver's rank (in that order: the *direction*) and both published X25519 keys, gives one
+HKDF-SHA256 over it, with ``info`` binding the run id, the session id, the generation, the
+sender's and the receiver's rank (in that order: the *direction*) and both published X25519 keys,
+gives one
 AES-256-GCM key for ``a -> b`` and another for ``b -> a`` (:func:`direction_key`). Because the
 keys differ, both directions may use the same round counters as nonces without ever using one
 nonce twice under one key, and a message cannot be reflected back to its sender.
@@ -85,8 +87,8 @@ __all__ = [
 
 #: What a signed sealing-key record is, and what its signature covers (never the format of
 #: another signed thing of slate, so no signature can be moved between kinds).
-KEY_RECORD_FORMAT = "slate-sealing-key-1"
-DIRECTION_FORMAT = "slate-sealing-direction-1"  # first item of HKDF's info
+KEY_RECORD_FORMAT = "slate-sealing-key-2"
+DIRECTION_FORMAT = "slate-sealing-direction-2"  # first item of HKDF's info
 MESSAGE_FORMAT = "slate-sealed-message-1"  # first item of every message's associated data
 X25519_BYTES = 32
 AES_KEY_BYTES = 32  # AES-256
@@ -97,7 +99,9 @@ MAX_ROUND = (1 << 64) - 1  # rounds are 0..2**64-1: the nonce's first 4 bytes ar
 REPLAY_MEMORY = 4096  # opened rounds remembered (at least), to tell a replay from a late one
 REPLAY_CHECK = 4  # recent rounds a message that failed its tag is tried as, to name a replay
 MAX_RUN_ID = 128
-_RECORD_FIELDS = {"format": str, "run": str, "gen": int, "rank": int, "x25519": str, "sig": str}
+MAX_SESSION = 128
+_RECORD_FIELDS = {"format": str, "run": str, "session": str, "gen": int, "rank": int,
+                  "x25519": str, "sig": str}  # fmt: skip
 
 REASONS = ("tag", "replayed", "out of order")
 #: Whether this ``cryptography`` seals into a given buffer (``AESGCM.encrypt_into``, newer
@@ -159,24 +163,27 @@ class Signer(Protocol):
 
 @dataclass(frozen=True, repr=False, eq=False)
 class SealingKey:
-    """Site ``rank``'s X25519 key pair for ``generation`` of run ``run_id``.
+    """Site ``rank``'s X25519 key pair for ``generation`` of run ``run_id`` in ``session`` (the
+    session id of this start of the run; "" outside a session).
 
     Make a new one for every generation (:meth:`generate`); never store it. Its repr shows the
-    run, generation and rank, never the private key.
+    run, session, generation and rank, never the private key.
     """
 
     run_id: str
     generation: int
     rank: int
     private_key: X25519PrivateKey
+    session: str = ""
 
     def __post_init__(self) -> None:
         _check_binding(self.run_id, self.generation, self.rank)
+        _check_session(self.session)
 
     @classmethod
-    def generate(cls, run_id: str, generation: int, rank: int) -> SealingKey:
+    def generate(cls, run_id: str, generation: int, rank: int, session: str = "") -> SealingKey:
         """A fresh key pair from the operating system's random source."""
-        return cls(run_id, generation, rank, X25519PrivateKey.generate())
+        return cls(run_id, generation, rank, X25519PrivateKey.generate(), session)
 
     @property
     def public_key(self) -> bytes:
@@ -186,7 +193,16 @@ class SealingKey:
         )
 
     def __repr__(self) -> str:
-        return f"SealingKey(run_id={self.run_id!r}, generation={self.generation}, rank={self.rank})"
+        session = f", session={self.session[:16]!r}" if self.session else ""
+        return (
+            f"SealingKey(run_id={self.run_id!r}, generation={self.generation}, "
+            f"rank={self.rank}{session})"
+        )
+
+
+def _check_session(session: str) -> None:
+    if not isinstance(session, str) or len(session) > MAX_SESSION:
+        raise ValueError(f"a session id is a string of at most {MAX_SESSION} characters")
 
 
 def _check_binding(run_id: str, generation: int, rank: int) -> None:
@@ -197,26 +213,29 @@ def _check_binding(run_id: str, generation: int, rank: int) -> None:
             raise ValueError(f"the {name} must be a non-negative integer, not {value!r}")
 
 
-def _record_signed_bytes(run_id: str, generation: int, rank: int, x25519: str) -> bytes:
-    """What the Ed25519 signature of a sealing-key record covers: the format, run id,
-    generation, rank and X25519 key, as compact JSON (self-delimiting: no two different
+def _record_signed_bytes(
+    run_id: str, session: str, generation: int, rank: int, x25519: str
+) -> bytes:
+    """What the Ed25519 signature of a sealing-key record covers: the format, run id, session
+    id, generation, rank and X25519 key, as compact JSON (self-delimiting: no two different
     bindings give the same bytes)."""
-    return _json([KEY_RECORD_FORMAT, run_id, generation, rank, x25519])
+    return _json([KEY_RECORD_FORMAT, run_id, session, generation, rank, x25519])
 
 
 def sealing_key_record(key: SealingKey, signer: Signer) -> dict[str, Any]:
     """The record that publishes ``key``'s public half, signed by ``signer`` (the site's
     Ed25519 key of rank ``key.rank``).
 
-    A JSON-serialisable dict ``{"format", "run", "gen", "rank", "x25519", "sig"}`` (the key and
-    the signature in standard base64). The signature covers the format, run id, generation,
-    rank and X25519 key (:func:`verify_sealing_key_record` checks each).
+    A JSON-serialisable dict ``{"format", "run", "session", "gen", "rank", "x25519", "sig"}``
+    (the key and the signature in standard base64). The signature covers the format, run id,
+    session id, generation, rank and X25519 key (:func:`verify_sealing_key_record` checks each).
     """
     x25519 = base64.b64encode(key.public_key).decode("ascii")
-    signed = _record_signed_bytes(key.run_id, key.generation, key.rank, x25519)
+    signed = _record_signed_bytes(key.run_id, key.session, key.generation, key.rank, x25519)
     signature = base64.b64encode(signer.sign(signed)).decode("ascii")
-    return {"format": KEY_RECORD_FORMAT, "run": key.run_id, "gen": key.generation,
-            "rank": key.rank, "x25519": x25519, "sig": signature}  # fmt: skip
+    return {"format": KEY_RECORD_FORMAT, "run": key.run_id, "session": key.session,
+            "gen": key.generation, "rank": key.rank, "x25519": x25519,
+            "sig": signature}  # fmt: skip
 
 
 def verify_sealing_key_record(
@@ -225,13 +244,15 @@ def verify_sealing_key_record(
     run_id: str,
     generation: int,
     rank: int,
+    session: str = "",
 ) -> bytes:
     """The raw X25519 public key that ``record`` publishes for site ``rank`` in ``generation``
-    of run ``run_id``, after checking its shape, its binding and its signature by
-    ``signer_key`` (rank ``rank``'s Ed25519 public key from the roster, raw or as an object).
+    of run ``run_id`` and session ``session``, after checking its shape, its binding and its
+    signature by ``signer_key`` (rank ``rank``'s Ed25519 public key from the roster, raw or as an
+    object).
 
     Raises :class:`SealingKeyRefused` naming ``rank`` when the record is malformed, is for
-    another run, generation or rank, or its signature does not verify.
+    another run, session, generation or rank, or its signature does not verify.
     """
     if not isinstance(record, Mapping) or set(record) != set(_RECORD_FIELDS):
         raise SealingKeyRefused(rank, "it is not a sealing-key record")
@@ -242,6 +263,12 @@ def verify_sealing_key_record(
         raise SealingKeyRefused(rank, f"its format is not {KEY_RECORD_FORMAT}")
     if record["run"] != run_id:
         raise SealingKeyRefused(rank, f"it is for another run ({_short(record['run'])})")
+    if record["session"] != session:
+        raise SealingKeyRefused(
+            rank,
+            f"it is for another session of this run ({_short(record['session'])}, not "
+            f"{_short(session)}): an earlier run with the same roster made it",
+        )
     if record["gen"] != generation:
         raise SealingKeyRefused(rank, f"it is for generation {record['gen']}, not {generation}")
     if record["rank"] != rank:
@@ -253,7 +280,7 @@ def verify_sealing_key_record(
     if signature is None:
         raise SealingKeyRefused(rank, "its signature is not base64")
     verifier = _ed25519(signer_key)
-    signed = _record_signed_bytes(run_id, generation, rank, record["x25519"])
+    signed = _record_signed_bytes(run_id, session, generation, rank, record["x25519"])
     try:
         verifier.verify(signature, signed)
     except InvalidSignature:
@@ -280,13 +307,14 @@ def direction_info(
     receiver: int,
     sender_public: bytes,
     receiver_public: bytes,
+    session: str = "",
 ) -> bytes:
     """HKDF's ``info`` for the key of ``sender -> receiver``: compact JSON of
-    ``[DIRECTION_FORMAT, run_id, generation, sender, receiver, sender's X25519 key, receiver's
-    X25519 key]`` (keys in base64). The order of the two ranks is the direction, so the two
-    directions of one pair get different keys; the public keys tie the key to exactly the pair
-    of published keys it came from."""
-    return _json([DIRECTION_FORMAT, run_id, generation, sender, receiver,
+    ``[DIRECTION_FORMAT, run_id, session, generation, sender, receiver, sender's X25519 key,
+    receiver's X25519 key]`` (keys in base64). The order of the two ranks is the direction, so
+    the two directions of one pair get different keys; the session id ties it to this start of
+    the run; the public keys tie the key to exactly the pair of published keys it came from."""
+    return _json([DIRECTION_FORMAT, run_id, session, generation, sender, receiver,
                   base64.b64encode(sender_public).decode("ascii"),
                   base64.b64encode(receiver_public).decode("ascii")])  # fmt: skip
 
@@ -378,8 +406,13 @@ class SealedChannel:
         except ValueError:  # a low-order point: the shared secret would be all zeros
             raise SealingKeyRefused(peer, "its X25519 key is a low-order point") from None
         mine = own.public_key
-        out_info = direction_info(self.run_id, self.generation, own.rank, peer, mine, peer_public)
-        in_info = direction_info(self.run_id, self.generation, peer, own.rank, peer_public, mine)
+        session = own.session
+        out_info = direction_info(
+            self.run_id, self.generation, own.rank, peer, mine, peer_public, session
+        )
+        in_info = direction_info(
+            self.run_id, self.generation, peer, own.rank, peer_public, mine, session
+        )
         self._out = AESGCM(direction_key(shared, out_info))
         self._in = AESGCM(direction_key(shared, in_info))
         self._ad_out = _associated_prefix(self.run_id, self.generation, own.rank, peer)
@@ -393,8 +426,11 @@ class SealedChannel:
         cls, own: SealingKey, peer: int, record: object, peer_site_key: Ed25519PublicKey | bytes
     ) -> SealedChannel:
         """The channel to ``peer`` from its signed sealing-key record, verified first against
-        ``peer_site_key`` (its Ed25519 key on the roster) for this run and generation."""
-        public = verify_sealing_key_record(record, peer_site_key, own.run_id, own.generation, peer)
+        ``peer_site_key`` (its Ed25519 key on the roster) for this run, session and
+        generation."""
+        public = verify_sealing_key_record(
+            record, peer_site_key, own.run_id, own.generation, peer, own.session
+        )
         return cls(own, peer, public)
 
     def seal(self, plaintext: Buffer, round: int) -> bytes:
