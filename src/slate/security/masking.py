@@ -1,0 +1,164 @@
+r"""Sums that reveal only their total: pairwise masks that cancel (Bonawitz et al., CCS 2017).
+
+Sites :math:`i` and :math:`j` share a secret :math:`k_{ij}` (the X25519 secret of their sealed
+channel, :mod:`slate.security.sealing`). For the :math:`c`-th masked sum of a generation, site
+:math:`i` adds to its encoded input
+
+.. math::
+
+    m_i = \sum_{j > i} \mathrm{PRG}(k_{ij}, c) - \sum_{j < i} \mathrm{PRG}(k_{ij}, c)
+    \pmod{2^{64}},
+
+so that :math:`\sum_i m_i = 0` and the sum of the masked inputs is the sum of the inputs, exactly,
+while any one masked input is uniform to anyone who lacks at least one of its pair keys: a
+coalition of all sites but two learns the sum of those two, no more. With two sites nothing is
+hidden (each learns the other's input from the total and its own).
+
+* **Keys.** :func:`pair_seed`: HKDF-SHA256 of the pair's X25519 secret with its own ``info``
+  (:data:`MASK_FORMAT`, the run, the session, the generation and the two ranks, lower first), so
+  that both sides derive the same seed and it differs from every sealing key. A new generation
+  (after a loss or a return) has new X25519 keys, hence new seeds.
+* **PRG.** :func:`keystream_words`: AES-256 in CTR mode from ``cryptography``, keyed by the seed,
+  the counter block starting at :math:`c \cdot 2^{64}`: a fresh stream for every sum of a
+  generation (a counter is never reused: :class:`MaskedSums` counts them).
+* **Numbers.** Counts are exact integers. Floats are encoded in fixed point with a stated number
+  of fractional bits per quantity (:class:`FixedPoint`): :math:`\mathrm{round}(x\,2^{s})`, and a
+  value whose encoding, times the number of sites, would not fit in 63 bits is refused with
+  :class:`MaskOverflow` (naming the quantity), never wrapped into a wrong sum.
+
+Everything is arithmetic on ``uint64`` (numpy), where wrapping is defined.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from slate.errors import SlateError
+
+__all__ = [
+    "MASK_FORMAT",
+    "FixedPoint",
+    "MaskOverflow",
+    "MaskedSums",
+    "keystream_words",
+    "mask_info",
+    "pair_mask",
+    "pair_seed",
+]
+
+MASK_FORMAT = "slate-mask-1"  # first item of HKDF's info: never a sealing key's
+SEED_BYTES = 32
+WORD = np.dtype("<u8")
+LIMIT_BITS = 63  # a sum of encoded values must stay below 2^63 in magnitude
+
+
+class MaskOverflow(SlateError):
+    """A value too large for its fixed-point encoding in a masked sum."""
+
+
+def mask_info(run_id: str, session: str, generation: int, a: int, b: int) -> bytes:
+    """HKDF's ``info`` of the pair ``{a, b}``'s mask seed (the same for both sides)."""
+    low, high = sorted((a, b))
+    return f"{MASK_FORMAT}|{run_id}|{session}|{generation}|{low}|{high}".encode()
+
+
+def pair_seed(shared_secret: bytes, info: bytes) -> bytes:
+    """The pair's 32-byte mask seed: HKDF-SHA256 of its X25519 shared secret with ``info``."""
+    return HKDF(algorithm=hashes.SHA256(), length=SEED_BYTES, salt=None, info=info).derive(
+        shared_secret
+    )
+
+
+def keystream_words(seed: bytes, counter: int, n: int) -> np.ndarray:
+    """``n`` pseudorandom ``uint64`` words: AES-256-CTR keyed by ``seed``, its counter block
+    starting at ``counter * 2^64`` (the ``counter``-th masked sum's own stream)."""
+    if not 0 <= counter < 1 << 64:
+        raise ValueError(f"mask counter {counter} out of range")
+    start = (counter << 64).to_bytes(16, "big")
+    encryptor = Cipher(algorithms.AES(seed), modes.CTR(start)).encryptor()
+    stream = encryptor.update(bytes(8 * n)) + encryptor.finalize()
+    return np.frombuffer(stream, dtype=WORD).copy()
+
+
+def pair_mask(rank: int, seeds: Mapping[int, bytes], counter: int, n: int) -> np.ndarray:
+    """Site ``rank``'s mask for the ``counter``-th sum: the streams of its pairs with higher
+    ranks added, those with lower ranks subtracted, modulo :math:`2^{64}`."""
+    mask = np.zeros(n, dtype=WORD)
+    for peer, seed in seeds.items():
+        if peer == rank:
+            raise ValueError("a site has no mask with itself")
+        words = keystream_words(seed, counter, n)
+        if peer > rank:
+            mask += words
+        else:
+            mask -= words
+    return mask
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """A float quantity in fixed point: ``bits`` fractional bits (a step of :math:`2^{-bits}`),
+    summed over at most ``parties`` sites, so each encoding must stay below
+    :math:`2^{63} / parties` in magnitude."""
+
+    name: str
+    bits: int
+
+    def encode(self, values: np.ndarray, parties: int) -> np.ndarray:
+        """``round(values * 2^bits)`` as ``int64``; :class:`MaskOverflow` for a value too large
+        (or not finite)."""
+        scaled = np.asarray(values, dtype=np.float64) * math.ldexp(1.0, self.bits)
+        limit = math.ldexp(1.0, LIMIT_BITS) / max(parties, 1)
+        bad = ~np.isfinite(scaled) | (np.abs(scaled) >= limit)
+        if bad.any():
+            value = float(np.asarray(values, dtype=np.float64).reshape(-1)[np.flatnonzero(bad)[0]])
+            raise MaskOverflow(
+                f"The {self.name} holds {value!r}, which the masked sum cannot carry: with "
+                f"{self.bits} fractional bits and {parties} sites, each value must lie within "
+                f"+-{limit / math.ldexp(1.0, self.bits):.3g}. Nothing was sent. Such a value "
+                "means the data or the run went wrong (a feature on a huge scale: try "
+                "--standardize, or check the file)."
+            )
+        return np.rint(scaled).astype(np.int64)
+
+    def decode(self, total: np.ndarray) -> np.ndarray:
+        """The float64 sum from the summed encodings."""
+        return np.asarray(total, dtype=np.int64).astype(np.float64) / math.ldexp(1.0, self.bits)
+
+    @property
+    def step(self) -> float:
+        return math.ldexp(1.0, -self.bits)
+
+
+@dataclass
+class MaskedSums:
+    """One site's masked sums in one generation: its rank, a seed per other member, and the
+    counter of the sums made so far (each sum's masks come from its own counter)."""
+
+    rank: int
+    seeds: dict[int, bytes]
+    counter: int = field(default=0)
+
+    def mask(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (``int64``, any shape) plus this site's mask for the next sum, as
+        ``uint64``: what the site sends."""
+        flat = np.ascontiguousarray(values, dtype=np.int64).reshape(-1)
+        masked = flat.view(WORD) + pair_mask(self.rank, self.seeds, self.counter, flat.size)
+        self.counter += 1
+        return masked.reshape(np.shape(values))
+
+    @staticmethod
+    def total(received: list[np.ndarray]) -> np.ndarray:
+        """The sum of every site's masked values (its own included): the masks cancel, and the
+        ``int64`` result is the sum of the inputs."""
+        out = np.zeros_like(np.asarray(received[0], dtype=WORD))
+        for masked in received:
+            out += np.asarray(masked, dtype=WORD)
+        return out.view(np.int64)
