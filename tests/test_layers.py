@@ -21,7 +21,7 @@ PACKAGE = ROOT / "src" / "slate"
 #: of the allowed imports too (``optim`` uses ``algorithms``, not the other way round).
 LAYERS: list[list[str]] = [
     ["errors", "version", "config", "permissions"],
-    ["metrics", "objectives", "models", "topology", "security"],
+    ["metrics", "objectives", "models", "topology", "security", "faults"],
     ["communication"],
     ["data", "engines"],
     ["algorithms", "optim"],

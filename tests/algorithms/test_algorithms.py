@@ -12,9 +12,9 @@ from torch import Tensor
 
 from slate.algorithms import AlgorithmConfig, build_algorithm
 from slate.algorithms.coda import CODA_OBJECTIVES, auc_square_loss
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.data.partition import stratified_partition
 from slate.data.sampler import PartySampler
-from slate.engines.compute import Batch, PartyCompute
 from slate.engines.simulator import SimulatorCommunicator
 from slate.models import MLP, seeded
 from slate.objectives import sigmoid_ap_objective

@@ -1,5 +1,5 @@
 """Attacks (tests only), the watch on received values and ``--robust clip``
-(:mod:`slate.communication.robust`) against independent references."""
+(:mod:`slate.security.robust`) against independent references."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from slate.communication.robust import (
+from slate.algorithms.compute import FlatParameters
+from slate.config import TrainConfig
+from slate.engines.simulator import SimulatorCommunicator
+from slate.errors import ConfigError, TrainingDiverged
+from slate.models.cnn import MnistCNN
+from slate.models.mlp import MLP
+from slate.models.resnet import ResNet18
+from slate.security.robust import (
     Attack,
     MessageGuard,
     accusation_lines,
@@ -21,13 +28,6 @@ from slate.communication.robust import (
     events_from_records,
     parse_attacks,
 )
-from slate.config import TrainConfig
-from slate.engines.compute import FlatParameters
-from slate.engines.simulator import SimulatorCommunicator
-from slate.errors import ConfigError, TrainingDiverged
-from slate.models.cnn import MnistCNN
-from slate.models.mlp import MLP
-from slate.models.resnet import ResNet18
 from slate.topology import build_topology
 from slate.training.loop import train
 from slate.training.run import Run

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
 
 __all__ = ["Algorithm", "AlgorithmConfig", "validate_positive"]

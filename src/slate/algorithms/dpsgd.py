@@ -14,9 +14,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
 from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
 from slate.objectives.bce import bce_objective
 
 __all__ = ["DPSGD"]

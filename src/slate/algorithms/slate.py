@@ -19,8 +19,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm, validate_positive
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
 from slate.objectives.ap import sigmoid_ap_objective
 
 __all__ = ["SLATE", "tracked_direction"]

@@ -31,9 +31,9 @@ import torch
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm, AlgorithmConfig, validate_positive
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
 from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
 from slate.objectives.ap import sigmoid_ap_objective
 

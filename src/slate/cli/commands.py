@@ -54,7 +54,7 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if joins_alone(args):
         return run_party(config, args)
     if args.engine == "distributed":
-        from slate.engines.launch import in_worker
+        from slate.engines.distributed.control.launch import in_worker
 
         if in_worker():
             return run_worker(config, args)
@@ -147,7 +147,7 @@ def resumed_config(folder: str, argv: Sequence[str], record: dict) -> TrainConfi
 def is_worker(args: argparse.Namespace) -> bool:
     """A party process of the distributed engine (started by the launcher, torchrun, or on its
     own with --rank)."""
-    from slate.engines.launch import in_worker
+    from slate.engines.distributed.control.launch import in_worker
 
     if args.command != "train":
         return False
@@ -194,7 +194,7 @@ def run_topology(args: argparse.Namespace) -> int:
 
 def run_rendezvous(args: argparse.Namespace) -> int:
     """``slate rendezvous``: host the rendezvous store of one multi-site run."""
-    from slate.engines.launch import serve_rendezvous
+    from slate.engines.distributed.control.launch import serve_rendezvous
 
     if args.idle_timeout < 0:
         raise ConfigError(f"--idle-timeout must be 0 (never) or positive, got {args.idle_timeout}.")

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from slate.communication.compression import Compressor
-from slate.communication.robust import MessageGuard
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
 __all__ = [
@@ -210,7 +210,7 @@ class ChocoGossip:
 
 
 def guarded_round(choco: ChocoGossip, x: Tensor, edges: RoundEdges, arrived: Tensor) -> Tensor:
-    """The end of a CHOCO round with a :class:`~slate.communication.robust.MessageGuard`:
+    """The end of a CHOCO round with a :class:`~slate.security.robust.MessageGuard`:
     non-finite increments are watched; with ``--robust clip`` they are dropped (the copy
     keeps its value) and :math:`\\hat x_{j \\to i} - \\hat x_{i \\to j}` is clipped."""
     guard = choco.guard

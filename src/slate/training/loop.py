@@ -31,9 +31,9 @@ from torch import Tensor
 
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
-from slate.engines.faults import ExchangeFailed
-from slate.engines.local import Engine
-from slate.engines.membership import CountedLost
+from slate.engines.base import Engine
+from slate.engines.distributed.control.failures import ExchangeFailed
+from slate.engines.distributed.control.membership import CountedLost
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint

@@ -3,7 +3,7 @@
 ``slate train --engine distributed`` without torchrun's variables is the *launcher*
 (:func:`launch`); each process it starts, or torchrun starts, is a *worker* (:func:`run_worker`);
 ``slate train --rank R --rendezvous HOST:PORT`` runs one party at its own site
-(:func:`run_party`). Each opens the :class:`~slate.engines.distributed.DistributedEngine`,
+(:func:`run_party`). Each opens the :class:`~slate.engines.distributed.engine.DistributedEngine`,
 trains, leaves with the others and ends with :func:`exit_worker`.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slate.config import TrainConfig
-from slate.engines.debug_log import DEBUG_LOG, send_native_stderr_to
+from slate.engines.distributed.control.debug_log import DEBUG_LOG, send_native_stderr_to
 from slate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ __all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_par
 
 def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     """Check the input once here, then start one worker process per party."""
-    from slate.engines.launch import launch_local
+    from slate.engines.distributed.control.launch import launch_local
     from slate.training.configuration import check_inputs, resolve_and_check
     from slate.training.loop import train
     from slate.training.lr_choice import resolve_auto_lr
@@ -78,7 +78,7 @@ def with_default_parties(settings: ResolvedConfig) -> tuple[ResolvedConfig, Data
 
 def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
     """A process started by the launcher (or by torchrun): join the others and train."""
-    from slate.engines.launch import worker_rendezvous
+    from slate.engines.distributed.control.launch import worker_rendezvous
 
     if config.out is not None:  # the local launcher always names the run folder
         rank = int(os.environ["RANK"])
@@ -100,8 +100,8 @@ def _resolved(config: TrainConfig) -> ResolvedConfig:
 
 def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float):
     """The distributed engine of this party: recovering from a lost party where it can."""
-    from slate.engines.distributed import DistributedEngine
-    from slate.engines.transport import backend_for
+    from slate.engines.distributed.engine import DistributedEngine
+    from slate.engines.distributed.wire.transport import backend_for
 
     device = settings.model.device
     if rendezvous is None:  # torchrun opened the default group; its agent handles failures
@@ -120,7 +120,7 @@ def _train_as_party(
     """Train as this process's party, then leave together with the others."""
     import torch.distributed as dist
 
-    from slate.engines.distributed import local_rank
+    from slate.engines.distributed.engine import local_rank
     from slate.training.loop import train
 
     device, given = settings.model.device, settings.given
@@ -158,7 +158,7 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     together write to ``OUT/party<r>``.
     """
     from slate.data.local_data import RANK_PLACEHOLDER, party_path, uses_party_files
-    from slate.engines.json_exchange import broadcast_text
+    from slate.engines.distributed.wire.json_exchange import broadcast_text
     from slate.training.outputs import default_out_dir
 
     out = config.out
@@ -175,7 +175,7 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
 
 def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
     """``--rank R --rendezvous HOST:PORT``: be party R of --nodes, reading only its own files."""
-    from slate.engines.launch import parse_rendezvous, party_rendezvous
+    from slate.engines.distributed.control.launch import parse_rendezvous, party_rendezvous
 
     if args.rank is None or args.rendezvous is None:
         raise ConfigError(
@@ -227,7 +227,7 @@ def exit_worker(code: int) -> int:
     """
     import os
 
-    from slate.engines.distributed import opened_a_group
+    from slate.engines.distributed.engine import opened_a_group
 
     if not opened_a_group():  # stopped before joining (a bad flag): a normal exit
         return code

@@ -26,18 +26,20 @@ import torch
 from torch import Tensor
 
 from slate.algorithms import Algorithm, build_algorithm
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.communication.gossip import gossip_settings
-from slate.communication.robust import RECORD_SHAPE, MessageGuard
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, PartyCompute
-from slate.engines.local import Engine, RecordedExchange, SimulatorEngine
+from slate.engines.base import Communicator, Engine, RecordedExchange
+from slate.engines.simulator import SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
+from slate.faults.kills import FaultPlan
+from slate.faults.lies import Lies
 from slate.models import build_model
 from slate.security.messages import as_received
+from slate.security.robust import RECORD_SHAPE, MessageGuard
 from slate.topology import SurvivorGraph, build_topology, surviving_topology
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
 from slate.training.checks import (
@@ -48,8 +50,6 @@ from slate.training.checks import (
 )
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
-from slate.training.fault_plan import FaultPlan
-from slate.training.lies import Lies
 from slate.training.recovery import PartySet
 from slate.training.state import TrainingState
 

@@ -14,7 +14,7 @@ about as far from the receivers as an honest neighbour's, always pulling the sam
 the others' rows, a distributed process sends it; under CHOCO the corrupted vector is what the
 attacker compresses and sends (:func:`parse_attacks`, :class:`MessageGuard`). The other kinds
 (:data:`LIE_KINDS`) are an insider's lies in the final average, the evaluation counts and the
-set-up sums, told by a distributed process only (:mod:`slate.training.lies`).
+set-up sums, told by a distributed process only (:mod:`slate.faults.lies`).
 
 **Watching (always).** Every received neighbour value is checked, on the device and without a
 host synchronisation, for non-finite entries and for an absurd size (a norm over ``ABSURD``
@@ -109,13 +109,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from slate.communication.accusations import (
+from slate.errors import ConfigError
+from slate.security.accusations import (
     RECORD_SHAPE,
     accusation_lines,
     current_record,
     events_from_records,
 )
-from slate.errors import ConfigError
 
 __all__ = [
     "ATTACK_ENV",
@@ -137,7 +137,7 @@ __all__ = [
 
 ATTACK_ENV = "SLATE_ATTACK"
 GOSSIP_KINDS = ("nan", "scale", "signflip", "zeros", "drift")
-#: The insider's lies outside gossip (:mod:`slate.training.lies`).
+#: The insider's lies outside gossip (:mod:`slate.faults.lies`).
 LIE_KINDS = ("final-poison", "eval-inflate", "eval-deflate", "rows", "stats-scale",
              "fake-categories", "impute")  # fmt: skip
 KINDS = GOSSIP_KINDS + LIE_KINDS

@@ -1,6 +1,6 @@
 r"""An insider's lies outside gossip, for the tests of the checks that catch them (tests only).
 
-``SLATE_ATTACK=RANK@ITER:KIND`` (:func:`slate.communication.robust.parse_attacks`) with one of
+``SLATE_ATTACK=RANK@ITER:KIND`` (:func:`slate.security.robust.parse_attacks`) with one of
 these kinds makes distributed party ``RANK`` lie in what it contributes to a sum, while it runs
 every step honestly, as a site running a modified copy of slate would:
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from torch import Tensor
 
-from slate.communication.robust import ATTACK_ENV, LIE_KINDS, Attack, parse_attacks
+from slate.security.robust import ATTACK_ENV, LIE_KINDS, Attack, parse_attacks
 
 __all__ = ["FAKE_CATEGORIES", "FAKE_COUNT", "PLANTED_ROWS", "Lies", "LyingExchange"]
 

@@ -1,13 +1,14 @@
 """Gossip between the distributed engine's processes: neighbour-only point-to-point messages.
 
 :class:`DistributedCommunicator` is the distributed engine's communicator
-(:class:`slate.engines.distributed.DistributedEngine` builds it): ``mix(x)`` exchanges **one flat
-buffer per neighbour per exchange** with ``dist.batch_isend_irecv``, only with the parties ``r``
-that have ``w_nr > 0``, then forms :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
+(:class:`slate.engines.distributed.engine.DistributedEngine` builds it): ``mix(x)`` exchanges **one
+flat buffer per neighbour per exchange** with ``dist.batch_isend_irecv``, only with the parties
+``r`` that have ``w_nr > 0``, then forms :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
 ``average(x)`` is one ``all_reduce``. Every wait goes through a
-:class:`~slate.engines.faults.Waiter`, so that a lost peer becomes a clear error (or, with
-recovery, :class:`~slate.engines.faults.ExchangeFailed`); a party that leaves a generation sends
-its neighbours a *leave* message (:meth:`DistributedCommunicator.signal_leaving`).
+:class:`~slate.engines.distributed.control.failures.Waiter`, so that a lost peer becomes a clear
+error (or, with recovery, :class:`~slate.engines.distributed.control.failures.ExchangeFailed`); a
+party that leaves a generation sends its neighbours a *leave* message
+(:meth:`DistributedCommunicator.signal_leaving`).
 
 gloo carries CPU tensors, nccl CUDA tensors (:func:`backend_for`).
 """
@@ -24,8 +25,8 @@ from torch import Tensor
 from slate.communication.choco import ChocoGossip, RoundEdges
 from slate.communication.gossip import GossipSettings
 from slate.engines.base import Communicator
-from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter
-from slate.engines.sealed_wire import SealedWire
+from slate.engines.distributed.control.failures import ExchangeFailed, FailureGuard, Waiter
+from slate.engines.distributed.wire.sealed_wire import SealedWire
 from slate.topology import Topology
 
 __all__ = ["LEAVE", "DistributedCommunicator", "backend_for"]
@@ -53,7 +54,7 @@ class DistributedCommunicator(Communicator):
     ) -> None:
         super().__init__(topology, settings)
         self.rank = rank
-        self.wire = wire  # under --roster: every message sealed (slate.engines.sealed_wire)
+        self.wire = wire  # under --roster: every message sealed (wire.sealed_wire)
         self.group = group
         self.n = topology.n
         self.waiter = waiter or Waiter(FailureGuard(rank), None)
@@ -99,7 +100,7 @@ class DistributedCommunicator(Communicator):
     def _guarded(
         self, flat: Tensor, received: list[Tensor], neighbours: list[tuple[int, float]], r: int
     ) -> Tensor | None:
-        """Watch what arrived (:mod:`slate.communication.robust`); with ``--robust clip``,
+        """Watch what arrived (:mod:`slate.security.robust`); with ``--robust clip``,
         the clipped mix (None: mix as usual)."""
         assert self.guard is not None
         senders = torch.tensor([p for p, _ in neighbours], dtype=torch.long, device=flat.device)

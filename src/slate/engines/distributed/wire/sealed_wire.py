@@ -6,10 +6,10 @@ a pair advance a counter once per message, in the lockstep order of exchanges, s
 always knows the round of the message it waits for. The wire is built when the generation's
 process group opens (:meth:`SealedWire.establish`): each member makes a fresh X25519 key,
 publishes its record signed by its site key under ``slate/pg{g}/sealing/{rank}`` (bound to the
-run's session, :mod:`slate.engines.session`), and verifies every other member's record against
-the roster. Every member publishes its record before it opens the process group, so once the
-group is open every record is there: one that is not was deleted from the store. Keys live in
-memory only (never in a checkpoint); the next generation gets new ones.
+run's session, :mod:`slate.engines.distributed.control.session`), and verifies every other member's
+record against the roster. Every member publishes its record before it opens the process group, so
+once the group is open every record is there: one that is not was deleted from the store. Keys live
+in memory only (never in a checkpoint); the next generation gets new ones.
 
 Every exchange of a sealed run goes through :meth:`SealedWire.swap`: point-to-point ``uint8``
 messages (plaintext plus the 16-byte tag) with ``batch_isend_irecv``. What gloo would do as an
@@ -32,8 +32,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
-from slate.engines.faults import ExchangeFailed
-from slate.engines.membership import PartyLost
+from slate.engines.distributed.control.failures import ExchangeFailed
+from slate.engines.distributed.control.membership import PartyLost
 from slate.security.sealing import (
     SealedChannel,
     SealedMessageRefused,
