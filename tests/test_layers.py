@@ -18,13 +18,14 @@ PACKAGE = ROOT / "src" / "slate"
 
 #: Bottom to top. A unit (a subpackage, or a module at the top of ``src/slate``) may import
 #: units of its own layer or of the layers below. Within a layer the order below is the order
-#: of the allowed imports too (``optim`` uses ``algorithms``, not the other way round).
+#: of the allowed imports too (``security`` before ``faults``: the attacks use its guard).
 LAYERS: list[list[str]] = [
     ["errors", "version", "config", "permissions"],
     ["metrics", "objectives", "models", "topology", "security", "faults"],
     ["communication"],
+    ["algorithms"],
     ["data", "engines"],
-    ["algorithms", "optim"],
+    ["optim"],
     ["inference"],
     ["training"],
     ["estimator", "studies"],
