@@ -92,10 +92,17 @@ class Communicator(ABC):
     """Carries out the mixing steps of one engine and counts what it sends.
 
     Subclasses implement one gossip round (:meth:`_gossip`) and the exact average; the schedule
-    of local steps and time-varying rounds lives here, once for both engines.
+    of local steps and time-varying rounds lives here, once for both engines. Every communicator
+    is a :class:`slate.algorithms.base.Mixer` (``mix``, ``mix_step``), all the algorithms use.
+    ``guard`` (:class:`~slate.security.robust.MessageGuard`) decides how what arrives is mixed.
     """
 
-    def __init__(self, topology: Topology, settings: GossipSettings | None = None) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        settings: GossipSettings | None = None,
+        guard: MessageGuard | None = None,
+    ) -> None:
         self.topology = topology
         self.settings = settings or GossipSettings()
         self.iteration = 0
@@ -107,16 +114,10 @@ class Communicator(ABC):
         self.mean_messages = 0.0
         self.peak_messages = 0.0
         self._round_degrees: dict[int, tuple[float, float]] = {}
-        #: Attacks (tests only), the watch on received values and ``--robust``
-        #: (:mod:`slate.security.robust`); set by the run.
-        self.guard: MessageGuard | None = None
-
-    def set_guard(self, guard: MessageGuard | None) -> None:
-        """Use ``guard`` for this communicator's gossip (and CHOCO's, when it compresses)."""
+        #: How what arrives is mixed: the watch on received values, or ``--robust clip``, with
+        #: what the parties send (a test's attacker) (:mod:`slate.security.robust`); built once
+        #: by the run. None: plain mixing, unwatched.
         self.guard = guard
-        choco = getattr(self, "choco", None)
-        if choco is not None:
-            choco.guard = guard
 
     def set_iteration(self, t: int) -> None:
         """Tell the communicator which iteration comes next."""
@@ -262,9 +263,11 @@ class Engine(ABC):
         device: torch.device,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
+        guard: MessageGuard | None = None,
     ) -> Communicator:
         """The mixing implementation for this engine (``x0``: the local parties' starting
-        parameters, which compressed gossip's public copies start from)."""
+        parameters, which compressed gossip's public copies start from; ``guard``: how what
+        arrives is mixed, :mod:`slate.security.robust`)."""
 
     def set_members(self, members: list[int]) -> None:
         """The run continues with ``members`` (the distributed engine learns it on its own)."""

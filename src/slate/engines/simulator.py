@@ -25,6 +25,7 @@ from slate.communication.choco import ChocoGossip, simulated_exchange
 from slate.communication.gossip import GossipSettings
 from slate.engines.base import MESSAGE_LIMIT, Communicator, Engine
 from slate.security.messages import ListOf, decode, encode
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
 __all__ = ["SimulatorCommunicator", "SimulatorEngine"]
@@ -56,6 +57,7 @@ class SimulatorCommunicator(Communicator):
         settings: local steps and compression (default: the paper's protocol).
         x0: the parties' starting parameters ``(N, d)``; needed with a compressor (CHOCO's
             public copies start there).
+        guard: how what arrives is mixed (:mod:`slate.security.robust`); None: plain.
     """
 
     def __init__(
@@ -65,8 +67,9 @@ class SimulatorCommunicator(Communicator):
         dtype: torch.dtype,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
+        guard: MessageGuard | None = None,
     ) -> None:
-        super().__init__(topology, settings)
+        super().__init__(topology, settings, guard)
         self.n = topology.n
         self.device, self.dtype = device, dtype
         self._matrices: dict[int, tuple[Tensor | None, float]] = {}
@@ -77,7 +80,7 @@ class SimulatorCommunicator(Communicator):
                 raise ValueError("compressed gossip needs the starting parameters x0")
             self.choco = ChocoGossip(
                 topology, range(self.n), self.settings.compressor,
-                self.settings.consensus_step, x0, simulated_exchange,
+                self.settings.consensus_step, x0, simulated_exchange, guard,
             )  # fmt: skip
 
     def gossip_matrix(self, r: int) -> tuple[Tensor | None, float]:
@@ -107,14 +110,15 @@ class SimulatorCommunicator(Communicator):
         if gossip is None:
             return x if direction is None else torch.add(x, direction, alpha=-lr)
         self._count(degree * x.shape[-1] * x.element_size(), degree)
-        if self.guard is not None and self.guard.active:
+        if self.guard is not None and self.guard.edge_by_edge:
             stepped = x if direction is None else torch.add(x, direction, alpha=-lr)
             return self._guarded_mix(stepped, r)
         return self._mix_in_blocks(gossip, x, direction, lr)
 
     def _guarded_mix(self, x: Tensor, r: int) -> Tensor:
         """Mixing edge by edge (an attacker among the rows, or ``--robust clip``): each party
-        receives its neighbours' rows as they send them (:mod:`slate.security.robust`)."""
+        receives its neighbours' rows as they send them, and the guard mixes them
+        (:mod:`slate.security.robust`)."""
         assert self.guard is not None
         key = r % max(1, self.topology.cycle_length)
         if key not in self._edges:
@@ -128,7 +132,7 @@ class SimulatorCommunicator(Communicator):
                 torch.tensor(np.diag(W).copy(), dtype=self.dtype, device=self.device),
             )
         receivers, senders, weights, self_weight = self._edges[key]
-        theirs = self.guard.sent_view(x).index_select(0, senders)
+        theirs = self.guard.sent(x).index_select(0, senders)
         return self.guard.mix(x, theirs, weights, receivers, senders, self_weight)
 
     @staticmethod
@@ -185,8 +189,9 @@ class SimulatorEngine(Engine):
         device: torch.device,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
+        guard: MessageGuard | None = None,
     ) -> Communicator:
-        return SimulatorCommunicator(topology, device, torch.float32, settings, x0)
+        return SimulatorCommunicator(topology, device, torch.float32, settings, x0, guard)
 
     def mean(self, x: Tensor) -> Tensor:
         self.count_collective(x[0])

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from slate.algorithms.compute import PartyCompute
     from slate.config import TrainConfig
     from slate.engines.base import Engine
-    from slate.faults.kills import FaultPlan
+    from slate.faults.kills import Kills
 
 __all__ = [
     "END_BIN_SHARE",
@@ -299,7 +299,7 @@ class Evaluator:
         config: TrainConfig,
         device: torch.device,
         rows: tuple[np.ndarray, np.ndarray, list[np.ndarray] | None],
-        faults: FaultPlan,
+        faults: Kills,
         lies: Lies | None = None,
     ) -> None:
         self.engine, self.compute, self.config, self.device = engine, compute, config, device

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from slate.engines.base import Engine
 from slate.engines.distributed.control.membership import Change, PartyLost
-from slate.faults.kills import FaultPlan
+from slate.faults.kills import Kills
 from slate.security.messages import ANY, ListOf, MapOf
 from slate.topology import SurvivorGraph, Topology
 from slate.training.state import TrainingState
@@ -241,7 +241,7 @@ class PartyRun(Protocol):
     """What a change of the party set needs from the run (:class:`slate.training.run.Run`)."""
 
     engine: Engine
-    faults: FaultPlan
+    faults: Kills
     iteration: int
     history: list[dict[str, Any]]
     topology: Topology

@@ -63,6 +63,8 @@ from slate.engines.distributed.control.store_records import Records, SigningStor
 from slate.engines.distributed.wire import handshake, json_exchange
 from slate.engines.distributed.wire.sealed_wire import SealedWire
 from slate.engines.distributed.wire.transport import DistributedCommunicator
+from slate.faults.tamper import Tamper
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
 __all__ = ["DistributedEngine"]
@@ -91,6 +93,7 @@ class DistributedEngine(Engine):
         self._aborted: list[Any] = []  # process groups left behind, never destroyed
         self._communicator: DistributedCommunicator | None = None
         self._wire: SealedWire | None = None  # never sealed on a group opened outside slate
+        self._tamper: Tamper | None = None
         self._heartbeat: Heartbeat | None = None
         self._lookout: Lookout | None = None
         self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
@@ -109,11 +112,14 @@ class DistributedEngine(Engine):
         timeout_s: float,
         recover: bool,
         backend: str,
+        tamper: Tamper | None = None,
     ) -> DistributedEngine:
         """Open the process group of all ``world`` parties at ``rendezvous``.
 
         With ``recover``, a party that finds a run in progress at the store is *returning*: it
-        opens no group yet, and joins with :meth:`rejoin` once its run is built.
+        opens no group yet, and joins with :meth:`rejoin` once its run is built. ``tamper``:
+        this party's sealed-message hooks (tests only, :meth:`slate.faults.FaultPlan.tamper`),
+        kept over every generation.
         """
         engine = cls.__new__(cls)
         engine.device = torch.device(device)
@@ -124,6 +130,7 @@ class DistributedEngine(Engine):
         engine._aborted = []
         engine._communicator = None
         engine._wire = None
+        engine._tamper = tamper
         engine.members = tuple(range(rendezvous.world))
         engine.records = records = rendezvous.records()
         engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
@@ -222,7 +229,9 @@ class DistributedEngine(Engine):
             raise ExchangeFailed(first_line(err)) from None
         opened = time.monotonic()
         if key is not None:  # under a roster every exchange of this generation is sealed
-            self._wire = SealedWire.establish(self.records, key, self.members, self.timeout_s)
+            self._wire = SealedWire.establish(
+                self.records, key, self.members, self.timeout_s, self._tamper
+            )
             self._wire.on_refused = self._note_refused
         handshake.Hello(
             self.records, generation, self.rank, self.members, self.timeout_s, hello,
@@ -365,11 +374,12 @@ class DistributedEngine(Engine):
         device: torch.device,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
+        guard: MessageGuard | None = None,
     ) -> Communicator:
         del device
         comm = DistributedCommunicator(
             topology, self.members.index(self.rank), waiter=self.waiter, settings=settings, x0=x0,
-            wire=self._wire,
+            wire=self._wire, guard=guard,
         )  # fmt: skip
         self._communicator = comm
         return comm

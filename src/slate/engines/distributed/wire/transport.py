@@ -27,6 +27,7 @@ from slate.communication.gossip import GossipSettings
 from slate.engines.base import Communicator
 from slate.engines.distributed.control.failures import ExchangeFailed, FailureGuard, Waiter
 from slate.engines.distributed.wire.sealed_wire import SealedWire
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
 __all__ = ["LEAVE", "DistributedCommunicator", "backend_for"]
@@ -51,8 +52,9 @@ class DistributedCommunicator(Communicator):
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
         wire: SealedWire | None = None,
+        guard: MessageGuard | None = None,
     ) -> None:
-        super().__init__(topology, settings)
+        super().__init__(topology, settings, guard)
         self.rank = rank
         self.wire = wire  # under --roster: every message sealed (wire.sealed_wire)
         self.group = group
@@ -69,7 +71,7 @@ class DistributedCommunicator(Communicator):
                 raise ValueError("compressed gossip needs the starting parameters x0")
             self.choco = ChocoGossip(
                 topology, [rank], self.settings.compressor, self.settings.consensus_step, x0,
-                self._exchange_payloads,
+                self._exchange_payloads, guard,
             )  # fmt: skip
 
     def _peer(self, r: int) -> int:
@@ -84,7 +86,7 @@ class DistributedCommunicator(Communicator):
         if not neighbours:
             return x
         flat = x.reshape(-1).contiguous()
-        sent = flat if self.guard is None else self.guard.sent_view(flat[None])[0]
+        sent = flat if self.guard is None else self.guard.sent(flat[None])[0]
         received = self._swap([sent] * len(neighbours), [peer for peer, _ in neighbours])
         if self.guard is not None:
             mixed = self._guarded(flat, received, neighbours, r)
@@ -100,21 +102,18 @@ class DistributedCommunicator(Communicator):
     def _guarded(
         self, flat: Tensor, received: list[Tensor], neighbours: list[tuple[int, float]], r: int
     ) -> Tensor | None:
-        """Watch what arrived (:mod:`slate.security.robust`); with ``--robust clip``,
-        the clipped mix (None: mix as usual)."""
+        """What arrived, to the guard (:mod:`slate.security.robust`): its mix, or None to mix
+        as usual."""
         assert self.guard is not None
         senders = torch.tensor([p for p, _ in neighbours], dtype=torch.long, device=flat.device)
-        theirs = torch.stack(received)
-        receivers = torch.zeros_like(senders)
-        if not self.guard.robust:
-            self.guard.watch(theirs, senders, flat[None].expand_as(theirs))
-            self.guard.hear(flat[None].expand_as(theirs), theirs, receivers)
-            return None
         weights = torch.tensor([w for _, w in neighbours], dtype=flat.dtype, device=flat.device)
         self_weight = torch.tensor(
             [self.topology.self_weight_at(self.rank, r)], dtype=flat.dtype, device=flat.device
         )
-        return self.guard.mix(flat[None], theirs, weights, receivers, senders, self_weight)[0]
+        receivers = torch.zeros_like(senders)
+        mixed = self.guard.arrived(flat[None], torch.stack(received), weights, receivers,
+                                   senders, self_weight)  # fmt: skip
+        return None if mixed is None else mixed[0]
 
     def _exchange_payloads(self, payload: Tensor, edges: RoundEdges) -> Tensor:
         """CHOCO's exchange: row ``e`` of ``payload`` goes to ``edges.peers[e]``, whose own
