@@ -18,8 +18,8 @@ import torch
 
 from slate import APLoss
 from slate.algorithms import AlgorithmConfig, build_algorithm
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.cli.memory import keep_freed_memory
-from slate.engines.compute import Batch, PartyCompute
 from slate.engines.simulator import SimulatorCommunicator, _gossip_matrix
 from slate.models import build_model
 from slate.topology import build_topology

@@ -7,7 +7,7 @@ a Dirichlet draw of each site's class mix), train on the distributed engine.
   ``summary.json``'s ``final_average`` gives the AP of the averaged model and of its own model
   on its own test rows. The largest shortfall ``own - average`` over every site and setting is
   what the bound of :mod:`slate.training.final_check` (0.05) must stay above.
-* **The lies** (``SLATE_ATTACK``, :mod:`slate.training.lies`), 2 000 iterations each: per
+* **The lies** (``SLATE_ATTACK``, :mod:`slate.faults.lies`), 2 000 iterations each: per
   honest site, its exit code, the first line of its error, and the AP of its ``model.pt`` on its
   own test file (``slate evaluate``) beside the AP its summary states.
 

@@ -2,7 +2,7 @@
 
 One party (rank 1) sends, from iteration 0, ``SLATE_ATTACK=1@0:drift:K``: its own model moved
 ``K`` times the median distance to the messages it received, towards its model with the output
-layer negated (:func:`slate.communication.robust.drift_message`): a message that stays about
+layer negated (:func:`slate.faults.attacks.drift_message`): a message that stays about
 as far as an honest neighbour's. On the simulator with w7a, 2 000 iterations, every run with
 ``--robust clip``, against the same run without an attacker: N = 4 on a ring, N = 8 and 16 on a
 ring, ``exponential`` and ``base-2``.

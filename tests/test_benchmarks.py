@@ -6,7 +6,7 @@ import torch
 
 from benchmarks.cases import LR, MARGIN, hand_mlp_step
 from slate.algorithms import AlgorithmConfig, build_algorithm
-from slate.engines.compute import Batch, PartyCompute
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.engines.simulator import SimulatorCommunicator
 from slate.models import build_model
 from slate.topology import build_topology

@@ -1,5 +1,6 @@
 """The package map of ``docs/index.md`` holds: each subpackage imports only the layers below its
-own, and no modules import each other in a circle.
+own and only what its row's "may import" column names, and no modules import each other in a
+circle.
 
 Every ``import slate...`` and ``from slate... import`` in ``src/slate`` is read with :mod:`ast`,
 including the imports inside functions and under ``TYPE_CHECKING`` (a circle that only a lazy
@@ -9,6 +10,7 @@ import hides is still a circle of the design).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -18,13 +20,14 @@ PACKAGE = ROOT / "src" / "slate"
 
 #: Bottom to top. A unit (a subpackage, or a module at the top of ``src/slate``) may import
 #: units of its own layer or of the layers below. Within a layer the order below is the order
-#: of the allowed imports too (``optim`` uses ``algorithms``, not the other way round).
+#: of the allowed imports too (``optim`` uses ``engines``, ``algorithms`` does not).
 LAYERS: list[list[str]] = [
     ["errors", "version", "config", "permissions"],
-    ["metrics", "objectives", "models", "topology", "security"],
+    ["metrics", "objectives", "models", "topology", "security", "faults"],
     ["communication"],
+    ["algorithms"],
     ["data", "engines"],
-    ["algorithms", "optim"],
+    ["optim"],
     ["inference"],
     ["training"],
     ["estimator", "studies"],
@@ -147,6 +150,67 @@ def test_the_package_map_names_every_unit(unit):
     doc = (ROOT / "docs" / "index.md").read_text()
     name = f"`{unit}.py`" if (PACKAGE / f"{unit}.py").is_file() else f"`{unit}/`"
     assert name in doc.split("## Package map")[1].split("Module by module")[0]
+
+
+GROUND = LAYERS[0]
+
+
+def package_map() -> dict[str, set[str]]:
+    """The package map's "may import" column (``docs/index.md``): each unit of a row (its first
+    column) and the units it may import. ``ground`` is :data:`GROUND`; ``everything below`` the
+    units of the layers below; ```X``, and what it imports`` X and X's own column; ``nothing of
+    slate`` none."""
+    doc = (ROOT / "docs" / "index.md").read_text()
+    table = doc.split("## Package map")[1].split("Module by module")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `") or
+            line.startswith("| ground")]  # fmt: skip
+    allowed: dict[str, set[str]] = {}
+    for row in reversed(rows):  # bottom up: "what it imports" names a row below
+        package, _, may = (cell.strip() for cell in row.strip("|").split("|"))
+        units = [re.sub(r"(/|\.py)$", "", name) for name in re.findall(r"`([^`]+)`", package)]
+        named = {re.sub(r"(/|\.py)$", "", name) for name in re.findall(r"`([^`]+)`", may)}
+        if "everything below" in may:
+            named = {u for u in RANK if RANK[u][0] < min(RANK[unit][0] for unit in units)}
+        if "and what it imports" in may:
+            named |= set().union(*(allowed[u] for u in list(named)))
+        if re.search(r"\bground\b", may):
+            named |= set(GROUND)
+        for unit in units:
+            allowed[unit] = named
+    return allowed
+
+
+def test_the_package_map_reader_reads_every_kind_of_row():
+    allowed = package_map()
+    assert allowed["errors"] == set()  # nothing of slate
+    assert allowed["cli"] == set(RANK) - {"cli", "__init__", "__main__"}  # everything below
+    assert "algorithms" in allowed["studies"] and "engines" in allowed["studies"]  # and what ...
+    assert set(GROUND) <= allowed["algorithms"] and "engines" not in allowed["algorithms"]
+
+
+def test_every_import_is_allowed_by_the_package_map_s_may_import_column():
+    allowed = package_map()
+    assert set(allowed) == set(RANK) - {"__init__", "__main__"}  # (they sit on top)
+    outside = sorted(
+        f"{module} -> {target}"
+        for module, imported in import_graph().items()
+        if unit_of(module) in allowed
+        for target in imported
+        if unit_of(target) != unit_of(module) and unit_of(target) not in allowed[unit_of(module)]
+    )
+    assert not outside, "imports the package map's may-import column does not allow:\n" + (
+        "\n".join(outside)
+    )
+
+
+def test_the_package_map_allows_no_import_up_a_layer():
+    upward = sorted(
+        f"{unit} may import {other}"
+        for unit, others in package_map().items()
+        for other in others
+        if RANK[other] > RANK[unit]
+    )
+    assert not upward
 
 
 def test_no_file_is_longer_than_600_lines():

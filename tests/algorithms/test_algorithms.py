@@ -12,9 +12,9 @@ from torch import Tensor
 
 from slate.algorithms import AlgorithmConfig, build_algorithm
 from slate.algorithms.coda import CODA_OBJECTIVES, auc_square_loss
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.data.partition import stratified_partition
 from slate.data.sampler import PartySampler
-from slate.engines.compute import Batch, PartyCompute
 from slate.engines.simulator import SimulatorCommunicator
 from slate.models import MLP, seeded
 from slate.objectives import sigmoid_ap_objective
@@ -34,8 +34,10 @@ def problem():
     return x, torch.from_numpy(y), parts, model
 
 
-def simulate(problem, name, topology="ring", n=N, steps=STEPS, **config):
-    """Run ``name`` the way slate.training.loop.Run does: first_step at iteration 0 if needed."""
+def simulate(problem, name, topology="ring", n=N, steps=STEPS, mixer=None, **config):
+    """Run ``name`` the way slate.training.loop.Run does: first_step at iteration 0 if needed
+    (``mixer``: any object with ``mix`` and ``mix_step``; default the simulator's
+    communicator)."""
     x, y, parts, model = problem
     parts = parts if n == N else [np.concatenate(parts)]
     algorithm = build_algorithm(name, AlgorithmConfig(**config))
@@ -47,7 +49,9 @@ def simulate(problem, name, topology="ring", n=N, steps=STEPS, **config):
         n_parties=n,
         context=algorithm.context([y[p] for p in parts]),
     )
-    comm = SimulatorCommunicator(build_topology(topology, n), torch.device("cpu"), torch.float64)
+    comm = mixer or SimulatorCommunicator(
+        build_topology(topology, n), torch.device("cpu"), torch.float64
+    )
     extra = algorithm.initial_extra(1, torch.device("cpu"), torch.float64)[0]
     params = torch.cat([compute.layout.flatten(model), extra]).expand(n, -1).clone()
     algorithm.init_state(params)
@@ -60,7 +64,8 @@ def simulate(problem, name, topology="ring", n=N, steps=STEPS, **config):
         t = 1
     idx = sampler.draw(steps - t)
     for k in range(steps - t):
-        comm.set_iteration(t + k)
+        if mixer is None:
+            comm.set_iteration(t + k)
         params, _ = algorithm.step(params, Batch(x[idx[k]], y[idx[k]]), comm, compute)
         states.append({k2: v.clone() for k2, v in algorithm.state.items()})
     return params, states, sampler, compute
@@ -72,6 +77,42 @@ def test_slate_m_with_alpha_one_equals_slate(problem, gradient_tracking):
     slate_m, _, _, _ = simulate(problem, "slate-m", alpha=1.0, initial_batch=B, **common)
     slate, _, _, _ = simulate(problem, "slate", **common)
     torch.testing.assert_close(slate_m, slate, rtol=1e-12, atol=1e-14)
+
+
+class MatrixMixer:
+    """The two methods of :class:`slate.algorithms.base.Mixer` and nothing else: ``W @ x``
+    with W built here from the ring's definition (a third to each party and its two
+    neighbours), not by slate's topology code."""
+
+    def __init__(self, n: int) -> None:
+        W = np.zeros((n, n))
+        for i in range(n):
+            for j in (i - 1, i, i + 1):
+                W[i, j % n] += 1 / 3
+        self.W = torch.from_numpy(W)
+        self.calls = 0
+
+    def mix(self, x: Tensor) -> Tensor:
+        self.calls += 1
+        return self.W @ x
+
+    def mix_step(self, x: Tensor, direction: Tensor, lr: float) -> Tensor:
+        return self.mix(x - lr * direction)
+
+
+@pytest.mark.parametrize("name", ["slate", "slate-m", "dpsgd", "coda"])
+@pytest.mark.parametrize("gradient_tracking", [False, True])
+def test_the_algorithms_need_only_mix_and_mix_step(problem, name, gradient_tracking):
+    """Every algorithm runs on a bare two-method mixer (no engine, no communicator) and computes
+    what it computes on the simulator's communicator."""
+    config = {"lr": 0.1, "gradient_tracking": gradient_tracking}
+    if name == "slate-m":
+        config["initial_batch"] = B
+    mixer = MatrixMixer(N)
+    bare, _, _, _ = simulate(problem, name, mixer=mixer, **config)
+    ours, _, _, _ = simulate(problem, name, **config)
+    assert mixer.calls == STEPS * (2 if gradient_tracking else 1)  # every step mixed through it
+    torch.testing.assert_close(bare, ours, rtol=1e-12, atol=1e-14)
 
 
 def party_gradient(model, flat, features, labels, objective):

@@ -24,8 +24,8 @@ from slate.communication.choco import (
 )
 from slate.communication.compression import parse_compressor
 from slate.communication.gossip import GossipSettings
+from slate.engines.distributed.wire.transport import DistributedCommunicator
 from slate.engines.simulator import SimulatorCommunicator
-from slate.engines.transport import DistributedCommunicator
 from slate.topology import build_topology
 
 CPU = torch.device("cpu")

@@ -1,5 +1,5 @@
 """Attacks (tests only), the watch on received values and ``--robust clip``
-(:mod:`slate.communication.robust`) against independent references."""
+(:mod:`slate.security.robust`) against independent references."""
 
 from __future__ import annotations
 
@@ -12,22 +12,22 @@ import numpy as np
 import pytest
 import torch
 
-from slate.communication.robust import (
-    Attack,
-    MessageGuard,
-    accusation_lines,
-    corrupt,
-    drift_message,
-    events_from_records,
-    parse_attacks,
-)
+from slate.algorithms.compute import FlatParameters
 from slate.config import TrainConfig
-from slate.engines.compute import FlatParameters
 from slate.engines.simulator import SimulatorCommunicator
 from slate.errors import ConfigError, TrainingDiverged
+from slate.faults import FaultPlan
+from slate.faults.attacks import Attack, Attacker, corrupt, drift_message, parse_attacks
 from slate.models.cnn import MnistCNN
 from slate.models.mlp import MLP
 from slate.models.resnet import ResNet18
+from slate.security.robust import (
+    ClippingGuard,
+    MessageGuard,
+    accusation_lines,
+    events_from_records,
+    message_guard,
+)
 from slate.topology import build_topology
 from slate.training.loop import train
 from slate.training.run import Run
@@ -69,9 +69,8 @@ def test_simulator_clipped_mix_equals_a_loop_over_edges(topology):
     x = x0 + 0.3 * rng.normal(size=(n, d))  # each party's own steps since the start
     x[4] *= 50.0  # one far party: clipped by its neighbours
     x[2] = np.nan  # one non-finite: dropped
-    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64)
-    guard = MessageGuard(n, list(range(n)), "clip")
-    comm.set_guard(guard)
+    guard = message_guard("clip", n, list(range(n)))
+    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64, guard=guard)
     guard.begin(torch.from_numpy(x0))
     got = comm.mix(torch.from_numpy(x)).numpy()
     want = brute_force_clip(x, np.array(top.matrix_at(0)), x0)
@@ -88,9 +87,8 @@ def test_nothing_is_mixed_before_a_party_has_moved():
     n, d = 4, 3
     top = build_topology("ring", n)
     x = torch.randn(n, d, dtype=torch.float64)
-    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64)
-    guard = MessageGuard(n, list(range(n)), "clip")
-    comm.set_guard(guard)
+    guard = message_guard("clip", n, list(range(n)))
+    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64, guard=guard)
     guard.begin(x)
     torch.testing.assert_close(comm.mix(x), x)
 
@@ -138,9 +136,8 @@ def test_clipping_over_rounds_with_exclusion_equals_a_brute_force_loop(topology)
     W = np.array(top.matrix_at(0))
     rng = np.random.default_rng(7)
     x0 = rng.normal(size=(n, d)) + 10.0
-    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64)
-    guard = MessageGuard(n, list(range(n)), "clip")
-    comm.set_guard(guard)
+    guard = message_guard("clip", n, list(range(n)))
+    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64, guard=guard)
     guard.begin(torch.from_numpy(x0))
     xs, got, previous = [], [], x0
     for t in range(rounds):
@@ -175,8 +172,10 @@ def test_without_clip_or_attack_the_guarded_mix_is_w_times_x():
     n, d = 6, 5
     top = build_topology("ring", n)
     x = torch.randn(n, d, dtype=torch.float64)
-    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64)
-    comm.set_guard(MessageGuard(n, list(range(n)), "none", [Attack(1, 0, "scale", 1.0)]))
+    attacker = Attacker(list(range(n)), [Attack(1, 0, "scale", 1.0)])
+    guard = message_guard("none", n, list(range(n)), attacker)
+    assert type(guard) is MessageGuard and guard.edge_by_edge  # mixed edge by edge
+    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64, guard=guard)
     W = torch.tensor(np.array(top.matrix_at(0)))
     torch.testing.assert_close(comm.mix(x), W @ x)
 
@@ -204,8 +203,8 @@ def test_attack_parsing():
 
 def test_drift_needs_a_model_with_a_linear_layer():
     with pytest.raises(ConfigError, match=r"SLATE_ATTACK: drift negates the model's output"):
-        MessageGuard(4, [1], "clip", parse_attacks("1@0:drift:1"), output_layer=None)
-    MessageGuard(4, [2], "clip", parse_attacks("1@0:drift:1"))  # not this process's party
+        FaultPlan.from_environment({"SLATE_ATTACK": "1@0:drift:1"}).attacker([1], None)
+    assert FaultPlan(attacks=(Attack(1, 0, "drift", 1.0),)).attacker([2], None) is None  # not here
 
 
 def test_the_last_linear_layer_is_found_in_the_flat_layout():
@@ -233,22 +232,21 @@ def test_the_drift_message_is_the_formula():
     rng = np.random.default_rng(3)
     x0 = rng.normal(size=(n, d))
     (attack,) = parse_attacks("1@2:drift:1.5")
-    guard = MessageGuard(n, list(range(n)), "none", [attack], output_layer=span)
+    guard = MessageGuard(n, list(range(n)), Attacker(list(range(n)), [attack], span))
     guard.begin(torch.from_numpy(x0))
     x = x0 + 0.1 * rng.normal(size=(n, d))
     guard.iteration = 1
-    torch.testing.assert_close(guard.sent_view(torch.from_numpy(x)).numpy(), x)  # not yet
+    torch.testing.assert_close(guard.sent(torch.from_numpy(x)).numpy(), x)  # not yet
     guard.iteration = 2
     # Nothing received yet: D is its own movement since the start.
-    sent = guard.sent_view(torch.from_numpy(x)).numpy()
+    sent = guard.sent(torch.from_numpy(x)).numpy()
     moved = float(np.linalg.norm(x[1] - x0[1]))
     np.testing.assert_allclose(sent[1], drift_by_hand(x[1], moved, 1.5, *span), rtol=1e-12)
     np.testing.assert_array_equal(sent[[0, 2, 3]], x[[0, 2, 3]])
     # A simulator round on a ring: party 1 hears 0 and 2; D is the median of the two distances
     # (their mean), and party 1's own row stays honest.
     top = build_topology("ring", n)
-    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64)
-    comm.set_guard(guard)
+    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64, guard=guard)
     comm.set_iteration(2)
     mixed = comm.mix(torch.from_numpy(x)).numpy()
     W = np.array(top.matrix_at(0))
@@ -257,7 +255,7 @@ def test_the_drift_message_is_the_formula():
     np.testing.assert_allclose(mixed[0], want_0, rtol=1e-12)
     heard = np.mean([np.linalg.norm(x[j] - x[1]) for j in (0, 2)])
     y = mixed + 0.05 * rng.normal(size=(n, d))
-    sent = guard.sent_view(torch.from_numpy(y)).numpy()
+    sent = guard.sent(torch.from_numpy(y)).numpy()
     np.testing.assert_allclose(sent[1], drift_by_hand(y[1], heard, 1.5, *span), rtol=1e-12)
     np.testing.assert_allclose(
         sent[1], drift_message(torch.from_numpy(y[1]), torch.tensor(heard), 1.5, span).numpy()
@@ -270,11 +268,11 @@ def test_each_attack_corrupts_what_is_sent_and_not_the_attackers_state(kind):
     x = torch.randn(n, d, dtype=torch.float64) + 1.0
     before = x.clone()
     (attack,) = parse_attacks(f"1@3:{kind}")
-    guard = MessageGuard(n, list(range(n)), "none", [attack])
+    guard = MessageGuard(n, list(range(n)), Attacker(list(range(n)), [attack]))
     guard.iteration = 2
-    assert guard.sent_view(x) is x  # not yet
+    assert guard.sent(x) is x  # not yet
     guard.iteration = 3
-    sent = guard.sent_view(x)
+    sent = guard.sent(x)
     torch.testing.assert_close(x, before)  # the attacker's own copy is honest
     torch.testing.assert_close(sent[[0, 2, 3]], x[[0, 2, 3]])
     expected = {"nan": torch.full((d,), float("nan"), dtype=x.dtype), "scale:3": 3 * x[1],
@@ -283,8 +281,7 @@ def test_each_attack_corrupts_what_is_sent_and_not_the_attackers_state(kind):
     torch.testing.assert_close(corrupt(x[1], attack), expected, equal_nan=True)
     # In a simulator round the others receive the corrupted row; the attacker mixes its own.
     top = build_topology("ring", n)
-    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64)
-    comm.set_guard(guard)
+    comm = SimulatorCommunicator(top, torch.device("cpu"), torch.float64, guard=guard)
     comm.set_iteration(3)
     mixed = comm.mix(x)
     W = torch.tensor(np.array(top.matrix_at(0)))
@@ -298,40 +295,33 @@ def test_each_attack_corrupts_what_is_sent_and_not_the_attackers_state(kind):
 SMALL = dict(dataset="digits", nodes=4, topology="ring", iterations=60, eval_every=30, seed=3)
 
 
-def small_run(tmp_path, name, monkeypatch, attack=None, **flags):
-    if attack:
-        monkeypatch.setenv("SLATE_ATTACK", attack)
-    else:
-        monkeypatch.delenv("SLATE_ATTACK", raising=False)
+def small_run(tmp_path, name, attack=None, **flags):
+    faults = FaultPlan.from_environment({"SLATE_ATTACK": attack} if attack else {})
     config = TrainConfig(**{**SMALL, **flags, "out": str(tmp_path / name)})
-    return train(config, progress=False, log=lambda _: None).summary
+    return train(config, progress=False, log=lambda _: None, faults=faults).summary
 
 
 @pytest.mark.parametrize("compress", ["none", "int8"])
-def test_nan_attack_without_robust_names_the_attacker(compress, tmp_path, monkeypatch):
+def test_nan_attack_without_robust_names_the_attacker(compress, tmp_path):
     with pytest.raises(TrainingDiverged, match=r"Party 2 sent non-finite") as err:
-        small_run(tmp_path, "nan", monkeypatch, "2@5:nan", compress=compress)
+        small_run(tmp_path, "nan", "2@5:nan", compress=compress)
     assert "learning rate" not in str(err.value)
 
 
-def test_a_huge_scale_without_robust_names_the_attacker(tmp_path, monkeypatch):
+def test_a_huge_scale_without_robust_names_the_attacker(tmp_path):
     with pytest.raises(TrainingDiverged, match=r"Party 2 sent .* at iteration 5:") as err:
-        small_run(tmp_path, "scale", monkeypatch, "2@5:scale:1e30")
+        small_run(tmp_path, "scale", "2@5:scale:1e30")
     assert "learning rate" not in str(err.value)
 
 
 @pytest.fixture(scope="module")
 def clean_ap(tmp_path_factory):
     """AP of the small run under ``--robust clip`` without an attacker, per ``--compress``."""
-    mp = pytest.MonkeyPatch()
-    try:
-        return {
-            compress: small_run(tmp_path_factory.mktemp(compress), "clean", mp, robust="clip",
-                                compress=compress)["test_ap"]
-            for compress in ("none", "int8")
-        }  # fmt: skip
-    finally:
-        mp.undo()
+    return {
+        compress: small_run(tmp_path_factory.mktemp(compress), "clean", robust="clip",
+                            compress=compress)["test_ap"]
+        for compress in ("none", "int8")
+    }  # fmt: skip
 
 
 def assert_accused_only_by_its_neighbours(summary, attacker=1, neighbours=(0, 2)):
@@ -345,19 +335,19 @@ def assert_accused_only_by_its_neighbours(summary, attacker=1, neighbours=(0, 2)
 
 @pytest.mark.parametrize("compress", ["none", "int8"])
 @pytest.mark.parametrize("kind", ["nan", "scale:1e30", "signflip", "zeros"])
-def test_robust_clip_holds_against_each_attack(kind, compress, clean_ap, tmp_path, monkeypatch):
-    summary = small_run(tmp_path, "attacked", monkeypatch, f"1@0:{kind}", robust="clip",
+def test_robust_clip_holds_against_each_attack(kind, compress, clean_ap, tmp_path):
+    summary = small_run(tmp_path, "attacked", f"1@0:{kind}", robust="clip",
                         compress=compress)  # fmt: skip
     assert summary["test_ap"] >= clean_ap[compress] - 0.05
     assert_accused_only_by_its_neighbours(summary)
 
 
 @pytest.mark.parametrize("factor", ["0.5", "1", "1.5", "3"])
-def test_a_drift_never_gets_an_honest_party_excluded_or_accused(factor, tmp_path, monkeypatch):
+def test_a_drift_never_gets_an_honest_party_excluded_or_accused(factor, tmp_path):
     """A drifting neighbour stays plausible: it is clipped, and nobody is excluded; an honest
     party dragged by it is not either (a rule that excluded senders clipped again and again
     excluded honest neighbours here)."""
-    summary = small_run(tmp_path, "drift", monkeypatch, f"1@0:drift:{factor}", robust="clip",
+    summary = small_run(tmp_path, "drift", f"1@0:drift:{factor}", robust="clip",
                         iterations=300, eval_every=300)  # fmt: skip
     events = {e["rank"]: e for e in summary["party_events"] if e["event"] == "robust"}
     assert all(e["accused_by"] == [] and e["far"] == 0 for e in events.values())
@@ -399,16 +389,17 @@ def test_the_report_names_only_the_accusing_receivers():
 
 
 @pytest.mark.parametrize("attack", ["1@0:signflip", "1@0:drift:3"])
-def test_robust_clip_resumes_bit_identically(attack, monkeypatch):
+def test_robust_clip_resumes_bit_identically(attack):
     """The clipping window, the exclusions and the drift's memory are checkpointed: stop,
     resume, same bits."""
-    monkeypatch.setenv("SLATE_ATTACK", attack)
+    faults = FaultPlan.from_environment({"SLATE_ATTACK": attack})
     config = TrainConfig(**{**SMALL, "robust": "clip", "iterations": 40})
-    whole = Run(config)
+    whole = Run(config, faults=faults)
+    assert isinstance(whole.guard, ClippingGuard)
     whole.advance(40)
-    first = Run(config)
+    first = Run(config, faults=faults)
     first.advance(13)  # before the exclusion (iteration 15)
-    second = Run(config)
+    second = Run(config, faults=faults)
     second.load_state_dict(first.state_dict())
     second.advance(27)
     assert torch.equal(second.x, whole.x)

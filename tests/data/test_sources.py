@@ -12,7 +12,7 @@ from slate.config import TrainConfig
 from slate.data.local_data import party_path, uses_party_files
 from slate.data.schema import Schema, SchemaMismatch, check_agreement, column_order
 from slate.data.sources import load_local_data
-from slate.engines.local import SimulatorEngine
+from slate.engines.simulator import SimulatorEngine
 from slate.errors import DataError
 from slate.training.loop import train
 

@@ -7,7 +7,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from slate import APLoss
-from slate.engines.compute import Batch, FlatParameters, PartyCompute
+from slate.algorithms.compute import Batch, FlatParameters, PartyCompute
 from slate.models import MLP, seeded
 from slate.objectives.ap import sigmoid_ap_objective
 

@@ -9,7 +9,7 @@ import sys
 def test_native_writes_go_to_the_log_and_python_messages_stay(tmp_path):
     program = (
         "import os, sys; from pathlib import Path;"
-        "from slate.engines.debug_log import send_native_stderr_to;"
+        "from slate.engines.distributed.control.debug_log import send_native_stderr_to;"
         f"path = send_native_stderr_to(Path({str(tmp_path / 'run')!r}), 3);"
         "os.write(2, b'[W native] hostname of the client socket cannot be retrieved\\n');"
         "print('slate: error: one paragraph', file=sys.stderr)"
@@ -22,7 +22,7 @@ def test_native_writes_go_to_the_log_and_python_messages_stay(tmp_path):
 
 
 def test_the_launcher_names_the_log_of_a_party_killed_by_a_signal(capsys):
-    from slate.engines.launch import _report_abnormal_ends
+    from slate.engines.distributed.control.launch import _report_abnormal_ends
 
     _report_abnormal_ends([0, -9, 2, -6], ["a.log", "b.log", "c.log", "d.log"])
     lines = capsys.readouterr().err.splitlines()

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from slate.engines import launch
-from slate.engines.launch import choose_gloo_interface, serve_rendezvous
-from slate.engines.liveness import Heartbeat
-from slate.engines.store_records import Records
+from slate.engines.distributed.control import launch
+from slate.engines.distributed.control.launch import choose_gloo_interface, serve_rendezvous
+from slate.engines.distributed.control.liveness import Heartbeat
+from slate.engines.distributed.control.store_records import Records
 from slate.errors import ConfigError
 
 

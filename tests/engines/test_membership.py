@@ -13,11 +13,11 @@ import time
 import pytest
 import torch.distributed as dist
 
-from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter
-from slate.engines.liveness import FINAL_MEMBERS_KEY, PREFIX, Heartbeat
-from slate.engines.lookout import LOOK_SECONDS, Lookout, Sighting
-from slate.engines.membership import Change, Membership, PartyLost
-from slate.engines.store_records import Records
+from slate.engines.distributed.control.failures import ExchangeFailed, FailureGuard, Waiter
+from slate.engines.distributed.control.liveness import FINAL_MEMBERS_KEY, PREFIX, Heartbeat
+from slate.engines.distributed.control.lookout import LOOK_SECONDS, Lookout, Sighting
+from slate.engines.distributed.control.membership import Change, Membership, PartyLost
+from slate.engines.distributed.control.store_records import Records
 
 
 @pytest.fixture

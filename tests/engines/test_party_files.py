@@ -166,7 +166,11 @@ def test_bad_party_flags_are_one_clear_error(flags, message, capsys):
 
 
 def test_non_loopback_rendezvous_warns_about_the_transport():
-    from slate.engines.launch import INSECURE_WARNING, is_loopback, parse_rendezvous
+    from slate.engines.distributed.control.launch import (
+        INSECURE_WARNING,
+        is_loopback,
+        parse_rendezvous,
+    )
 
     assert parse_rendezvous("[::1]:29500") == ("::1", 29500)
     assert is_loopback("127.0.0.5") and is_loopback("::1") and is_loopback("localhost")

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 from slate import APLoss
 from slate.algorithms import AlgorithmConfig, build_algorithm
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.data.partition import stratified_partition
 from slate.data.sampler import PartySampler
-from slate.engines.compute import Batch, PartyCompute
 from slate.engines.simulator import SimulatorCommunicator
 from slate.models import MLP, seeded
 from slate.topology import build_topology

@@ -16,7 +16,7 @@ from torch import nn
 
 from slate import APLoss
 from slate.algorithms import SLATE, AlgorithmConfig
-from slate.engines.compute import Batch, PartyCompute
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.engines.simulator import SimulatorCommunicator
 from slate.errors import ConfigError
 from slate.models import MODEL_NAMES, ResNet18, build_model, seeded

@@ -25,10 +25,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from slate.engines import session
-from slate.engines.launch import serve_rendezvous
-from slate.engines.liveness import FINAL_MEMBERS_KEY, LEFT_KEY
-from slate.engines.store_records import Records
+from slate.engines.distributed.control import session
+from slate.engines.distributed.control.launch import serve_rendezvous
+from slate.engines.distributed.control.liveness import FINAL_MEMBERS_KEY, LEFT_KEY
+from slate.engines.distributed.control.store_records import Records
 from slate.security import site_identity
 from tests.sites import (
     HAVE_W7A,
@@ -48,7 +48,7 @@ pytestmark = [
 
 ATTACKER = """
 import os, pickle, sys
-import slate.engines.json_exchange as engine
+import slate.engines.distributed.wire.json_exchange as engine
 
 class Payload:
     def __reduce__(self):
@@ -66,7 +66,7 @@ sys.exit(main(sys.argv[1:]))
 
 STRANGER = """
 import sys
-import slate.engines.launch as launch
+import slate.engines.distributed.control.launch as launch
 
 launch._check_rendezvous_roster = lambda *args: None  # an attacker's copy skips the check
 from slate.cli import main

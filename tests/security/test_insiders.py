@@ -1,6 +1,6 @@
 """A site on the roster that lies in a sum, tried as an insider would, on real processes: four
 sites with their own w7a files and a roster, one of them lying through ``SLATE_ATTACK``
-(:mod:`slate.training.lies`). Every honest site must either finish with a ``model.pt`` whose AP
+(:mod:`slate.faults.lies`). Every honest site must either finish with a ``model.pt`` whose AP
 on its own test file (``slate evaluate``) is the one its summary states, or stop with one
 paragraph naming the failed check; never a summary that differs from its own model.
 """

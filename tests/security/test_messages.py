@@ -8,7 +8,7 @@ import json
 import pytest
 
 from slate.data.schema import SCHEMA_SHAPE, PartyCounts, Schema
-from slate.engines.local import SimulatorEngine
+from slate.engines.simulator import SimulatorEngine
 from slate.security.messages import (
     ANY,
     ListOf,

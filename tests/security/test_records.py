@@ -19,14 +19,19 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from slate.engines.liveness import (
+from slate.engines.distributed.control.liveness import (
     FINAL_MEMBERS_KEY,
     Liveness,
     final_members,
     registered_process,
 )
-from slate.engines.membership import Change, Membership
-from slate.engines.store_records import RECORD_LIMIT, Records, SigningStore, _signed_bytes
+from slate.engines.distributed.control.membership import Change, Membership
+from slate.engines.distributed.control.store_records import (
+    RECORD_LIMIT,
+    Records,
+    SigningStore,
+    _signed_bytes,
+)
 from slate.security import SiteIdentity, make_roster, read_private_key, write_keypair
 
 GENERATION = 2  # the reader's current generation

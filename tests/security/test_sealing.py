@@ -39,7 +39,7 @@ from slate.security.sealing import (
 
 RUN = "run-7"
 GEN = 3
-SESSION = "c3" * 32  # this start of the run (slate.engines.session)
+SESSION = "c3" * 32  # this start of the run (slate.engines.distributed.control.session)
 EARLIER = "d4" * 32  # an earlier run with the same roster
 
 

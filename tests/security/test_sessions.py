@@ -1,8 +1,8 @@
 """Sessions, deleted records and a stranger at a gloo listener.
 
-* the session id of a start (:mod:`slate.engines.session`): two starts give two ids, each the
-  SHA-256 spelt out here; a record or sealing key of another session is refused; a replayed old
-  nonce never makes an old session again; sites that cannot agree stop;
+* the session id of a start (:mod:`slate.engines.distributed.control.session`): two starts give two
+  ids, each the SHA-256 spelt out here; a record or sealing key of another session is refused; a
+  replayed old nonce never makes an old session again; sites that cannot agree stop;
 * real processes (per-site w7a files, ``slate rendezvous``, one ``--rank`` process per site):
   an earlier run's signed records (the end of the run, the leave records, ``slate/generation``,
   its session records and store nonce) replayed into a new run with the same roster are refused,
@@ -28,11 +28,16 @@ from types import SimpleNamespace
 import pytest
 import torch.distributed as dist
 
-from slate.engines import session, start_up
-from slate.engines.handshake import MARGIN_S
-from slate.engines.launch import serve_rendezvous
-from slate.engines.liveness import FINAL_MEMBERS_KEY, LEFT_KEY, confirm_leave, leave_run
-from slate.engines.store_records import Records
+from slate.engines.distributed.control import session, start_up
+from slate.engines.distributed.control.launch import serve_rendezvous
+from slate.engines.distributed.control.liveness import (
+    FINAL_MEMBERS_KEY,
+    LEFT_KEY,
+    confirm_leave,
+    leave_run,
+)
+from slate.engines.distributed.control.store_records import Records
+from slate.engines.distributed.wire.handshake import MARGIN_S
 from slate.security import SiteIdentity, make_roster, read_private_key, write_keypair
 from tests.sites import (
     HAVE_W7A,

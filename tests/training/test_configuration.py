@@ -68,7 +68,7 @@ def _table(path, rows: int = 400, positives: int = 40) -> None:
 
 
 def test_the_launcher_reads_a_table_once_to_choose_n_and_check_it(tmp_path, monkeypatch):
-    import slate.engines.launch as launch_module
+    import slate.engines.distributed.control.launch as launch_module
     from slate.training.party_process import launch
 
     _table(tmp_path / "t.csv")

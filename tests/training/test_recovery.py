@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from slate.config import TrainConfig, resolve_config
-from slate.engines.membership import Change, PartyLost
+from slate.engines.distributed.control.membership import Change, PartyLost
 from slate.errors import ConfigError
 from slate.topology import build_topology, diameter, surviving_graph
 from slate.training.checks import parse_drops

@@ -9,7 +9,7 @@ import pytest
 
 from slate.config import TrainConfig, resolve_config
 from slate.data.sources import load_dataset, load_local_data
-from slate.engines.local import SimulatorEngine
+from slate.engines.simulator import SimulatorEngine
 from slate.training.tune import tune, tuning_data, validation_split
 
 

@@ -1,18 +1,35 @@
-"""What every algorithm shares: hyperparameter validation, state, and the step signature."""
+"""What every algorithm shares: hyperparameter validation, state, the step signature, and the
+:class:`Mixer` it mixes through."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
 
-__all__ = ["Algorithm", "AlgorithmConfig", "validate_positive"]
+__all__ = ["Algorithm", "AlgorithmConfig", "Mixer", "validate_positive"]
+
+
+class Mixer(Protocol):
+    r"""All an algorithm asks of the parties' communication: both engines' communicators
+    (:class:`slate.engines.base.Communicator`) satisfy it, and the algorithms never know which
+    engine carries it out.
+
+    ``mix(x)`` applies the current round's gossip matrix to the stacked parameters ``x (P, d)``,
+    :math:`x_n \leftarrow \sum_r w_{nr} x_r` (the identity on an iteration without gossip);
+    ``mix_step(x, direction, lr)`` is ``mix(x - lr * direction)``, a local step then one round
+    (Alg. 1 line 9), which an engine may carry out in one fused pass.
+    """
+
+    def mix(self, x: Tensor) -> Tensor: ...
+
+    def mix_step(self, x: Tensor, direction: Tensor, lr: float) -> Tensor: ...
 
 
 def validate_positive(name: str, value: float) -> None:
@@ -76,7 +93,7 @@ class Algorithm(ABC):
         return 0
 
     def first_step(
-        self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute
+        self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute
     ) -> tuple[Tensor, Tensor]:
         """Iteration 0 on ``k`` stacked batches (block major); only algorithms that need it."""
         raise NotImplementedError
@@ -116,6 +133,6 @@ class Algorithm(ABC):
 
     @abstractmethod
     def step(
-        self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute
+        self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute
     ) -> tuple[Tensor, Tensor]:
         """One iteration on every party. Returns the new ``x`` and the parties' losses ``(P,)``."""

@@ -34,10 +34,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from slate.algorithms.base import Algorithm, AlgorithmConfig, validate_positive
+from slate.algorithms.base import Algorithm, AlgorithmConfig, Mixer, validate_positive
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
 
 __all__ = ["CODA", "CODA_OBJECTIVES", "auc_margin_loss", "auc_square_loss"]
@@ -101,7 +100,7 @@ class CODA(Algorithm):
             return torch.full((len(labels_per_party), 1), float(rate), dtype=torch.float64)
         return torch.stack([labels.double().mean() for labels in labels_per_party])[:, None]
 
-    def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
+    def step(self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute):
         losses, grads = compute(x, batch)
         # Gradient tracking (off in the paper's experiments) tracks the whole SGDA direction.
         grads = tracked_direction(self.state, grads, comm, self.config.gradient_tracking)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from slate.algorithms.base import Algorithm
+from slate.algorithms.base import Algorithm, Mixer
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
 from slate.objectives.bce import bce_objective
 
 __all__ = ["DPSGD"]
@@ -30,7 +29,7 @@ class DPSGD(Algorithm):
     def objective(self) -> Objective:
         return bce_objective
 
-    def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
+    def step(self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute):
         losses, grad = compute(x, batch)
         direction = tracked_direction(self.state, grad, comm, self.config.gradient_tracking)
         return comm.mix_step(x, direction, self.config.lr), losses

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from slate.algorithms.base import Algorithm, validate_positive
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
+from slate.algorithms.base import Algorithm, Mixer, validate_positive
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.objectives.ap import sigmoid_ap_objective
 
 __all__ = ["SLATE", "tracked_direction"]
 
 
 def tracked_direction(
-    state: dict[str, Tensor], u: Tensor, comm: Communicator, gradient_tracking: bool
+    state: dict[str, Tensor], u: Tensor, comm: Mixer, gradient_tracking: bool
 ) -> Tensor:
     """Alg. 1 line 8 (Alg. 2 line 11): ``v_t = mix(v_{t-1} + u_t - u_{t-1})``, or ``u_t`` if off."""
     if not gradient_tracking:
@@ -49,7 +48,7 @@ class SLATE(Algorithm):
     def objective(self) -> Objective:
         return sigmoid_ap_objective(self.config.margin)
 
-    def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
+    def step(self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute):
         losses, u = compute(x, batch)  # line 7, eq. (6) by autograd
         v = tracked_direction(self.state, u, comm, self.config.gradient_tracking)  # line 8
         return comm.mix_step(x, v, self.config.lr), losses  # line 9

@@ -30,10 +30,9 @@ import math
 import torch
 from torch import Tensor
 
-from slate.algorithms.base import Algorithm, AlgorithmConfig, validate_positive
+from slate.algorithms.base import Algorithm, AlgorithmConfig, Mixer, validate_positive
+from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
 from slate.objectives.ap import sigmoid_ap_objective
 
@@ -75,20 +74,20 @@ class SLATEM(Algorithm):
         if self.config.gradient_tracking:
             self.state["v"] = zeros.clone()
 
-    def _consensus(self, x: Tensor, u: Tensor, comm: Communicator) -> Tensor:
+    def _consensus(self, x: Tensor, u: Tensor, comm: Mixer) -> Tensor:
         """Lines 11-12: track (if on) and take the consensus step; updates the stored u and v."""
         v = tracked_direction(self.state, u, comm, self.config.gradient_tracking)
         self.state["u"], self.state["x_prev"] = u, x
         return comm.mix_step(x, v, self.config.lr)
 
-    def first_step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
+    def first_step(self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute):
         blocks = batch.labels.shape[0] // x.shape[0]
         losses, grads = compute(x.repeat(blocks, 1), batch, once=True)  # line 3, one call
         u0 = grads.view(blocks, *x.shape).mean(dim=0)
         # Line 4 sets v_0 = mix(u_0): the tracking update from v_{-1} = u_{-1} = 0.
         return self._consensus(x, u0, comm), losses.view(blocks, -1).mean(dim=0)
 
-    def step(self, x: Tensor, batch: Batch, comm: Communicator, compute: PartyCompute):
+    def step(self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute):
         alpha = self.config.alpha
         if self.config.momentum == "ema":
             losses, g = compute(x, batch)

@@ -31,7 +31,9 @@ __all__ = [
 
 def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``slate train``: the simulator in this process, the local launcher, a launched worker,
-    or one ``--rank`` party."""
+    or one ``--rank`` party. The ``SLATE_*`` test hooks are read here, once per process
+    (:class:`slate.faults.FaultPlan`); the launcher's workers read their own."""
+    from slate.faults import FaultPlan
     from slate.training.loop import train
 
     if args.resume:
@@ -52,19 +54,21 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "HOST:PORT; the local launcher's parties run in one trusted machine."
         )
     if joins_alone(args):
-        return run_party(config, args)
+        return run_party(config, args, FaultPlan.from_environment())
     if args.engine == "distributed":
-        from slate.engines.launch import in_worker
+        from slate.engines.distributed.control.launch import in_worker
 
         if in_worker():
-            return run_worker(config, args)
+            return run_worker(config, args, FaultPlan.from_environment())
         return launch(config, argv, args.timeout)
     from slate.training.configuration import resolve_and_check
 
     settings, data = resolve_and_check(config), None
     if not args.resume:
         settings, data = with_default_parties(settings)
-    train(settings, progress=not args.no_progress, resume=bool(args.resume), data=data)
+    faults = FaultPlan.from_environment()
+    train(settings, progress=not args.no_progress, resume=bool(args.resume), data=data,
+          faults=faults)  # fmt: skip
     return 0
 
 
@@ -147,7 +151,7 @@ def resumed_config(folder: str, argv: Sequence[str], record: dict) -> TrainConfi
 def is_worker(args: argparse.Namespace) -> bool:
     """A party process of the distributed engine (started by the launcher, torchrun, or on its
     own with --rank)."""
-    from slate.engines.launch import in_worker
+    from slate.engines.distributed.control.launch import in_worker
 
     if args.command != "train":
         return False
@@ -194,7 +198,7 @@ def run_topology(args: argparse.Namespace) -> int:
 
 def run_rendezvous(args: argparse.Namespace) -> int:
     """``slate rendezvous``: host the rendezvous store of one multi-site run."""
-    from slate.engines.launch import serve_rendezvous
+    from slate.engines.distributed.control.launch import serve_rendezvous
 
     if args.idle_timeout < 0:
         raise ConfigError(f"--idle-timeout must be 0 (never) or positive, got {args.idle_timeout}.")

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from slate.communication.compression import Compressor
-from slate.communication.robust import MessageGuard
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
 __all__ = [
@@ -152,6 +152,8 @@ class ChocoGossip:
         gamma: the consensus step :math:`\\gamma`.
         x0: the parties' common starting parameters ``(P, d)`` (the copies' first value).
         exchange: sends each edge's payload to its peer and returns the peers' payloads.
+        guard: what the parties send and how the copies mix
+            (:class:`~slate.security.robust.MessageGuard`); None: plain, unwatched.
     """
 
     def __init__(
@@ -162,6 +164,7 @@ class ChocoGossip:
         gamma: float,
         x0: Tensor,
         exchange: Exchange,
+        guard: MessageGuard | None = None,
     ) -> None:
         self.compressor = compressor
         self.gamma = float(gamma)
@@ -170,7 +173,7 @@ class ChocoGossip:
         start = x0.index_select(0, self.edges.slot_rows.to(x0.device))
         self.sent = start.clone()  # hat x_{i -> j}: our own public copy on each edge
         self.received = start.clone()  # hat x_{j -> i}: the neighbour's public copy
-        self.guard: MessageGuard | None = None  # attacks, watching, --robust (set by the run)
+        self.guard = guard  # the watch, --robust, a test's attacker (slate.security.robust)
 
     def payload_bytes(self, d: int) -> int:
         return self.compressor.payload_bytes(d)
@@ -181,7 +184,7 @@ class ChocoGossip:
         if edges.count == 0:
             return x, 0
         d = x.shape[1]
-        sending = x if self.guard is None else self.guard.sent_view(x)
+        sending = x if self.guard is None else self.guard.sent(x)
         delta = sending.index_select(0, edges.rows) - self.sent.index_select(0, edges.slots)
         payload = self.compressor.encode(delta)
         incoming = self.exchange(payload, edges)
@@ -191,7 +194,12 @@ class ChocoGossip:
         self.sent.index_add_(0, edges.slots, self.compressor.decode(payload, d, x.dtype))
         arrived = self.compressor.decode(incoming, d, x.dtype)
         if self.guard is not None:
-            return guarded_round(self, x, edges, arrived), edges.count
+            senders = torch.tensor(edges.peers, dtype=torch.long, device=x.device)
+            mixed = self.guard.copies_round(
+                x, arrived, self.received, self.sent, edges.slots, edges.rows, edges.weights,
+                senders, self.gamma,
+            )  # fmt: skip
+            return mixed, edges.count
         self.received.index_add_(0, edges.slots, arrived)
         gap = self.received.index_select(0, edges.slots) - self.sent.index_select(0, edges.slots)
         return x.index_add(0, edges.rows, gap * edges.weights, alpha=self.gamma), edges.count
@@ -207,30 +215,6 @@ class ChocoGossip:
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.sent = state["sent"].to(self.sent.device, self.sent.dtype).clone()
         self.received = state["received"].to(self.received.device, self.received.dtype).clone()
-
-
-def guarded_round(choco: ChocoGossip, x: Tensor, edges: RoundEdges, arrived: Tensor) -> Tensor:
-    """The end of a CHOCO round with a :class:`~slate.communication.robust.MessageGuard`:
-    non-finite increments are watched; with ``--robust clip`` they are dropped (the copy
-    keeps its value) and :math:`\\hat x_{j \\to i} - \\hat x_{i \\to j}` is clipped."""
-    guard = choco.guard
-    assert guard is not None
-    senders = torch.tensor(edges.peers, dtype=torch.long, device=x.device)
-    if not guard.robust:
-        guard.watch(arrived, senders, choco.sent.index_select(0, edges.slots))
-        choco.received.index_add_(0, edges.slots, arrived)
-        if guard.drifting:
-            own = x.index_select(0, edges.rows)
-            guard.hear(own, choco.received.index_select(0, edges.slots), edges.rows)
-        gap = choco.received.index_select(0, edges.slots) - choco.sent.index_select(0, edges.slots)
-        return x.index_add(0, edges.rows, gap * edges.weights, alpha=choco.gamma)
-    finite = torch.isfinite(arrived).all(dim=1, keepdim=True)
-    choco.received.index_add_(0, edges.slots, torch.where(finite, arrived, 0.0))
-    theirs = torch.where(finite, choco.received.index_select(0, edges.slots), math.nan)
-    own = choco.sent.index_select(0, edges.slots)
-    guard.hear(x.index_select(0, edges.rows), theirs, edges.rows)
-    delta = guard.clipped_delta(own, theirs, edges.weights[:, 0], edges.rows, senders, x)
-    return guard.settle(x + choco.gamma * delta)
 
 
 # --------------------------------------------------------------------------- choosing gamma

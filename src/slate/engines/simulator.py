@@ -1,4 +1,6 @@
-"""The single-process simulator of N parties: mixing is one matrix product.
+"""The single-process simulator of N parties: its engine (:class:`SimulatorEngine`, every party in
+this process, reductions as tensor operations) and its communicator, where mixing is one matrix
+product.
 
 All parties' parameters are stacked into ``x`` of shape ``(N, d)``; ``mix(x)`` is
 ``W_t @ x`` on the whole flat buffer (every parameter tensor of every party at once) and
@@ -13,6 +15,7 @@ compressed payload per edge with ``--compress`` (:mod:`slate.communication.choco
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,10 +23,12 @@ from torch import Tensor
 
 from slate.communication.choco import ChocoGossip, simulated_exchange
 from slate.communication.gossip import GossipSettings
-from slate.engines.base import Communicator
+from slate.engines.base import MESSAGE_LIMIT, Communicator, Engine
+from slate.security.messages import ListOf, decode, encode
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
-__all__ = ["SimulatorCommunicator"]
+__all__ = ["SimulatorCommunicator", "SimulatorEngine"]
 
 SPARSE_DENSITY = 0.25  # W is stored sparse when at most this fraction of it is non-zero
 BLOCK_BYTES = 1 << 20  # a large (N, d) buffer is mixed in column blocks of about this size
@@ -52,6 +57,7 @@ class SimulatorCommunicator(Communicator):
         settings: local steps and compression (default: the paper's protocol).
         x0: the parties' starting parameters ``(N, d)``; needed with a compressor (CHOCO's
             public copies start there).
+        guard: how what arrives is mixed (:mod:`slate.security.robust`); None: plain.
     """
 
     def __init__(
@@ -61,8 +67,9 @@ class SimulatorCommunicator(Communicator):
         dtype: torch.dtype,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
+        guard: MessageGuard | None = None,
     ) -> None:
-        super().__init__(topology, settings)
+        super().__init__(topology, settings, guard)
         self.n = topology.n
         self.device, self.dtype = device, dtype
         self._matrices: dict[int, tuple[Tensor | None, float]] = {}
@@ -73,7 +80,7 @@ class SimulatorCommunicator(Communicator):
                 raise ValueError("compressed gossip needs the starting parameters x0")
             self.choco = ChocoGossip(
                 topology, range(self.n), self.settings.compressor,
-                self.settings.consensus_step, x0, simulated_exchange,
+                self.settings.consensus_step, x0, simulated_exchange, guard,
             )  # fmt: skip
 
     def gossip_matrix(self, r: int) -> tuple[Tensor | None, float]:
@@ -103,14 +110,15 @@ class SimulatorCommunicator(Communicator):
         if gossip is None:
             return x if direction is None else torch.add(x, direction, alpha=-lr)
         self._count(degree * x.shape[-1] * x.element_size(), degree)
-        if self.guard is not None and self.guard.active:
+        if self.guard is not None and self.guard.edge_by_edge:
             stepped = x if direction is None else torch.add(x, direction, alpha=-lr)
             return self._guarded_mix(stepped, r)
         return self._mix_in_blocks(gossip, x, direction, lr)
 
     def _guarded_mix(self, x: Tensor, r: int) -> Tensor:
         """Mixing edge by edge (an attacker among the rows, or ``--robust clip``): each party
-        receives its neighbours' rows as they send them (:mod:`slate.communication.robust`)."""
+        receives its neighbours' rows as they send them, and the guard mixes them
+        (:mod:`slate.security.robust`)."""
         assert self.guard is not None
         key = r % max(1, self.topology.cycle_length)
         if key not in self._edges:
@@ -124,7 +132,7 @@ class SimulatorCommunicator(Communicator):
                 torch.tensor(np.diag(W).copy(), dtype=self.dtype, device=self.device),
             )
         receivers, senders, weights, self_weight = self._edges[key]
-        theirs = self.guard.sent_view(x).index_select(0, senders)
+        theirs = self.guard.sent(x).index_select(0, senders)
         return self.guard.mix(x, theirs, weights, receivers, senders, self_weight)
 
     @staticmethod
@@ -158,3 +166,56 @@ class SimulatorCommunicator(Communicator):
     def load_state_dict(self, state: dict) -> None:
         if self.choco is not None and "choco" in state:
             self.choco.load_state_dict(state["choco"])
+
+
+class SimulatorEngine(Engine):
+    """Every party in this process: reductions are plain tensor operations."""
+
+    name = "simulator"
+    is_main = True
+    stops_between_iterations = True
+
+    def __init__(self, n_parties: int) -> None:
+        self.n_parties = n_parties
+        self.local_parties = list(range(n_parties))
+
+    def set_members(self, members: list[int]) -> None:
+        self.local_parties = sorted(members)
+        self.n_parties = len(members)
+
+    def communicator(
+        self,
+        topology: Topology,
+        device: torch.device,
+        settings: GossipSettings | None = None,
+        x0: Tensor | None = None,
+        guard: MessageGuard | None = None,
+    ) -> Communicator:
+        return SimulatorCommunicator(topology, device, torch.float32, settings, x0, guard)
+
+    def mean(self, x: Tensor) -> Tensor:
+        self.count_collective(x[0])
+        return x.mean(dim=0)
+
+    def total(self, value: Tensor, what: str = "") -> Tensor:
+        del what
+        self.count_collective(value)
+        return value
+
+    def gather(self, x: Tensor) -> Tensor:
+        self.count_all_gather(x[0])
+        return x
+
+    def minimum(self, value: Tensor) -> Tensor:
+        self.count_collective(value)
+        return value
+
+    def any(self, flag: bool) -> bool:
+        self.count_collective(torch.zeros(1))
+        return flag
+
+    def gather_json(
+        self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
+    ) -> list[Any]:
+        # The same encoding as between processes, so that both engines see the same values.
+        return decode(encode(items), ListOf(shape), "0 (this process)", what, limit)

@@ -38,7 +38,7 @@ from slate.inference.model_file import Preprocessing
 
 __all__ = ["BAD_ROW_CHOICES", "CHUNK", "InputFile", "iter_input", "logits_of", "read_input"]
 
-CHUNK = 256  # rows per forward pass: slate.engines.compute.EVAL_CHUNK, as in training
+CHUNK = 256  # rows per forward pass: slate.algorithms.compute.EVAL_CHUNK, as in training
 BAD_ROW_CHOICES = ("error", "skip")  # --on-bad-row
 _LISTED_LINES = 5  # line numbers of skipped rows named in the note
 

@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from slate.algorithms.base import Algorithm, AlgorithmConfig
-from slate.engines.transport import DistributedCommunicator
+from slate.engines.distributed.wire.transport import DistributedCommunicator
 from slate.errors import ConfigError
 from slate.topology import Topology, build_topology
 

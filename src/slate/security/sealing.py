@@ -10,12 +10,13 @@ cryptographic core that closes that gap; it uses pyca ``cryptography`` for every
 set changes only between generations). At the start of each generation every site makes a new
 X25519 key pair (:meth:`SealingKey.generate`) and publishes its public half in a record that its
 Ed25519 site key signs (:func:`sealing_key_record`). The signature binds the run id, the session
-id (fresh at every start of a run, :mod:`slate.engines.session`), the generation, the rank and the
-X25519 key together, so a record cannot be replayed into another run, another session of the same
-run (an earlier run with the same roster) or another generation, nor passed off as another rank's
-(:func:`verify_sealing_key_record` refuses each case and names the rank). A fresh key per
-generation means that a key pair leaked or recorded in one generation opens nothing of the next,
-and that a site which left and came back never shares a key with its former self.
+id (fresh at every start of a run, :mod:`slate.engines.distributed.control.session`), the
+generation, the rank and the X25519 key together, so a record cannot be replayed into another run,
+another session of the same run (an earlier run with the same roster) or another generation, nor
+passed off as another rank's (:func:`verify_sealing_key_record` refuses each case and names the
+rank). A fresh key per generation means that a key pair leaked or recorded in one generation opens
+nothing of the next, and that a site which left and came back never shares a key with its former
+self.
 
 **One key per direction.** Two sites ``a`` and ``b`` compute the same X25519 shared secret.
 HKDF-SHA256 over it, with ``info`` binding the run id, the session id, the generation, the

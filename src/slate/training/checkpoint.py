@@ -11,7 +11,7 @@ place with ``os.replace``, so a crash leaves the previous checkpoint intact. The
 The simulator writes ``checkpoint.pt``; distributed party ``r`` keeps its two newest
 ``checkpoint-rank{r}-{iteration}.pt`` files, and a resumed run continues from the newest
 iteration that every party holds (:func:`resume`). Which applies follows from the engine
-(:attr:`slate.engines.local.Engine.own_party`: a party with a process of its own keeps files of
+(:attr:`slate.engines.base.Engine.own_party`: a party with a process of its own keeps files of
 its own). A distributed party also writes its set-up record once (:func:`write_setup`), and a
 party returning to a run in progress replays its own newest record
 (:func:`returning_record`).
@@ -29,8 +29,8 @@ import torch
 
 from slate.config import TrainConfig
 from slate.data.schema import PartyCounts, Schema
-from slate.engines.local import Engine
-from slate.engines.membership import Change
+from slate.engines.base import Engine
+from slate.engines.distributed.control.membership import Change
 from slate.errors import ConfigError
 from slate.permissions import private_files, private_folder
 from slate.security.messages import ListOf, MapOf
@@ -38,7 +38,7 @@ from slate.security.messages import ListOf, MapOf
 if TYPE_CHECKING:
     from slate.training.run import Run
 
-# A checkpoint records the parties' agreed schemas (slate.engines.local.RecordedExchange), so that
+# A checkpoint records the parties' agreed schemas (slate.engines.base.RecordedExchange), so that
 # a returning party can replay them; these two frozen dataclasses of plain fields are allowed.
 torch.serialization.add_safe_globals([PartyCounts, Schema])
 

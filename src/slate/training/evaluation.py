@@ -39,6 +39,7 @@ from torch import Tensor
 from slate import metrics
 from slate.data.declared import DeclarationBroken, evaluation_count_problem
 from slate.errors import TrainingDiverged
+from slate.faults.lies import Lies
 from slate.metrics.histograms import (
     DEFAULT_BINS,
     LOGIT_RANGE,
@@ -47,13 +48,12 @@ from slate.metrics.histograms import (
     metrics_from_counts,
     positive_bins_bitmap,
 )
-from slate.training.lies import Lies
 
 if TYPE_CHECKING:
+    from slate.algorithms.compute import PartyCompute
     from slate.config import TrainConfig
-    from slate.engines.compute import PartyCompute
-    from slate.engines.local import Engine
-    from slate.training.fault_plan import FaultPlan
+    from slate.engines.base import Engine
+    from slate.faults.kills import Kills
 
 __all__ = [
     "END_BIN_SHARE",
@@ -137,7 +137,7 @@ class Evaluation(ABC):
     ) -> tuple[Any, Tensor | None]:
         """``(state, summed riders)``: what :meth:`metrics` needs, and ``riders`` (``float64``)
         summed over all processes; ``tamper`` changes this process's counts before they are
-        sent (a lying party's, :mod:`slate.training.lies`)."""
+        sent (a lying party's, :mod:`slate.faults.lies`)."""
 
     @abstractmethod
     def metrics(self, state: Any, is_main: bool) -> TestScores:
@@ -196,7 +196,7 @@ class FederatedEvaluation(Evaluation):
     ) -> tuple[Any, Tensor | None]:
         table = SegmentTable(union(positive_bins_bitmap(logits, labels, self.bins)), self.bins)
         local = table.counts(logits, labels).to(torch.float64)  # exact below 2^53 rows
-        if tamper is not None:  # (a lying party's counts, slate.training.lies)
+        if tamper is not None:  # (a lying party's counts, slate.faults.lies)
             local = tamper(local)
         extra = riders if riders is not None else local.new_zeros(0)
         summed = total(torch.cat([local.reshape(-1), extra.to(torch.float64)]))
@@ -299,7 +299,7 @@ class Evaluator:
         config: TrainConfig,
         device: torch.device,
         rows: tuple[np.ndarray, np.ndarray, list[np.ndarray] | None],
-        faults: FaultPlan,
+        faults: Kills,
         lies: Lies | None = None,
     ) -> None:
         self.engine, self.compute, self.config, self.device = engine, compute, config, device

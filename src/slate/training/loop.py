@@ -19,6 +19,7 @@ Checkpoint files (writing, pruning, the agreement on where to resume, set-up rec
 
 from __future__ import annotations
 
+import functools
 import math
 import signal
 import threading
@@ -31,10 +32,11 @@ from torch import Tensor
 
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
-from slate.engines.faults import ExchangeFailed
-from slate.engines.local import Engine
-from slate.engines.membership import CountedLost
+from slate.engines.base import Engine
+from slate.engines.distributed.control.failures import ExchangeFailed
+from slate.engines.distributed.control.membership import CountedLost
 from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
+from slate.faults import FaultPlan
 from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
 from slate.training.configuration import ResolvedConfig, as_resolved
@@ -371,6 +373,7 @@ def train(
     resume: bool = False,
     log=print,
     lr_choice: LrChoice | None = None,
+    faults: FaultPlan | None = None,
 ) -> RunResult:
     """Run one experiment and (by default) write its run folder from the main process.
 
@@ -383,12 +386,16 @@ def train(
     ``--lr auto`` is chosen here, before the run is built (:mod:`slate.training.lr_choice`),
     unless a launcher chose it already and passes its ``lr_choice`` with the number in ``lr``;
     the choice goes to ``summary.json``'s ``lr_choice``.
+
+    ``faults``: the faults a test injects (:class:`slate.faults.FaultPlan`, read once by the
+    ``slate train`` command); none by default.
     """
     resolved = as_resolved(config)
     if resolved.flags.lr == AUTO:
         main = engine is None or engine.is_main
+        train_fn = train if faults is None else functools.partial(train, faults=faults)
         resolved, data, lr_choice = resolve_auto_lr(
-            resolved, data, log if main else (lambda _: None), train
+            resolved, data, log if main else (lambda _: None), train_fn
         )
     config = resolved.flags
     returning = engine is not None and engine.returning
@@ -404,6 +411,7 @@ def train(
             data=data,
             engine=engine,
             exchanges=replay.get("exchanges") if replay else None,
+            faults=faults,
         )
     except ExchangeFailed as err:  # a party lost while the parties agree on the data
         raise engine.set_up_failure(err) from None

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slate.communication.robust import accusation_lines
 from slate.config import TrainConfig
 from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
@@ -34,6 +33,7 @@ from slate.metrics.operating_points import (
     unreached_marks,
 )
 from slate.permissions import private_files, private_folder
+from slate.security.robust import accusation_lines
 from slate.training.evaluation import TestScores
 
 if TYPE_CHECKING:

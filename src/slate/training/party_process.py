@@ -3,7 +3,7 @@
 ``slate train --engine distributed`` without torchrun's variables is the *launcher*
 (:func:`launch`); each process it starts, or torchrun starts, is a *worker* (:func:`run_worker`);
 ``slate train --rank R --rendezvous HOST:PORT`` runs one party at its own site
-(:func:`run_party`). Each opens the :class:`~slate.engines.distributed.DistributedEngine`,
+(:func:`run_party`). Each opens the :class:`~slate.engines.distributed.engine.DistributedEngine`,
 trains, leaves with the others and ends with :func:`exit_worker`.
 """
 
@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slate.config import TrainConfig
-from slate.engines.debug_log import DEBUG_LOG, send_native_stderr_to
+from slate.engines.distributed.control.debug_log import DEBUG_LOG, send_native_stderr_to
 from slate.errors import ConfigError
 
 if TYPE_CHECKING:
     from slate.data.datasets import Dataset
+    from slate.faults import FaultPlan
     from slate.training.configuration import ResolvedConfig
     from slate.training.lr_choice import LrChoice
 
@@ -32,7 +33,7 @@ __all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_par
 
 def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     """Check the input once here, then start one worker process per party."""
-    from slate.engines.launch import launch_local
+    from slate.engines.distributed.control.launch import launch_local
     from slate.training.configuration import check_inputs, resolve_and_check
     from slate.training.loop import train
     from slate.training.lr_choice import resolve_auto_lr
@@ -76,9 +77,10 @@ def with_default_parties(settings: ResolvedConfig) -> tuple[ResolvedConfig, Data
     return settings.replace(nodes=nodes), data
 
 
-def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
-    """A process started by the launcher (or by torchrun): join the others and train."""
-    from slate.engines.launch import worker_rendezvous
+def run_worker(config: TrainConfig, args: argparse.Namespace, faults: FaultPlan) -> int:
+    """A process started by the launcher (or by torchrun): join the others and train
+    (``faults``: what a test injects, read once by the command)."""
+    from slate.engines.distributed.control.launch import worker_rendezvous
 
     if config.out is not None:  # the local launcher always names the run folder
         rank = int(os.environ["RANK"])
@@ -88,7 +90,8 @@ def run_worker(config: TrainConfig, args: argparse.Namespace) -> int:
     rendezvous = worker_rendezvous(args.timeout)
     choice = getattr(args, "lr_choice", None)
     lr_choice = LrChoice.from_dict(json.loads(choice)) if choice else None
-    return _train_as_party(_resolved(config), rendezvous, args, alone=False, lr_choice=lr_choice)
+    return _train_as_party(_resolved(config), rendezvous, args, faults, alone=False,
+                           lr_choice=lr_choice)  # fmt: skip
 
 
 def _resolved(config: TrainConfig) -> ResolvedConfig:
@@ -98,29 +101,32 @@ def _resolved(config: TrainConfig) -> ResolvedConfig:
     return resolve_and_check(config)
 
 
-def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float):
-    """The distributed engine of this party: recovering from a lost party where it can."""
-    from slate.engines.distributed import DistributedEngine
-    from slate.engines.transport import backend_for
+def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float, faults: FaultPlan):
+    """The distributed engine of this party: recovering from a lost party where it can (and
+    tampering with its sealed messages where a test says so)."""
+    from slate.engines.distributed.engine import DistributedEngine
+    from slate.engines.distributed.wire.transport import backend_for
 
     device = settings.model.device
     if rendezvous is None:  # torchrun opened the default group; its agent handles failures
         return DistributedEngine(device)
     recover = settings.membership.on_party_loss == "continue"
-    return DistributedEngine.open(device, rendezvous, timeout, recover, backend_for(device))
+    tamper = faults.tamper(rendezvous.rank)
+    return DistributedEngine.open(device, rendezvous, timeout, recover, backend_for(device), tamper)
 
 
 def _train_as_party(
     settings: ResolvedConfig,
     rendezvous,
     args: argparse.Namespace,
+    faults: FaultPlan,
     alone: bool,
     lr_choice: LrChoice | None = None,
 ) -> int:
     """Train as this process's party, then leave together with the others."""
     import torch.distributed as dist
 
-    from slate.engines.distributed import local_rank
+    from slate.engines.distributed.engine import local_rank
     from slate.training.loop import train
 
     device, given = settings.model.device, settings.given
@@ -132,7 +138,7 @@ def _train_as_party(
     if rendezvous is None and settings.membership.on_party_loss == "continue":
         # torchrun's agent stops (or restarts) every worker when one fails.
         settings = settings.replace(on_party_loss="stop")
-    engine = _open_engine(settings, rendezvous, args.timeout)
+    engine = _open_engine(settings, rendezvous, args.timeout, faults)
     changes: dict[str, Any] = {}
     if device.type == "cuda":
         changes["device"] = f"cuda:{local_rank()}"
@@ -140,7 +146,7 @@ def _train_as_party(
     # One party per process: several processes share the cores, so one thread each.
     settings = settings.replace(**changes, nodes=world, threads=settings.flags.threads or 1)
     result = train(settings, engine=engine, progress=not args.no_progress,
-                   resume=bool(args.resume), lr_choice=lr_choice)  # fmt: skip
+                   resume=bool(args.resume), lr_choice=lr_choice, faults=faults)  # fmt: skip
     engine.leave()
     if result.refused is not None:  # the run folder is written: stop with the reason
         from slate.training.final_check import AverageRefused
@@ -158,7 +164,7 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     together write to ``OUT/party<r>``.
     """
     from slate.data.local_data import RANK_PLACEHOLDER, party_path, uses_party_files
-    from slate.engines.json_exchange import broadcast_text
+    from slate.engines.distributed.wire.json_exchange import broadcast_text
     from slate.training.outputs import default_out_dir
 
     out = config.out
@@ -173,9 +179,10 @@ def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
     return out if alone else str(Path(out) / f"party{rank}")
 
 
-def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
-    """``--rank R --rendezvous HOST:PORT``: be party R of --nodes, reading only its own files."""
-    from slate.engines.launch import parse_rendezvous, party_rendezvous
+def run_party(config: TrainConfig, args: argparse.Namespace, faults: FaultPlan) -> int:
+    """``--rank R --rendezvous HOST:PORT``: be party R of --nodes, reading only its own files
+    (``faults``: what a test injects, read once by the command)."""
+    from slate.engines.distributed.control.launch import parse_rendezvous, party_rendezvous
 
     if args.rank is None or args.rendezvous is None:
         raise ConfigError(
@@ -199,7 +206,7 @@ def run_party(config: TrainConfig, args: argparse.Namespace) -> int:
         args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store,
         identity=identity,
     )  # fmt: skip
-    return _train_as_party(settings, rendezvous, args, alone=True)
+    return _train_as_party(settings, rendezvous, args, faults, alone=True)
 
 
 def _site_identity(args: argparse.Namespace, nodes: int):
@@ -227,7 +234,7 @@ def exit_worker(code: int) -> int:
     """
     import os
 
-    from slate.engines.distributed import opened_a_group
+    from slate.engines.distributed.engine import opened_a_group
 
     if not opened_a_group():  # stopped before joining (a bad flag): a normal exit
         return code

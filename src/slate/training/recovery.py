@@ -30,11 +30,11 @@ from typing import Any, Protocol
 import numpy as np
 from torch import Tensor
 
-from slate.engines.local import Engine
-from slate.engines.membership import Change, PartyLost
+from slate.engines.base import Engine
+from slate.engines.distributed.control.membership import Change, PartyLost
+from slate.faults.kills import Kills
 from slate.security.messages import ANY, ListOf, MapOf
 from slate.topology import SurvivorGraph, Topology
-from slate.training.fault_plan import FaultPlan
 from slate.training.state import TrainingState
 
 __all__ = [
@@ -241,7 +241,7 @@ class PartyRun(Protocol):
     """What a change of the party set needs from the run (:class:`slate.training.run.Run`)."""
 
     engine: Engine
-    faults: FaultPlan
+    faults: Kills
     iteration: int
     history: list[dict[str, Any]]
     topology: Topology

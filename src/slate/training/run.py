@@ -26,18 +26,19 @@ import torch
 from torch import Tensor
 
 from slate.algorithms import Algorithm, build_algorithm
+from slate.algorithms.compute import Batch, PartyCompute
 from slate.communication.gossip import gossip_settings
-from slate.communication.robust import RECORD_SHAPE, MessageGuard
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
-from slate.engines.base import Communicator
-from slate.engines.compute import Batch, PartyCompute
-from slate.engines.local import Engine, RecordedExchange, SimulatorEngine
+from slate.engines.base import Communicator, Engine, RecordedExchange
+from slate.engines.simulator import SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
+from slate.faults import FaultPlan
 from slate.models import build_model
 from slate.security.messages import as_received
+from slate.security.robust import RECORD_SHAPE, message_guard
 from slate.topology import SurvivorGraph, build_topology, surviving_topology
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
 from slate.training.checks import (
@@ -48,8 +49,6 @@ from slate.training.checks import (
 )
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
-from slate.training.fault_plan import FaultPlan
-from slate.training.lies import Lies
 from slate.training.recovery import PartySet
 from slate.training.state import TrainingState
 
@@ -70,13 +69,15 @@ class Run:
         data: Dataset | None = None,
         engine: Engine | None = None,
         exchanges: list[Any] | None = None,
+        faults: FaultPlan | None = None,
     ) -> None:
         self.settings = as_resolved(config)  # resolved and checked once, by the caller
         config = self.settings.flags  # --threads is set once the data is read (_load_data)
         self.engine = engine or SimulatorEngine(config.nodes)
         self.device = self.settings.model.device
-        self.faults = FaultPlan(self.engine.own_party)  # (a party with a process of its own)
-        self.lies = Lies.from_env(self.engine.own_party)  # an insider's lies (tests only)
+        self.fault_plan = faults if faults is not None else FaultPlan()  # tests only (faults/)
+        self.faults = self.fault_plan.kills_of(self.engine.own_party)  # (a process per party)
+        self.lies = self.fault_plan.lies(self.engine.own_party)  # an insider's lies
         self.faults.check("setup", 0)
         self._load_data(data, exchanges)
         self._agree_on_the_run()
@@ -182,12 +183,10 @@ class Run:
         self.x = self.initial_parameters()
         self.gossip = gossip_settings(self.settings.communication, self.topology, self.x.shape[1])
         self.wan = self.settings.communication.wan
-        self.guard = MessageGuard.from_env(
-            config.nodes,
-            self.engine.local_parties,
-            config.robust,
-            self.compute.layout.last_linear(self.model),
-        )  # attacks (tests only), the watch on received values, --robust
+        local = self.engine.local_parties
+        attacker = self.fault_plan.attacker(local, self.compute.layout.last_linear(self.model))
+        # the watch on received values, or --robust clip; a test's attacker sends through it
+        self.guard = message_guard(config.robust, config.nodes, local, attacker)
         self.guard.begin(self.x)
         self.comm: Communicator = self.make_communicator(self.x)
 
@@ -216,9 +215,7 @@ class Run:
     def make_communicator(self, x0: Tensor) -> Communicator:
         """The engine's communicator over the current topology; compressed gossip's public
         copies start at ``x0``."""
-        comm = self.engine.communicator(self.topology, self.device, self.gossip, x0)
-        comm.set_guard(self.guard)
-        return comm
+        return self.engine.communicator(self.topology, self.device, self.gossip, x0, self.guard)
 
     def batch(self, indices: Tensor) -> Batch:
         """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
@@ -444,7 +441,7 @@ class Run:
         neither party is its neighbour (collective: every process of a run with ``--robust
         clip`` calls it)."""
         mine = self.guard.records()
-        if self.engine.own_party is None or not self.guard.robust:
+        if self.engine.own_party is None or not self.guard.clips:
             return mine
         return self.engine.gather_json(mine, RECORD_SHAPE, "--robust records", 1 << 20)
 

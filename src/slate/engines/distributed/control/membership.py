@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from slate.engines.liveness import (
+from slate.engines.distributed.control.liveness import (
     BEAT_SECONDS,
     MAX_SILENCE_SECONDS,
     PREFIX,
@@ -40,7 +40,7 @@ from slate.engines.liveness import (
     process_alive,
     registered_process,
 )
-from slate.engines.store_records import RECORD_LIMIT, Records, parse_rank
+from slate.engines.distributed.control.store_records import RECORD_LIMIT, Records, parse_rank
 from slate.errors import SlateError
 from slate.security.messages import ListOf, MalformedMessage, MapOf, decode
 
@@ -121,10 +121,11 @@ class Membership:
     """This party's view of the run's membership, kept in agreement through the store.
 
     Args:
-        records: the rendezvous store's records (:class:`slate.engines.store_records.Records`).
-        rank: this party's rank in the whole run (0..N-1), which never changes.
-        members: the parties of the current generation, in rank order.
-        timeout_s: ``--timeout``: how long to wait for a party that neither answers nor is gone.
+        records: the rendezvous store's records
+        (:class:`slate.engines.distributed.control.store_records.Records`). rank: this party's rank
+        in the whole run (0..N-1), which never changes. members: the parties of the current
+        generation, in rank order. timeout_s: ``--timeout``: how long to wait for a party that
+        neither answers nor is gone.
     """
 
     def __init__(self, records: Records, rank: int, members: list[int], timeout_s: float) -> None:

@@ -2,19 +2,19 @@
 ``init_process_group``, and the one paragraph that says why a run did not start.
 
 * :func:`join_session`: under a roster, the session of this start of the run
-  (:mod:`slate.engines.session`): the one in progress at this store for a party that may be
-  returning, else a new one agreed with every other site.
+  (:mod:`slate.engines.distributed.control.session`): the one in progress at this store for a party
+  that may be returning, else a new one agreed with every other site.
 * :func:`open_watched`: ``init_process_group`` on a thread of its own, given up after
-  ``--timeout`` + :data:`~slate.engines.handshake.MARGIN_S` seconds; while it waits, the other
-  sites' roster digests are read once a second (for the message, should the store be gone by
-  then: a site with a roster that gives up may have hosted it).
+  ``--timeout`` + :data:`~slate.engines.distributed.wire.handshake.MARGIN_S` seconds; while it
+  waits, the other sites' roster digests are read once a second (for the message, should the store
+  be gone by then: a site with a roster that gives up may have hosted it).
 * :func:`failure`, :func:`session_failure`: why the run did not start, in this order: this
   party's own records of the set-up gone from the store (someone may be deleting records: the
   sites never delete them while a run starts), sites with another roster or none, records of
   another site gone although it wrote them, sites that never reached the rendezvous, sites that
   are gone, else addresses the sites could not reach.
 
-The functions take the :class:`~slate.engines.distributed.DistributedEngine` whose start they
+The functions take the :class:`~slate.engines.distributed.engine.DistributedEngine` whose start they
 serve (``engine``): its ``rank``, ``records``, ``rendezvous``, ``timeout_s``, ``members`` and
 the prefix store of its group (``_prefix``).
 """
@@ -28,11 +28,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slate.engines import handshake, session
-from slate.engines.faults import first_line
-from slate.engines.liveness import PREFIX, registered_process
-from slate.engines.membership import PartyLost
-from slate.engines.store_records import Records
+from slate.engines.distributed.control import session
+from slate.engines.distributed.control.failures import first_line
+from slate.engines.distributed.control.liveness import PREFIX, registered_process
+from slate.engines.distributed.control.membership import PartyLost
+from slate.engines.distributed.control.store_records import Records
+from slate.engines.distributed.wire import handshake
 
 __all__ = [
     "DELETING",
@@ -220,8 +221,9 @@ def _deleted_records(engine: Any) -> tuple[list[str], list[str]]:
 
 def _reached(records: Records, rank: int) -> bool:
     """Whether party ``rank`` wrote its registration and its gloo address: its hello record
-    of the first process group is there (:func:`slate.engines.handshake.publish`: written after
-    the registration, right before the address, with nothing to wait for in between)."""
+    of the first process group is there (:func:`slate.engines.distributed.wire.handshake.publish`:
+    written after the registration, right before the address, with nothing to wait for in
+    between)."""
     return bool(records.store.check([handshake.hello_key(0, rank)]))
 
 

@@ -6,10 +6,10 @@ a pair advance a counter once per message, in the lockstep order of exchanges, s
 always knows the round of the message it waits for. The wire is built when the generation's
 process group opens (:meth:`SealedWire.establish`): each member makes a fresh X25519 key,
 publishes its record signed by its site key under ``slate/pg{g}/sealing/{rank}`` (bound to the
-run's session, :mod:`slate.engines.session`), and verifies every other member's record against
-the roster. Every member publishes its record before it opens the process group, so once the
-group is open every record is there: one that is not was deleted from the store. Keys live in
-memory only (never in a checkpoint); the next generation gets new ones.
+run's session, :mod:`slate.engines.distributed.control.session`), and verifies every other member's
+record against the roster. Every member publishes its record before it opens the process group, so
+once the group is open every record is there: one that is not was deleted from the store. Keys live
+in memory only (never in a checkpoint); the next generation gets new ones.
 
 Every exchange of a sealed run goes through :meth:`SealedWire.swap`: point-to-point ``uint8``
 messages (plaintext plus the 16-byte tag) with ``batch_isend_irecv``. What gloo would do as an
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +31,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
-from slate.engines.faults import ExchangeFailed
-from slate.engines.membership import PartyLost
+from slate.engines.distributed.control.failures import ExchangeFailed
+from slate.engines.distributed.control.membership import PartyLost
+from slate.faults.tamper import Tamper
 from slate.security.sealing import (
     SealedChannel,
     SealedMessageRefused,
@@ -42,20 +42,7 @@ from slate.security.sealing import (
     sealing_key_record,
 )
 
-__all__ = ["FLIP_ENV", "RELAY_ENV", "REPLAY_ENV", "SealedWire", "sealing_key_name"]
-
-#: Test-only hooks, so that a real run can show the receiver refusing a bad message and naming
-#: its sender. Each is ``RANK@N``: party RANK tampers once with a message it sends, the N-th it
-#: seals or the first after that the hook can use, counted from 0 over all its channels and
-#: generations (so a party that was counted lost and came back does not tamper again).
-#: ``SLATE_FLIP_SEALED`` flips one byte of it.
-FLIP_ENV = "SLATE_FLIP_SEALED"
-#: ``SLATE_REPLAY_SEALED`` sends, in its place, the previous message it sealed for that peer (a
-#: replayed message; the first from N on whose previous message has the same size).
-REPLAY_ENV = "SLATE_REPLAY_SEALED"
-#: ``SLATE_RELAY_SEALED`` sends, in its place, the last message of the same size that another
-#: member sealed for RANK (a message of the wrong sender: that member's, as RANK's).
-RELAY_ENV = "SLATE_RELAY_SEALED"
+__all__ = ["SealedWire", "sealing_key_name"]
 
 REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "sum": torch.add,
@@ -86,12 +73,18 @@ class SealedWire:
     """Party ``rank``'s sealed channels to the other ``members`` (global ranks, in group
     order) of one generation. Peers are named by their index in ``members`` (the group rank)."""
 
-    def __init__(self, rank: int, members: tuple[int, ...], channels: dict[int, SealedChannel]):
+    def __init__(
+        self,
+        rank: int,
+        members: tuple[int, ...],
+        channels: dict[int, SealedChannel],
+        tamper: Tamper | None = None,
+    ):
         self.rank, self.members, self.channels = rank, tuple(members), channels
         self.index = self.members.index(rank)
         self._out = dict.fromkeys(channels, 0)  # the next round sealed for each peer
         self._in = dict.fromkeys(channels, 0)  # the next round expected from each peer
-        self._tamper = _tamper(rank)  # test-only (FLIP_ENV, REPLAY_ENV, RELAY_ENV)
+        self._tamper = tamper  # tests only (slate.faults.tamper): None in a real run
         #: called with the refused sender's global rank before the refusal is raised
         self.on_refused: Callable[[int, str], None] | None = None
 
@@ -108,12 +101,18 @@ class SealedWire:
 
     @classmethod
     def establish(
-        cls, records: Any, key: SealingKey, members: tuple[int, ...], timeout_s: float
+        cls,
+        records: Any,
+        key: SealingKey,
+        members: tuple[int, ...],
+        timeout_s: float,
+        tamper: Tamper | None = None,
     ) -> SealedWire:
         """Read and verify every other member's record of ``key``'s generation (called once
         the group is open: every member published its record before); one channel each.
         Raises :class:`SealingKeyRefused` naming a member whose record does not verify, and
-        :class:`PartyLost` naming the record when it is gone from the store."""
+        :class:`PartyLost` naming the record when it is gone from the store. ``tamper``: the
+        faults plan's for this party (tests only), kept over every generation."""
         roster = records.identity.roster
         channels = {}
         for peer in members:
@@ -132,7 +131,7 @@ class SealedWire:
             if record is None:
                 raise SealingKeyRefused(peer, "its record in the store is missing or unsigned")
             channels[peer] = SealedChannel.from_record(key, peer, record, roster.verifier(peer))
-        return cls(key.rank, members, channels)
+        return cls(key.rank, members, channels, tamper)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -235,62 +234,3 @@ class SealedWire:
             self.swap(waiter, [(p, value) for p in self._everyone_else()], [])
         else:
             value.copy_(self.swap(waiter, [], [(src, value)])[0])
-
-
-class _Tamper:
-    """Test-only: what this party does to one message it sends (:data:`FLIP_ENV`,
-    :data:`REPLAY_ENV`, :data:`RELAY_ENV`), counting its sealed messages over the whole
-    process. Only made when one of the hooks names this party's rank."""
-
-    def __init__(self, due: dict[str, int]) -> None:
-        self.due = due  # hook -> the first message it may act on; removed once it did
-        self.sealed = 0
-        self.last_out: dict[int, Tensor] = {}  # peer -> the last message sealed for it
-        self.last_in: dict[int, Tensor] = {}  # sender -> the last sealed message received
-
-    def sending(self, sealed: Tensor, peer: int) -> Tensor:
-        """What goes to global rank ``peer`` in place of ``sealed``: ``sealed`` itself, unless a
-        hook is due and can act on it."""
-        count, self.sealed = self.sealed, self.sealed + 1
-        out = sealed
-        for hook in [h for h, at in self.due.items() if at <= count]:
-            if hook == FLIP_ENV:
-                out = sealed.clone()
-                out[0] ^= 1
-            elif hook == REPLAY_ENV:
-                out = _same_size(sealed, [self.last_out.get(peer)])
-            else:
-                out = _same_size(sealed, [m for r, m in self.last_in.items() if r != peer])
-            if out is not sealed:
-                del self.due[hook]
-                break
-        self.last_out[peer] = sealed
-        return out
-
-    def received(self, sealed: Tensor, sender: int) -> None:
-        """Keep the last sealed message of global rank ``sender`` (for :data:`RELAY_ENV`)."""
-        self.last_in[sender] = sealed.detach().cpu().clone()
-
-
-def _same_size(sealed: Tensor, candidates: list[Tensor | None]) -> Tensor:
-    """The first of ``candidates`` as large as ``sealed``, else ``sealed`` itself."""
-    for other in candidates:
-        if other is not None and other.numel() == sealed.numel():
-            return other.clone()
-    return sealed
-
-
-_TAMPERS: dict[int, _Tamper | None] = {}  # one per rank and process, over every generation
-
-
-def _tamper(rank: int) -> _Tamper | None:
-    """This process's test-only hooks for party ``rank`` (read once from the environment), or
-    None when no hook names it: the normal case, which costs one ``is None`` per message."""
-    if rank not in _TAMPERS:
-        due = {}
-        for hook in (FLIP_ENV, REPLAY_ENV, RELAY_ENV):
-            who, _, at = os.environ.get(hook, "").partition("@")
-            if who.strip().isdigit() and int(who) == rank and at.strip().isdigit():
-                due[hook] = int(at)
-        _TAMPERS[rank] = _Tamper(due) if due else None
-    return _TAMPERS[rank]

@@ -2,10 +2,10 @@
 
 Each process runs one party (``P = 1``) with exactly the simulator's code for sampling, model,
 algorithm and evaluation; only the communicator differs
-(:class:`slate.engines.transport.DistributedCommunicator`: neighbour-only point-to-point gossip,
-and ``all_reduce`` for exact averages). Small facts travel as JSON in tensors
-(:mod:`slate.engines.json_exchange`); every wait goes through a
-:class:`~slate.engines.faults.Waiter`.
+(:class:`slate.engines.distributed.wire.transport.DistributedCommunicator`: neighbour-only
+point-to-point gossip, and ``all_reduce`` for exact averages). Small facts travel as JSON in tensors
+(:mod:`slate.engines.distributed.wire.json_exchange`); every wait goes through a
+:class:`~slate.engines.distributed.control.failures.Waiter`.
 
 **A lost party.** With ``--on-party-loss stop`` every party fails within ``--timeout`` seconds
 with a :class:`PartyLost` error that names the lost rank. With ``continue`` (gloo, with the
@@ -19,7 +19,8 @@ the training loop then calls :meth:`DistributedEngine.leave_generation`, which
    point-to-point waits cannot be sliced: a timed-out wait closes the connection);
 3. aborts the process group without joining its threads (a collective stuck on a dead peer
    would otherwise hold ``destroy_process_group`` for the whole timeout);
-4. agrees with the other survivors on the new party set (:mod:`slate.engines.membership`);
+4. agrees with the other survivors on the new party set
+   (:mod:`slate.engines.distributed.control.membership`);
 5. opens a fresh process group over the survivors, ranked in rank order, under a new store
    prefix.
 """
@@ -32,7 +33,6 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,10 +40,15 @@ import torch.distributed as dist
 from torch import Tensor
 
 from slate.communication.gossip import GossipSettings
-from slate.engines import handshake, json_exchange, start_up
-from slate.engines.base import Communicator
-from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter, first_line
-from slate.engines.liveness import (
+from slate.engines.base import MESSAGE_LIMIT, Communicator, Engine
+from slate.engines.distributed.control import start_up
+from slate.engines.distributed.control.failures import (
+    ExchangeFailed,
+    FailureGuard,
+    Waiter,
+    first_line,
+)
+from slate.engines.distributed.control.liveness import (
     FINAL_MEMBERS_KEY,
     Heartbeat,
     confirm_leave,
@@ -51,40 +56,20 @@ from slate.engines.liveness import (
     process_alive,
     registered_process,
 )
-from slate.engines.local import MESSAGE_LIMIT, Engine
-from slate.engines.lookout import Lookout
-from slate.engines.membership import Change, Membership, PartyLost
-from slate.engines.sealed_wire import SealedWire
-from slate.engines.store_records import Records, SigningStore
-from slate.engines.transport import DistributedCommunicator
-from slate.security.identity import SiteIdentity
+from slate.engines.distributed.control.lookout import Lookout
+from slate.engines.distributed.control.membership import Change, Membership, PartyLost
+from slate.engines.distributed.control.rendezvous import Rendezvous
+from slate.engines.distributed.control.store_records import Records, SigningStore
+from slate.engines.distributed.wire import handshake, json_exchange
+from slate.engines.distributed.wire.sealed_wire import SealedWire
+from slate.engines.distributed.wire.transport import DistributedCommunicator
+from slate.faults.tamper import Tamper
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
-__all__ = ["DistributedEngine", "PartyLost", "Rendezvous"]
+__all__ = ["DistributedEngine"]
 
 SET_UP_LOST_KEY = "slate/set_up_lost"  # the first description of a loss during the set-up
-
-
-@dataclass
-class Rendezvous:
-    """Where this party meets the others: a store client, and how to open another one.
-
-    ``outside`` is True when the store lives outside every party (the local launcher, or
-    ``slate rendezvous``): only then can any party be lost without stopping the others. With
-    ``identity`` every record in the store is signed and checked
-    (:mod:`slate.engines.store_records`).
-    """
-
-    store: Any
-    connect: Callable[[], Any]
-    rank: int
-    world: int
-    outside: bool
-    identity: SiteIdentity | None = None  # this site's key and the roster: records are signed
-    store_nonce: str | None = None  # the store's nonce, when this party hosts the store
-
-    def records(self) -> Records:
-        return Records(self.store, self.world, self.identity)
 
 
 class DistributedEngine(Engine):
@@ -108,6 +93,7 @@ class DistributedEngine(Engine):
         self._aborted: list[Any] = []  # process groups left behind, never destroyed
         self._communicator: DistributedCommunicator | None = None
         self._wire: SealedWire | None = None  # never sealed on a group opened outside slate
+        self._tamper: Tamper | None = None
         self._heartbeat: Heartbeat | None = None
         self._lookout: Lookout | None = None
         self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
@@ -126,11 +112,14 @@ class DistributedEngine(Engine):
         timeout_s: float,
         recover: bool,
         backend: str,
+        tamper: Tamper | None = None,
     ) -> DistributedEngine:
         """Open the process group of all ``world`` parties at ``rendezvous``.
 
         With ``recover``, a party that finds a run in progress at the store is *returning*: it
-        opens no group yet, and joins with :meth:`rejoin` once its run is built.
+        opens no group yet, and joins with :meth:`rejoin` once its run is built. ``tamper``:
+        this party's sealed-message hooks (tests only, :meth:`slate.faults.FaultPlan.tamper`),
+        kept over every generation.
         """
         engine = cls.__new__(cls)
         engine.device = torch.device(device)
@@ -141,6 +130,7 @@ class DistributedEngine(Engine):
         engine._aborted = []
         engine._communicator = None
         engine._wire = None
+        engine._tamper = tamper
         engine.members = tuple(range(rendezvous.world))
         engine.records = records = rendezvous.records()
         engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
@@ -239,7 +229,9 @@ class DistributedEngine(Engine):
             raise ExchangeFailed(first_line(err)) from None
         opened = time.monotonic()
         if key is not None:  # under a roster every exchange of this generation is sealed
-            self._wire = SealedWire.establish(self.records, key, self.members, self.timeout_s)
+            self._wire = SealedWire.establish(
+                self.records, key, self.members, self.timeout_s, self._tamper
+            )
             self._wire.on_refused = self._note_refused
         handshake.Hello(
             self.records, generation, self.rank, self.members, self.timeout_s, hello,
@@ -382,11 +374,12 @@ class DistributedEngine(Engine):
         device: torch.device,
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
+        guard: MessageGuard | None = None,
     ) -> Communicator:
         del device
         comm = DistributedCommunicator(
             topology, self.members.index(self.rank), waiter=self.waiter, settings=settings, x0=x0,
-            wire=self._wire,
+            wire=self._wire, guard=guard,
         )  # fmt: skip
         self._communicator = comm
         return comm
@@ -429,16 +422,16 @@ class DistributedEngine(Engine):
         self, items: list[Any], shape: Any, what: str, limit: int = MESSAGE_LIMIT
     ) -> list[Any]:
         """Every member's ``items`` as JSON in ``uint8`` tensors
-        (:func:`slate.engines.json_exchange.gather_json`): each member's text is parsed and
-        checked on arrival, naming it when malformed. Nothing is unpickled."""
+        (:func:`slate.engines.distributed.wire.json_exchange.gather_json`): each member's text is
+        parsed and checked on arrival, naming it when malformed. Nothing is unpickled."""
         return json_exchange.gather_json(items, shape, what, limit, self.members, self._all_gather)
 
     def broadcast_json(
         self, value: Any, source: int, shape: Any, what: str, limit: int = MESSAGE_LIMIT
     ) -> Any:
         """``value`` of party ``source`` on every member, sent as JSON
-        (:func:`slate.engines.json_exchange.broadcast_json`) and checked against ``shape`` on
-        arrival."""
+        (:func:`slate.engines.distributed.wire.json_exchange.broadcast_json`) and checked against
+        ``shape`` on arrival."""
         src = self.members.index(source)
         return json_exchange.broadcast_json(
             value, source, shape, what, limit, self.rank == source,

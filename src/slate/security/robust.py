@@ -1,20 +1,12 @@
-r"""Gossip with a misbehaving neighbour: test-only attacks, watching what arrives, clipping,
-and the accusations that exclusions are.
+r"""Gossip with a misbehaving neighbour: watching what arrives, ``--robust clip``, and the
+accusations that exclusions are; the guard every communicator mixes through.
 
-**Attacks (tests only).** ``SLATE_ATTACK=RANK@ITER:KIND[,...]`` makes party ``RANK`` misbehave from
-iteration ``ITER`` on. The gossip kinds (:data:`GOSSIP_KINDS`) corrupt what it sends its
-neighbours while its own copy stays honest: ``nan`` (every value NaN), ``scale:F`` (times
-``F``), ``signflip`` (times -1), ``zeros``, or ``drift:K``:
-:math:`x + K D (T - x) / \lVert T - x \rVert`, where :math:`x` is its own current model,
-:math:`T` is :math:`x` with the output layer (the model's last ``nn.Linear``, weight and bias)
-negated, and :math:`D` is the median distance between its own model and the messages it
-received in its last round (before the first, its own movement since the start): a message
-about as far from the receivers as an honest neighbour's, always pulling the same bad way
-(:func:`drift_message`). On both engines: the simulator mixes the attacker's corrupted row into
-the others' rows, a distributed process sends it; under CHOCO the corrupted vector is what the
-attacker compresses and sends (:func:`parse_attacks`, :class:`MessageGuard`). The other kinds
-(:data:`LIE_KINDS`) are an insider's lies in the final average, the evaluation counts and the
-set-up sums, told by a distributed process only (:mod:`slate.training.lies`).
+**The guard.** A run builds its guard once from ``--robust`` (:func:`message_guard`) and gives it
+to its communicator, which hands it what arrives over each edge and mixes as it says:
+:class:`MessageGuard` mixes plainly and watches, :class:`ClippingGuard` (``--robust clip``) clips
+and excludes. No communicator knows which; the guard's class is the choice. What the local
+parties send goes through the guard's :class:`Sender`: the parties' own rows, or, in a test, the
+faults plan's attacker (:class:`slate.faults.attacks.Attacker`), which corrupts them.
 
 **Watching (always).** Every received neighbour value is checked, on the device and without a
 host synchronisation, for non-finite entries and for an absurd size (a norm over ``ABSURD``
@@ -102,46 +94,33 @@ anyone; its accusation is printed as its own.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
 
-from slate.communication.accusations import (
+from slate.security.accusations import (
     RECORD_SHAPE,
     accusation_lines,
     current_record,
     events_from_records,
 )
-from slate.errors import ConfigError
 
 __all__ = [
-    "ATTACK_ENV",
-    "GOSSIP_KINDS",
-    "KINDS",
-    "LIE_KINDS",
     "RECORD_SHAPE",
-    "Attack",
     "ClipMemory",
     "ClipOutcome",
+    "ClippingGuard",
+    "HonestSender",
     "MessageGuard",
+    "Sender",
     "accusation_lines",
     "clipped_update",
-    "corrupt",
-    "drift_message",
     "events_from_records",
-    "parse_attacks",
+    "message_guard",
 ]
 
-ATTACK_ENV = "SLATE_ATTACK"
-GOSSIP_KINDS = ("nan", "scale", "signflip", "zeros", "drift")
-#: The insider's lies outside gossip (:mod:`slate.training.lies`).
-LIE_KINDS = ("final-poison", "eval-inflate", "eval-deflate", "rows", "stats-scale",
-             "fake-categories", "impute")  # fmt: skip
-KINDS = GOSSIP_KINDS + LIE_KINDS
-WITH_FACTOR = ("scale", "drift", "rows", "stats-scale", "impute")  # the kinds written KIND:F
 NEVER = 1 << 62  # "no non-finite message yet"
 CLIP_FACTOR = 2.0  # tau = CLIP_FACTOR x the lower median of the party's own recent movement
 WINDOW = 16  # rounds of own movement behind tau
@@ -151,79 +130,6 @@ EXCLUDE_AFTER = 16  # messages from a sender before it can be excluded ...
 EXCLUDE_RATE = 0.8  # ... once this share of them (the moving rate) was refused
 COUNTS = 5  # per pair: received, dropped, clipped, far, ignored
 ABSURD = 1e6  # without --robust: a message this many times larger than 1 + |own| is named
-
-
-@dataclass(frozen=True)
-class Attack:
-    """Party ``rank`` corrupts what it sends from iteration ``start`` on."""
-
-    rank: int
-    start: int
-    kind: str
-    factor: float = 1.0
-
-
-def parse_attacks(spec: str | None) -> list[Attack]:
-    """``RANK@ITER:KIND[,...]`` (module docstring); raises ConfigError naming the bad part."""
-    attacks: list[Attack] = []
-    for item in (spec or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        who, at_sign, rest = item.partition("@")
-        when, colon, kind = rest.partition(":")
-        kind, _, argument = kind.partition(":")
-        problem = None
-        if not (at_sign and colon and who.isdigit() and when.isdigit()):
-            problem = "expected RANK@ITER:KIND with whole numbers RANK and ITER"
-        elif kind not in KINDS:
-            spelled = ", ".join(f"{k}:F" if k in WITH_FACTOR else k for k in KINDS)
-            problem = f"KIND must be one of {spelled}, not {kind!r}"
-        elif (kind in WITH_FACTOR) != bool(argument):
-            problem = f"{kind} takes a factor ({kind}:F)" if kind in WITH_FACTOR else (
-                f"{kind} takes no factor")  # fmt: skip
-        factor = 1.0
-        if problem is None and kind in WITH_FACTOR:
-            try:
-                factor = float(argument)
-            except ValueError:
-                problem = f"the factor {argument!r} is not a number"
-            else:
-                if kind == "drift" and not (math.isfinite(factor) and factor >= 0):
-                    problem = f"drift's factor must be a finite number >= 0, not {argument!r}"
-        if problem is not None:
-            raise ConfigError(f"{ATTACK_ENV}: bad part {item!r}: {problem}")
-        attacks.append(Attack(int(who), int(when), kind, factor))
-    return attacks
-
-
-def corrupt(x: Tensor, attack: Attack) -> Tensor:
-    """What the attacker sends in place of ``x`` (a new tensor; ``x`` is not changed); ``drift``
-    needs what the attacker received: :meth:`MessageGuard.sent_view` and :func:`drift_message`."""
-    if attack.kind == "drift":
-        raise ValueError("drift's message depends on what its party received: use sent_view")
-    if attack.kind == "nan":
-        return torch.full_like(x, math.nan)
-    if attack.kind == "zeros":
-        return torch.zeros_like(x)
-    if attack.kind == "signflip":
-        return -x
-    return x * attack.factor
-
-
-def drift_message(x: Tensor, distance: Tensor, factor: float, span: tuple[int, int]) -> Tensor:
-    r"""``drift:K``'s message: :math:`x + K D (T - x) / \lVert T - x \rVert`, where :math:`T` is
-    :math:`x` with the output layer (``span`` of the flat vector) negated and :math:`D` is
-    ``distance``. :math:`T - x` is :math:`-2x` on the span and zero elsewhere, so the message is
-    :math:`x` with the output layer shrunk by :math:`K D` along itself (unchanged where that
-    layer is zero). A new tensor; ``x`` is not changed."""
-    start, stop = span
-    head = x[start:stop]
-    norm = torch.linalg.vector_norm(head)
-    step = torch.where(norm > 0, factor * distance / norm.clamp_min(torch.finfo(x.dtype).tiny), 0)
-    out = x.clone()
-    out[start:stop] = head - step * head
-    return out
 
 
 class ClipMemory:
@@ -350,31 +256,88 @@ def clipped_update(
     return ClipOutcome(out, ~finite & ~ignored, clipped, far, ignored)
 
 
+class Sender(Protocol):
+    """What the local parties send their neighbours, and what they note of what they receive:
+    :class:`HonestSender` in a real run (their own rows), the faults plan's attacker in a test
+    (:class:`slate.faults.attacks.Attacker`)."""
+
+    @property
+    def listens(self) -> bool:
+        """Whether :meth:`heard` needs what arrives (else the guard may skip computing it)."""
+        ...
+
+    def edge_by_edge(self, iteration: int) -> bool:
+        """Whether what a party receives differs from the rows (mixing must go edge by edge)."""
+        ...
+
+    def sent(self, x: Tensor, iteration: int) -> Tensor:
+        """The local rows ``x (P, d)`` as they are sent at ``iteration``."""
+        ...
+
+    def heard(self, own: Tensor, theirs: Tensor, receivers: Tensor) -> None:
+        """What arrived over each edge (``theirs (E, d)``, the receiver's own value ``own``)."""
+        ...
+
+    def begin(self, x: Tensor) -> None: ...
+
+    def restart(self, local_parties: list[int]) -> None: ...
+
+    def state_dict(self) -> dict[str, Tensor]: ...
+
+    def load_state_dict(self, state: dict[str, Any], like: Tensor) -> None: ...
+
+
+class HonestSender:
+    """The local parties send their own rows, and note nothing of what they receive."""
+
+    listens = False
+
+    def edge_by_edge(self, iteration: int) -> bool:
+        del iteration
+        return False
+
+    def sent(self, x: Tensor, iteration: int) -> Tensor:
+        del iteration
+        return x
+
+    def heard(self, own: Tensor, theirs: Tensor, receivers: Tensor) -> None:
+        del own, theirs, receivers
+
+    def begin(self, x: Tensor) -> None:
+        del x
+
+    def restart(self, local_parties: list[int]) -> None:
+        del local_parties
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any], like: Tensor) -> None:
+        del state, like
+
+
 class MessageGuard:
-    """This process's attacks, its record of what arrived, and ``--robust`` (module docstring).
+    """Plain mixing, with the watch on received values (module docstring): the guard of a run
+    without ``--robust``. :class:`ClippingGuard` is ``--robust clip``'s.
+
+    A communicator calls :meth:`sent` for what its parties send, then, with one received row
+    per edge, :meth:`mix` (the simulator, mixing edge by edge while :attr:`edge_by_edge`),
+    :meth:`arrived` (a distributed process) or :meth:`copies_round` (CHOCO's public copies).
 
     Args:
         n: the number of parties of the run (senders are counted per party index).
         local_parties: the parties whose rows this process holds.
-        robust: ``"clip"`` or ``"none"``.
-        attacks: the planned attacks (:func:`parse_attacks`); a distributed process keeps only
-            its own party's.
+        sender: what the local parties send (default: their own rows).
     """
 
-    def __init__(self, n: int, local_parties: list[int], robust: str = "none", attacks=(),
-                 output_layer: tuple[int, int] | None = None) -> None:  # fmt: skip
+    #: Whether this guard clips and excludes (``--robust clip``): its records are exchanged at
+    #: the end of a run.
+    clips: ClassVar[bool] = False
+
+    def __init__(self, n: int, local_parties: list[int], sender: Sender | None = None) -> None:
         self.n = n
         self.local = list(local_parties)
-        self.robust = robust == "clip"
-        self.attacks = [a for a in attacks if a.rank in self.local and a.kind in GOSSIP_KINDS]
-        self.output_layer = output_layer  # drift's span of the flat vector
-        if output_layer is None and any(a.kind == "drift" for a in self.attacks):
-            raise ConfigError(
-                f"{ATTACK_ENV}: drift negates the model's output layer, its last torch.nn.Linear, "
-                "but this model has none; use drift with a model that ends in a Linear layer."
-            )
-        self._heard: Tensor | None = None  # (P,): drift's D, the last round's median distance
-        self._origin: Tensor | None = None  # (P, d): the rows at the start (drift's fallback)
+        self.sender: Sender = sender if sender is not None else HonestSender()
         self.iteration = 0
         self._counts: Tensor | None = None  # (COUNTS, P, n): received, dropped, clipped, far,
         # ignored
@@ -382,76 +345,20 @@ class MessageGuard:
         self._first_bad: Tensor | None = None  # (n,): first iteration of a non-finite message
         self._memory: ClipMemory | None = None  # --robust clip's, per local row
 
-    @classmethod
-    def from_env(cls, n: int, local_parties: list[int], robust: str,
-                 output_layer: tuple[int, int] | None = None) -> MessageGuard:  # fmt: skip
-        attacks = parse_attacks(os.environ.get(ATTACK_ENV))
-        return cls(n, local_parties, robust, attacks, output_layer)
-
     @property
-    def attacking(self) -> bool:
-        return any(self.iteration >= a.start for a in self.attacks)
-
-    @property
-    def drifting(self) -> bool:
-        """Whether a local row plans a ``drift`` attack (it measures what it receives from
-        the start)."""
-        return any(a.kind == "drift" for a in self.attacks)
-
-    @property
-    def active(self) -> bool:
+    def edge_by_edge(self) -> bool:
         """Whether mixing must go edge by edge (clipping, or an attacker among the rows)."""
-        return self.robust or self.attacking or self.drifting
+        return self.sender.edge_by_edge(self.iteration)
 
-    def sent_view(self, x: Tensor) -> Tensor:
-        """``x (P, d)`` as the local parties send it: attackers' rows corrupted (a copy)."""
-        if not self.attacking:
-            return x
-        out = x.clone()
-        for attack in self.attacks:
-            if self.iteration >= attack.start:
-                row = self.local.index(attack.rank)
-                if attack.kind == "drift":
-                    assert self.output_layer is not None
-                    distance = self.drift_distance(x)[row]
-                    out[row] = drift_message(x[row], distance, attack.factor, self.output_layer)
-                else:
-                    out[row] = corrupt(x[row], attack)
-        return out
-
-    def drift_distance(self, x: Tensor) -> Tensor:
-        """Per local row, ``drift``'s :math:`D`: the median (the mean of the two middle values
-        for an even count) of the distances between the row and the messages it received in
-        its last round with any; before its first, its own movement since the start (its last
-        mix is the start)."""
-        if self._origin is None or self._origin.shape != x.shape:
-            self._origin = x.detach().clone()
-        moved = torch.linalg.vector_norm(x - self._origin, dim=1)
-        if self._heard is None:
-            return moved
-        return torch.where(torch.isfinite(self._heard), self._heard, moved)
-
-    def hear(self, own: Tensor, theirs: Tensor, receivers: Tensor) -> None:
-        """Note, for ``drift``, the median distance of this round's messages ``theirs (E, d)``
-        from the receiving rows' own values ``own (E, d)`` (``receivers``: each edge's local
-        row); a row that received nothing keeps its last value. Nothing without ``drift``."""
-        if not self.drifting:
-            return
-        p = len(self.local)
-        if self._heard is None or self._heard.device != own.device:
-            self._heard = own.new_full((p,), math.nan)
-        dist = torch.linalg.vector_norm(theirs - own, dim=1)
-        mine = receivers[None, :] == torch.arange(p, device=own.device)[:, None]
-        median = torch.where(mine, dist[None, :], math.nan).nanquantile(0.5, dim=1)
-        self._heard = torch.where(torch.isfinite(median), median, self._heard)
+    def sent(self, x: Tensor) -> Tensor:
+        """``x (P, d)`` as the local parties send it (a copy when a row differs)."""
+        return self.sender.sent(x, self.iteration)
 
     def _ensure(self, like: Tensor) -> None:
         if self._counts is None or self._counts.device != like.device:
             shape = (COUNTS, len(self.local), self.n)
             self._counts = torch.zeros(shape, dtype=torch.long, device=like.device)
             self._first_bad = torch.full((self.n,), NEVER, dtype=torch.long, device=like.device)
-        if self.robust and self._memory is None:
-            self._memory = ClipMemory(len(self.local), self.n, like.device, like.dtype)
 
     def watch(self, theirs: Tensor, senders: Tensor, own: Tensor | None = None) -> None:
         """Record, on the device, which of the received ``theirs (E, d)`` are non-finite or
@@ -469,12 +376,7 @@ class MessageGuard:
     def begin(self, x: Tensor) -> None:
         """The local rows' starting parameters ``x (P, d)``: the first round's own movement is
         measured from them."""
-        if self.drifting:
-            self._origin, self._heard = x.detach().clone(), None
-        if self.robust:
-            self._ensure(x)
-            assert self._memory is not None
-            self._memory.last = x.detach().clone()
+        self.sender.begin(x)
 
     def restart(self, local_parties: list[int], x: Tensor) -> None:
         """After a change of the party set: the local parties are now ``local_parties`` with
@@ -482,47 +384,54 @@ class MessageGuard:
         numbers its parties anew), the counts per sender are kept."""
         self._past = self.records()
         self.local = list(local_parties)
+        self.sender.restart(self.local)
         self._memory = None
         self._counts = None
         self.begin(x)
 
-    def settle(self, rows: Tensor) -> Tensor:
-        """The local rows ``(P, d)`` as this round's mix leaves them (returned unchanged)."""
-        if self._memory is not None:
-            self._memory.last = rows.detach().clone()
-        return rows
-
-    def clipped_delta(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
-                      senders: Tensor, rows: Tensor) -> Tensor:  # fmt: skip
-        """:func:`clipped_update`'s increments (``own``: one row per edge; ``receivers``: local
-        rows; ``rows (P, d)``: the local rows before this mix), with the drops, clips and
-        exclusions counted per sender. The caller passes the mixed rows to :meth:`settle`."""
-        self._ensure(own)
-        assert self._counts is not None and self._memory is not None
-        done = clipped_update(own, theirs, weights, receivers, senders, self._memory,
-                              self.iteration, self._memory.movement(rows),
-                              torch.linalg.vector_norm(rows, dim=1))  # fmt: skip
-        counted = torch.stack(
-            [~done.ignored, done.dropped, done.clipped, done.far, done.ignored]
-        ).long()
-        self._counts.view(COUNTS, -1).index_add_(1, receivers * self.n + senders, counted)
-        return done.delta
-
     def mix(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
             senders: Tensor, self_weight: Tensor) -> Tensor:  # fmt: skip
-        """The new rows ``(P, d)`` from the own rows ``own (P, d)`` and one row per edge."""
-        self.hear(own[receivers], theirs, receivers)
-        if self.robust:
-            delta = self.clipped_delta(own[receivers], theirs, weights, receivers, senders, own)
-            return self.settle(own + delta)
+        """The new rows ``(P, d)`` from the own rows ``own (P, d)`` and one row per edge
+        (``theirs (E, d)``, from ``senders`` to the local rows ``receivers`` with ``weights``)."""
+        self.sender.heard(own[receivers], theirs, receivers)
+        return self._combine(own, theirs, weights, receivers, senders, self_weight)
+
+    def _combine(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
+                 senders: Tensor, self_weight: Tensor) -> Tensor:  # fmt: skip
+        """:math:`w_{ii} x_i + \\sum_j w_{ij} x_j`, what arrived watched."""
         self.watch(theirs, senders, own[receivers])
         out = own * self_weight[:, None]
         return out.index_add(0, receivers, theirs * weights[:, None])
 
+    def arrived(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
+                senders: Tensor, self_weight: Tensor) -> Tensor | None:  # fmt: skip
+        """A distributed process's round, as :meth:`mix` takes it: what arrived is watched,
+        and None says "mix as usual" (the communicator's own sum)."""
+        del weights, self_weight
+        self.watch(theirs, senders, own[receivers])
+        self.sender.heard(own[receivers], theirs, receivers)
+        return None
+
+    def copies_round(self, x: Tensor, arrived: Tensor, received: Tensor, sent: Tensor,
+                     slots: Tensor, rows: Tensor, weights: Tensor, senders: Tensor,
+                     gamma: float) -> Tensor:  # fmt: skip
+        """The end of a CHOCO round (:mod:`slate.communication.choco`):
+        :math:`x_i + \\gamma \\sum_j w_{ij} (\\hat x_{j \\to i} - \\hat x_{i \\to j})`, with
+        the neighbours' copies ``received`` moved by what ``arrived`` (in place, at ``slots``)
+        and the increments watched. ``sent``: the own copies; ``rows``, ``weights (E, 1)`` and
+        ``senders``: each edge's local row, weight and sender."""
+        own = sent.index_select(0, slots)
+        self.watch(arrived, senders, own)
+        received.index_add_(0, slots, arrived)
+        theirs = received.index_select(0, slots)
+        if self.sender.listens:
+            self.sender.heard(x.index_select(0, rows), theirs, rows)
+        return x.index_add(0, rows, (theirs - own) * weights, alpha=gamma)
+
     def first_non_finite(self) -> tuple[int, int] | None:
         """``(sender, iteration)`` of the earliest non-finite or absurd message received (a
         host synchronisation)."""
-        if self.robust or self._first_bad is None:
+        if self._first_bad is None:
             return None
         at = int(self._first_bad.min())
         if at >= NEVER:
@@ -554,17 +463,14 @@ class MessageGuard:
                                    self.iteration)  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps: the counts and ``--robust clip``'s memory."""
+        """What a checkpoint keeps: the counts, ``--robust clip``'s memory and the sender's."""
         state: dict[str, Any] = {}
         if self._counts is not None and self._first_bad is not None:
             state.update(counts=self._counts.cpu().clone(), first_bad=self._first_bad.cpu().clone())
         state["past"] = [list(row) for row in self._past]
         if self._memory is not None:
             state["memory"] = self._memory.state_dict()
-        for name in ("_heard", "_origin"):  # drift's (tests only)
-            value = getattr(self, name)
-            if value is not None:
-                state[name] = value.cpu().clone()
+        state.update(self.sender.state_dict())  # drift's (tests only)
         return state
 
     def load_state_dict(self, state: dict[str, Any], like: Tensor) -> None:
@@ -578,10 +484,93 @@ class MessageGuard:
                 counts = torch.cat([counts[:3], torch.zeros_like(counts[:1]), counts[3:]])
             self._counts = counts.to(like.device).clone()
             self._first_bad = state["first_bad"].to(like.device).clone()
+        self.sender.load_state_dict(state, like)
+
+
+class ClippingGuard(MessageGuard):
+    """``--robust clip``: each received difference clipped, non-finite messages dropped, senders
+    excluded, and every exclusion recorded as its receiver's accusation (module docstring)."""
+
+    clips = True
+
+    @property
+    def edge_by_edge(self) -> bool:
+        return True
+
+    def _ensure(self, like: Tensor) -> None:
+        super()._ensure(like)
+        if self._memory is None:
+            self._memory = ClipMemory(len(self.local), self.n, like.device, like.dtype)
+
+    def begin(self, x: Tensor) -> None:
+        super().begin(x)
+        self._ensure(x)
+        assert self._memory is not None
+        self._memory.last = x.detach().clone()
+
+    def settle(self, rows: Tensor) -> Tensor:
+        """The local rows ``(P, d)`` as this round's mix leaves them (returned unchanged)."""
+        if self._memory is not None:
+            self._memory.last = rows.detach().clone()
+        return rows
+
+    def clipped_delta(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
+                      senders: Tensor, rows: Tensor) -> Tensor:  # fmt: skip
+        """:func:`clipped_update`'s increments (``own``: one row per edge; ``receivers``: local
+        rows; ``rows (P, d)``: the local rows before this mix), with the drops, clips and
+        exclusions counted per sender. The caller passes the mixed rows to :meth:`settle`."""
+        self._ensure(own)
+        assert self._counts is not None and self._memory is not None
+        done = clipped_update(own, theirs, weights, receivers, senders, self._memory,
+                              self.iteration, self._memory.movement(rows),
+                              torch.linalg.vector_norm(rows, dim=1))  # fmt: skip
+        counted = torch.stack(
+            [~done.ignored, done.dropped, done.clipped, done.far, done.ignored]
+        ).long()
+        self._counts.view(COUNTS, -1).index_add_(1, receivers * self.n + senders, counted)
+        return done.delta
+
+    def _combine(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
+                 senders: Tensor, self_weight: Tensor) -> Tensor:  # fmt: skip
+        """:math:`x_i + \\sum_j w_{ij} \\mathrm{clip}(x_j - x_i, \\tau_i)`."""
+        del self_weight
+        delta = self.clipped_delta(own[receivers], theirs, weights, receivers, senders, own)
+        return self.settle(own + delta)
+
+    def arrived(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
+                senders: Tensor, self_weight: Tensor) -> Tensor | None:  # fmt: skip
+        """The clipped mix of a distributed process's round."""
+        return self.mix(own, theirs, weights, receivers, senders, self_weight)
+
+    def copies_round(self, x: Tensor, arrived: Tensor, received: Tensor, sent: Tensor,
+                     slots: Tensor, rows: Tensor, weights: Tensor, senders: Tensor,
+                     gamma: float) -> Tensor:  # fmt: skip
+        """CHOCO's round end under ``--robust clip``: a non-finite increment is dropped (the
+        copy keeps its value) and :math:`\\hat x_{j \\to i} - \\hat x_{i \\to j}` is clipped."""
+        finite = torch.isfinite(arrived).all(dim=1, keepdim=True)
+        received.index_add_(0, slots, torch.where(finite, arrived, 0.0))
+        theirs = torch.where(finite, received.index_select(0, slots), math.nan)
+        own = sent.index_select(0, slots)
+        self.sender.heard(x.index_select(0, rows), theirs, rows)
+        delta = self.clipped_delta(own, theirs, weights[:, 0], rows, senders, x)
+        return self.settle(x + gamma * delta)
+
+    def first_non_finite(self) -> tuple[int, int] | None:
+        """None: a non-finite message is dropped, never mixed."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any], like: Tensor) -> None:
+        super().load_state_dict(state, like)
         if "memory" in state:
             self._ensure(like)
             assert self._memory is not None
             self._memory.load_state_dict(state["memory"])
-        for name in ("_heard", "_origin"):
-            if name in state:
-                setattr(self, name, state[name].to(like.device, like.dtype).clone())
+
+
+def message_guard(robust: str, n: int, local_parties: list[int],
+                  sender: Sender | None = None) -> MessageGuard:  # fmt: skip
+    """The run's guard, built once from ``--robust`` (``clip`` or ``none``): a
+    :class:`ClippingGuard` or a plain :class:`MessageGuard`; ``sender``: what the local parties
+    send (the faults plan's attacker in a test; default their own rows)."""
+    guard = ClippingGuard if robust == "clip" else MessageGuard
+    return guard(n, local_parties, sender)

@@ -1,6 +1,6 @@
 """What ``--robust clip``'s receivers report at the end of a run, and how every site reads it:
 per sender, each receiver's own report, and an exclusion as the accusation of the receiver that
-made it, never as a verdict (:mod:`slate.communication.robust`, "Accusations")."""
+made it, never as a verdict (:mod:`slate.security.robust`, "Accusations")."""
 
 from __future__ import annotations
 

@@ -24,13 +24,13 @@ the leave records, ``slate/generation``). The *session id* closes that gap:
    (:func:`derive`). Sites that cannot agree within ``--timeout`` stop with one paragraph
    (:class:`SessionNotAgreed`).
 
-From then on every record (:class:`~slate.engines.store_records.Records`) and every sealing key
-(:mod:`slate.security.sealing`, HKDF's ``info``) binds the session id. ``slate rendezvous``
-learns it the same way from its own store nonce (:func:`learn`), so it never accepts an earlier
-session's end of the run; a party returning with ``--resume`` learns it from the sites' nonce and
-agreed records (:func:`running`), which must hash with this store's nonce: an earlier store's
-session, replayed into this one, is no run in progress. Without a roster records are not signed
-and there is no session.
+From then on every record (:class:`~slate.engines.distributed.control.store_records.Records`) and
+every sealing key (:mod:`slate.security.sealing`, HKDF's ``info``) binds the session id. ``slate
+rendezvous`` learns it the same way from its own store nonce (:func:`learn`), so it never accepts an
+earlier session's end of the run; a party returning with ``--resume`` learns it from the sites'
+nonce and agreed records (:func:`running`), which must hash with this store's nonce: an earlier
+store's session, replayed into this one, is no run in progress. Without a roster records are not
+signed and there is no session.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slate.engines.store_records import Records
+from slate.engines.distributed.control.store_records import Records
 
 __all__ = [
     "GENERATION_KEY",

@@ -17,7 +17,8 @@ iteration ``ITER``, at one of these moments:
 itself SIGSTOP, and a detached ``sleep S; kill -CONT`` wakes it ``S`` seconds later, as a site
 whose machine hangs (or whose network is cut) for ``S`` seconds. Each planned fault happens once.
 
-The simulator ignores it (``--drop-party`` injects its losses).
+The simulator ignores it (``--drop-party`` injects its losses). The faults plan reads the hook
+(:class:`slate.faults.FaultPlan`); a malformed item is ignored, as is one of another rank.
 """
 
 from __future__ import annotations
@@ -26,29 +27,51 @@ import os
 import re
 import signal
 import subprocess
+from dataclasses import dataclass
 
-__all__ = ["FAULT_ENV", "MOMENTS", "FaultPlan"]
+__all__ = ["FAULT_ENV", "MOMENTS", "Kill", "Kills", "parse_kills"]
 
 FAULT_ENV = "SLATE_KILL_AT"
 MOMENTS = ("setup", "step", "evaluation", "checkpoint", "rejoin")
 _FREEZE = re.compile(r"freeze(\d+(?:\.\d+)?)$")
 
 
-class FaultPlan:
-    """The moments at which this process's party dies or freezes, from :data:`FAULT_ENV`."""
+@dataclass(frozen=True)
+class Kill:
+    """Party ``rank`` fails at ``iteration``'s ``moment`` with ``fault`` (``kill``/``freezeS``)."""
 
-    def __init__(self, rank: int | None) -> None:
+    rank: int
+    iteration: int
+    moment: str
+    fault: str
+
+
+def parse_kills(spec: str | None) -> list[Kill]:
+    """The well-formed items of ``RANK@ITER[:MOMENT[:FAULT]][,...]`` (module docstring), in
+    order; the others are ignored."""
+    kills = []
+    for item in (spec or "").split(","):
+        who, _, when = item.strip().partition("@")
+        at, _, rest = when.partition(":")
+        moment, _, fault = rest.partition(":")
+        moment, fault = moment or "step", fault or "kill"
+        known = fault == "kill" or _FREEZE.match(fault)
+        if who.isdigit() and at.isdigit() and moment in MOMENTS and known:
+            kills.append(Kill(int(who), int(at), moment, fault))
+    return kills
+
+
+class Kills:
+    """The moments at which this process's party dies or freezes (``kills``: the plan's, of
+    every rank; ``rank``: this process's own party, None in a process that runs every party)."""
+
+    def __init__(self, kills: list[Kill] | tuple[Kill, ...] = (), rank: int | None = None) -> None:
         self.due_at: dict[str, tuple[int, str]] = {}  # moment -> (iteration, fault)
         if rank is None:
             return
-        for item in os.environ.get(FAULT_ENV, "").split(","):
-            who, _, when = item.strip().partition("@")
-            at, _, rest = when.partition(":")
-            moment, _, fault = rest.partition(":")
-            moment, fault = moment or "step", fault or "kill"
-            known = fault == "kill" or _FREEZE.match(fault)
-            if who.isdigit() and at.isdigit() and int(who) == rank and moment in MOMENTS and known:
-                self.due_at[moment] = (int(at), fault)
+        for kill in kills:
+            if kill.rank == rank:
+                self.due_at[kill.moment] = (kill.iteration, kill.fault)
 
     def check(self, moment: str, iteration: int) -> None:
         """Fail now if this is the planned moment."""

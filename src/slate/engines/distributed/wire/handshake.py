@@ -49,9 +49,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from slate.engines.faults import ExchangeFailed, first_line
-from slate.engines.membership import PartyLost
-from slate.engines.store_records import Records
+from slate.engines.distributed.control.failures import ExchangeFailed, first_line
+from slate.engines.distributed.control.membership import PartyLost
+from slate.engines.distributed.control.store_records import Records
 from slate.security.messages import ListOf, MalformedMessage, MapOf, decode
 from slate.security.sealing import SealedMessageRefused
 
@@ -179,9 +179,9 @@ class Hello:
     """The hello of one process group (see the module doc).
 
     ``members`` are the group's global ranks in group order; ``wire`` is the generation's
-    :class:`~slate.engines.sealed_wire.SealedWire` (None without a roster); ``addresses`` gloo's
-    record of each group rank (``SigningStore.addresses``); ``gone(rank)`` says why a member is
-    gone, or None.
+    :class:`~slate.engines.distributed.wire.sealed_wire.SealedWire` (None without a roster);
+    ``addresses`` gloo's record of each group rank (``SigningStore.addresses``); ``gone(rank)`` says
+    why a member is gone, or None.
     """
 
     def __init__(

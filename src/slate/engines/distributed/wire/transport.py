@@ -1,13 +1,14 @@
 """Gossip between the distributed engine's processes: neighbour-only point-to-point messages.
 
 :class:`DistributedCommunicator` is the distributed engine's communicator
-(:class:`slate.engines.distributed.DistributedEngine` builds it): ``mix(x)`` exchanges **one flat
-buffer per neighbour per exchange** with ``dist.batch_isend_irecv``, only with the parties ``r``
-that have ``w_nr > 0``, then forms :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
+(:class:`slate.engines.distributed.engine.DistributedEngine` builds it): ``mix(x)`` exchanges **one
+flat buffer per neighbour per exchange** with ``dist.batch_isend_irecv``, only with the parties
+``r`` that have ``w_nr > 0``, then forms :math:`w_{nn} x_n + \\sum_r w_{nr} x_r` locally;
 ``average(x)`` is one ``all_reduce``. Every wait goes through a
-:class:`~slate.engines.faults.Waiter`, so that a lost peer becomes a clear error (or, with
-recovery, :class:`~slate.engines.faults.ExchangeFailed`); a party that leaves a generation sends
-its neighbours a *leave* message (:meth:`DistributedCommunicator.signal_leaving`).
+:class:`~slate.engines.distributed.control.failures.Waiter`, so that a lost peer becomes a clear
+error (or, with recovery, :class:`~slate.engines.distributed.control.failures.ExchangeFailed`); a
+party that leaves a generation sends its neighbours a *leave* message
+(:meth:`DistributedCommunicator.signal_leaving`).
 
 gloo carries CPU tensors, nccl CUDA tensors (:func:`backend_for`).
 """
@@ -24,8 +25,9 @@ from torch import Tensor
 from slate.communication.choco import ChocoGossip, RoundEdges
 from slate.communication.gossip import GossipSettings
 from slate.engines.base import Communicator
-from slate.engines.faults import ExchangeFailed, FailureGuard, Waiter
-from slate.engines.sealed_wire import SealedWire
+from slate.engines.distributed.control.failures import ExchangeFailed, FailureGuard, Waiter
+from slate.engines.distributed.wire.sealed_wire import SealedWire
+from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
 __all__ = ["LEAVE", "DistributedCommunicator", "backend_for"]
@@ -50,10 +52,11 @@ class DistributedCommunicator(Communicator):
         settings: GossipSettings | None = None,
         x0: Tensor | None = None,
         wire: SealedWire | None = None,
+        guard: MessageGuard | None = None,
     ) -> None:
-        super().__init__(topology, settings)
+        super().__init__(topology, settings, guard)
         self.rank = rank
-        self.wire = wire  # under --roster: every message sealed (slate.engines.sealed_wire)
+        self.wire = wire  # under --roster: every message sealed (wire.sealed_wire)
         self.group = group
         self.n = topology.n
         self.waiter = waiter or Waiter(FailureGuard(rank), None)
@@ -68,7 +71,7 @@ class DistributedCommunicator(Communicator):
                 raise ValueError("compressed gossip needs the starting parameters x0")
             self.choco = ChocoGossip(
                 topology, [rank], self.settings.compressor, self.settings.consensus_step, x0,
-                self._exchange_payloads,
+                self._exchange_payloads, guard,
             )  # fmt: skip
 
     def _peer(self, r: int) -> int:
@@ -83,7 +86,7 @@ class DistributedCommunicator(Communicator):
         if not neighbours:
             return x
         flat = x.reshape(-1).contiguous()
-        sent = flat if self.guard is None else self.guard.sent_view(flat[None])[0]
+        sent = flat if self.guard is None else self.guard.sent(flat[None])[0]
         received = self._swap([sent] * len(neighbours), [peer for peer, _ in neighbours])
         if self.guard is not None:
             mixed = self._guarded(flat, received, neighbours, r)
@@ -99,21 +102,18 @@ class DistributedCommunicator(Communicator):
     def _guarded(
         self, flat: Tensor, received: list[Tensor], neighbours: list[tuple[int, float]], r: int
     ) -> Tensor | None:
-        """Watch what arrived (:mod:`slate.communication.robust`); with ``--robust clip``,
-        the clipped mix (None: mix as usual)."""
+        """What arrived, to the guard (:mod:`slate.security.robust`): its mix, or None to mix
+        as usual."""
         assert self.guard is not None
         senders = torch.tensor([p for p, _ in neighbours], dtype=torch.long, device=flat.device)
-        theirs = torch.stack(received)
-        receivers = torch.zeros_like(senders)
-        if not self.guard.robust:
-            self.guard.watch(theirs, senders, flat[None].expand_as(theirs))
-            self.guard.hear(flat[None].expand_as(theirs), theirs, receivers)
-            return None
         weights = torch.tensor([w for _, w in neighbours], dtype=flat.dtype, device=flat.device)
         self_weight = torch.tensor(
             [self.topology.self_weight_at(self.rank, r)], dtype=flat.dtype, device=flat.device
         )
-        return self.guard.mix(flat[None], theirs, weights, receivers, senders, self_weight)[0]
+        receivers = torch.zeros_like(senders)
+        mixed = self.guard.arrived(flat[None], torch.stack(received), weights, receivers,
+                                   senders, self_weight)  # fmt: skip
+        return None if mixed is None else mixed[0]
 
     def _exchange_payloads(self, payload: Tensor, edges: RoundEdges) -> Tensor:
         """CHOCO's exchange: row ``e`` of ``payload`` goes to ``edges.peers[e]``, whose own

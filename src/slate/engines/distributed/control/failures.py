@@ -1,9 +1,10 @@
 """How a party process waits for its communication, and what a failure of it means.
 
-A failed collective becomes :class:`~slate.engines.membership.PartyLost` naming the lost rank
-(``--on-party-loss stop``), or :class:`ExchangeFailed` once any member raised the generation's
-failed flag (``continue``): the survivors then agree on the next generation
-(:mod:`slate.engines.membership`). Raw gloo and c10d messages are cut to one line.
+A failed collective becomes :class:`~slate.engines.distributed.control.membership.PartyLost` naming
+the lost rank (``--on-party-loss stop``), or :class:`ExchangeFailed` once any member raised the
+generation's failed flag (``continue``): the survivors then agree on the next generation
+(:mod:`slate.engines.distributed.control.membership`). Raw gloo and c10d messages are cut to one
+line.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slate.engines.liveness import process_alive, registered_process
-from slate.engines.lookout import Lookout
-from slate.engines.membership import PartyLost
-from slate.engines.store_records import Records, parse_rank
+from slate.engines.distributed.control.liveness import process_alive, registered_process
+from slate.engines.distributed.control.lookout import Lookout
+from slate.engines.distributed.control.membership import PartyLost
+from slate.engines.distributed.control.store_records import Records, parse_rank
 
 __all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_line"]
 
@@ -171,11 +172,11 @@ class Waiter:
 
     ``stop`` (no ``lookout``): one blocking wait; a failure is :class:`PartyLost` naming the
     lost rank. ``continue``: every wait is watched every ``POLL_SECONDS``: it stops as soon as
-    the :class:`~slate.engines.lookout.Lookout` (a daemon thread that reads the store) saw any
-    member raise the generation's failed flag, or saw a member it waits for gone (its heartbeat
-    silent for the membership's ``silence_s``, or its process exited), and a failure is
-    :class:`ExchangeFailed`. A watch reads the lookout's last sighting only: no round trip to
-    the store is ever on the training thread's path. Collectives are waited for in slices;
+    the :class:`~slate.engines.distributed.control.lookout.Lookout` (a daemon thread that reads the
+    store) saw any member raise the generation's failed flag, or saw a member it waits for gone (its
+    heartbeat silent for the membership's ``silence_s``, or its process exited), and a failure is
+    :class:`ExchangeFailed`. A watch reads the lookout's last sighting only: no round trip to the
+    store is ever on the training thread's path. Collectives are waited for in slices;
     point-to-point waits and posting of point-to-point messages block a background thread
     (:class:`_Background`) instead.
     """

@@ -4,11 +4,12 @@ Every party registers its ``host:pid`` under ``process/<rank>`` and beats under
 ``beat/<rank>`` (:class:`Heartbeat`: a counter, or a signed record under a roster).
 :class:`Liveness` tells from those records whether a member is *gone*: its registered process on
 this host has exited or was replaced, or its heartbeat has not moved for ``silence_s`` seconds.
-The agreement on lost and returning parties (:mod:`slate.engines.membership`), the lookout
-(:mod:`slate.engines.lookout`) and the launcher read these records; a party that finishes the
-run records that it left (:func:`leave_run`, :func:`parties_left`, :func:`final_members`) and,
-when a ``slate rendezvous`` serves the store, waits briefly until the rendezvous says it saw those
-records, writing again any that someone deleted (:func:`confirm_leave`).
+The agreement on lost and returning parties (:mod:`slate.engines.distributed.control.membership`),
+the lookout (:mod:`slate.engines.distributed.control.lookout`) and the launcher read these records;
+a party that finishes the run records that it left (:func:`leave_run`, :func:`parties_left`,
+:func:`final_members`) and, when a ``slate rendezvous`` serves the store, waits briefly until the
+rendezvous says it saw those records, writing again any that someone deleted
+(:func:`confirm_leave`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slate.engines.store_records import RECORD_LIMIT, Records, parse_rank
+from slate.engines.distributed.control.store_records import RECORD_LIMIT, Records, parse_rank
 
 __all__ = [
     "BEAT_SECONDS",

@@ -4,7 +4,7 @@
 hosts the rendezvous store on the loopback interface only, starts N copies of the same command
 with ``RANK`` / ``WORLD_SIZE`` set, waits for all of them and exits with the worst exit code.
 Each copy is a *worker*: it joins the process group and runs :func:`slate.training.loop.train` with
-:class:`~slate.engines.distributed.DistributedEngine`. Under ``torchrun`` the processes are
+:class:`~slate.engines.distributed.engine.DistributedEngine`. Under ``torchrun`` the processes are
 workers directly and use torchrun's rendezvous (``MASTER_ADDR`` / ``MASTER_PORT``).
 """
 
@@ -25,9 +25,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slate.engines import session
-from slate.engines.distributed import Rendezvous
-from slate.engines.liveness import (
+from slate.engines.distributed.control import session
+from slate.engines.distributed.control.liveness import (
     BEATS_KEY,
     FINAL_MEMBERS_KEY,
     LEFT_KEY,
@@ -37,7 +36,8 @@ from slate.engines.liveness import (
     registered_process,
     signed_beats,
 )
-from slate.engines.store_records import Records
+from slate.engines.distributed.control.rendezvous import Rendezvous
+from slate.engines.distributed.control.store_records import Records
 from slate.errors import ConfigError
 from slate.security.identity import SiteIdentity
 from slate.security.roster import Roster
@@ -70,7 +70,8 @@ def launch_local(
     argv: Sequence[str], nodes: int, timeout_s: float, logs: Sequence[str] = ()
 ) -> int:
     """Run ``python -m slate <argv>`` as ``nodes`` worker processes on this machine; ``logs``
-    names each party's debug log (:mod:`slate.engines.debug_log`), pointed to when a party dies."""
+    names each party's debug log (:mod:`slate.engines.distributed.control.debug_log`), pointed to
+    when a party dies."""
     if nodes < 1:
         raise ConfigError(f"--nodes must be at least 1, got {nodes}.")
     listener = _loopback_listener()
@@ -447,14 +448,15 @@ class _EndWatch:
     """What ``slate rendezvous`` has seen of the run's end, kept once seen.
 
     Under a roster it first learns the run's session from its own store nonce and the sites'
-    session records (:func:`slate.engines.session.learn`): an earlier session's end records,
-    replayed here, never verify in it. It puts its store nonce back (with one warning) if
-    someone replaced or deleted it. Then it keeps every valid end record it reads, the main
-    party's final members and each of their leave records, and says once if one it saw is
-    deleted later (it still counts: it was signed by its site). It tells the leaving parties
-    what it saw (:data:`~slate.engines.liveness.SEEN_KEY`), so that a party whose record was
-    deleted before it was seen writes it again (:func:`~slate.engines.liveness.confirm_leave`).
-    The run is over once the final members and the leave record of each of them were seen.
+    session records (:func:`slate.engines.distributed.control.session.learn`): an earlier session's
+    end records, replayed here, never verify in it. It puts its store nonce back (with one warning)
+    if someone replaced or deleted it. Then it keeps every valid end record it reads, the main
+    party's final members and each of their leave records, and says once if one it saw is deleted
+    later (it still counts: it was signed by its site). It tells the leaving parties what it saw
+    (:data:`~slate.engines.distributed.control.liveness.SEEN_KEY`), so that a party whose record was
+    deleted before it was seen writes it again
+    (:func:`~slate.engines.distributed.control.liveness.confirm_leave`). The run is over once the
+    final members and the leave record of each of them were seen.
     """
 
     def __init__(self, records: Records, nonce: str, say) -> None:

@@ -1,6 +1,6 @@
 r"""An insider's lies outside gossip, for the tests of the checks that catch them (tests only).
 
-``SLATE_ATTACK=RANK@ITER:KIND`` (:func:`slate.communication.robust.parse_attacks`) with one of
+``SLATE_ATTACK=RANK@ITER:KIND`` (:func:`slate.faults.attacks.parse_attacks`) with one of
 these kinds makes distributed party ``RANK`` lie in what it contributes to a sum, while it runs
 every step honestly, as a site running a modified copy of slate would:
 
@@ -24,13 +24,12 @@ against the site's own).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
 
-from slate.communication.robust import ATTACK_ENV, LIE_KINDS, Attack, parse_attacks
+from slate.faults.attacks import LIE_KINDS, Attack
 
 __all__ = ["FAKE_CATEGORIES", "FAKE_COUNT", "PLANTED_ROWS", "Lies", "LyingExchange"]
 
@@ -40,18 +39,11 @@ FAKE_COUNT = 10**6  # ... each with this count
 
 
 class Lies:
-    """The lies this process tells (none, unless ``SLATE_ATTACK`` names its party)."""
+    """The lies this process tells (none, unless ``SLATE_ATTACK`` names its party:
+    :meth:`slate.faults.FaultPlan.lies`)."""
 
-    def __init__(self, attacks: list[Attack]) -> None:
+    def __init__(self, attacks: list[Attack] | tuple[Attack, ...] = ()) -> None:
         self.attacks = {a.kind: a for a in attacks if a.kind in LIE_KINDS}
-
-    @classmethod
-    def from_env(cls, own_party: int | None) -> Lies:
-        """This distributed party's lies; none in a process that runs every party."""
-        if own_party is None:
-            return cls([])
-        planned = parse_attacks(os.environ.get(ATTACK_ENV))
-        return cls([a for a in planned if a.rank == own_party])
 
     def _due(self, kind: str, iteration: int = 0) -> Attack | None:
         attack = self.attacks.get(kind)

@@ -12,12 +12,12 @@ delete every key. Every record that a party acts on therefore goes through :clas
   signature (:class:`slate.security.SiteIdentity`) of the run id, the session id, the store key,
   the signer's rank, the generation and the body together, so a record cannot be moved to another
   key, another run or another session (an earlier run with the same roster), or passed off as
-  another site's or another generation's. The session id (:mod:`slate.engines.session`) is
-  derived at each start from fresh random values of every site; until it is known (the session's
-  own nonce records) it is empty. A record that does not verify, names a rank off the roster,
-  comes from another rank than the key belongs to, belongs to another session or carries an old
-  generation is ignored, as if it were absent; each party says once per claimed rank that it
-  ignored one.
+  another site's or another generation's. The session id
+  (:mod:`slate.engines.distributed.control.session`) is derived at each start from fresh random
+  values of every site; until it is known (the session's own nonce records) it is empty. A record
+  that does not verify, names a rank off the roster, comes from another rank than the key belongs
+  to, belongs to another session or carries an old generation is ignored, as if it were absent; each
+  party says once per claimed rank that it ignored one.
 
 A record that the first writer wins (:meth:`Records.first`, the store's ``compare_set``) and
 that a stranger wrote first is replaced atomically by the honest proposal, so a forged record
@@ -92,8 +92,8 @@ class Records:
 
     @property
     def session(self) -> str:
-        """The run's session id (:mod:`slate.engines.session`); "" before it is known (and
-        always without a roster)."""
+        """The run's session id (:mod:`slate.engines.distributed.control.session`); "" before it is
+        known (and always without a roster)."""
         return self._session[0]
 
     @session.setter
@@ -194,9 +194,9 @@ class Records:
 
     def get_any_session(self, key: str, signer: int) -> tuple[str, str] | None:
         """``(session, body)`` of ``signer``'s record under ``key``, whatever session it is
-        bound to (the session's own records, :mod:`slate.engines.session`); None when there is
-        none or it does not verify (noted like any forgery; another session's record is no
-        forgery here: the session code decides what it means)."""
+        bound to (the session's own records, :mod:`slate.engines.distributed.control.session`); None
+        when there is none or it does not verify (noted like any forgery; another session's record
+        is no forgery here: the session code decides what it means)."""
         if not self.store.check([key]):
             return None
         return self._any_session(key, _text(self.store.get(key)), signer)

@@ -1,0 +1,1 @@
+"""The distributed engine's data plane: what travels between the parties' processes."""

@@ -1,0 +1,84 @@
+"""Every test-only fault of this process, read once from the environment: :class:`FaultPlan`.
+
+The hooks, each documented with the code that acts on it:
+
+* ``SLATE_KILL_AT``: a party dies or freezes at a moment (:mod:`slate.faults.kills`);
+* ``SLATE_ATTACK``: a party corrupts what it sends its neighbours, or lies in a sum
+  (:mod:`slate.faults.attacks`, :mod:`slate.faults.lies`);
+* ``SLATE_FLIP_SEALED``, ``SLATE_REPLAY_SEALED``, ``SLATE_RELAY_SEALED``: a party tampers with a
+  sealed message (:mod:`slate.faults.tamper`).
+
+A real run sets none of them. :meth:`FaultPlan.from_environment` is called once per process by
+the ``slate train`` command (and by a test that wants a hook in its own process); everything
+else receives the plan, or its part (:meth:`FaultPlan.kills`, :meth:`FaultPlan.lies`,
+:meth:`FaultPlan.attacker`, :meth:`FaultPlan.tamper`), as an argument and never reads the
+environment. ``FaultPlan()`` is the plan of no fault.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from slate.faults.attacks import ATTACK_ENV, Attack, Attacker, parse_attacks
+from slate.faults.kills import FAULT_ENV, Kill, Kills, parse_kills
+from slate.faults.lies import Lies
+from slate.faults.tamper import HOOKS, Tamper
+
+__all__ = ["FaultPlan"]
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """The faults to inject, of every rank: ``kills`` (``SLATE_KILL_AT``), ``attacks``
+    (``SLATE_ATTACK``: gossip attacks and lies) and ``tampers`` (hook name -> ``(rank, N)`` of
+    each sealed-message hook set)."""
+
+    kills: tuple[Kill, ...] = ()
+    attacks: tuple[Attack, ...] = ()
+    tampers: tuple[tuple[str, int, int], ...] = ()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> FaultPlan:
+        """The plan of the ``SLATE_*`` hooks in ``environ`` (default: this process's
+        environment). A malformed ``SLATE_ATTACK`` raises :class:`~slate.errors.ConfigError`
+        naming the bad part; a malformed ``SLATE_KILL_AT`` item or sealed-message hook is
+        ignored."""
+        env = os.environ if environ is None else environ
+        tampers = []
+        for hook in HOOKS:
+            who, _, at = env.get(hook, "").partition("@")
+            if who.strip().isdigit() and at.strip().isdigit():
+                tampers.append((hook, int(who), int(at)))
+        return cls(
+            kills=tuple(parse_kills(env.get(FAULT_ENV))),
+            attacks=tuple(parse_attacks(env.get(ATTACK_ENV))),
+            tampers=tuple(tampers),
+        )
+
+    def kills_of(self, own_party: int | None) -> Kills:
+        """The moments at which this process's party fails (none in a process that runs every
+        party: the simulator's losses are ``--drop-party``'s)."""
+        return Kills(self.kills, own_party)
+
+    def lies(self, own_party: int | None) -> Lies:
+        """This distributed party's lies; none in a process that runs every party."""
+        if own_party is None:
+            return Lies()
+        return Lies([a for a in self.attacks if a.rank == own_party])
+
+    def attacker(
+        self, local_parties: list[int], output_layer: tuple[int, int] | None
+    ) -> Attacker | None:
+        """What the local parties send in place of their rows when a gossip attack names one
+        of them (``output_layer``: the model's last ``nn.Linear`` in the flat vector, which
+        ``drift`` negates); None when every local party sends honestly."""
+        attacker = Attacker(local_parties, self.attacks, output_layer)
+        return attacker if attacker.attacks else None
+
+    def tamper(self, rank: int) -> Tamper | None:
+        """Party ``rank``'s sealed-message hooks (one object for the whole process), or None
+        when no hook names it: the normal case, which costs one ``is None`` per message."""
+        due = {hook: at for hook, who, at in self.tampers if who == rank}
+        return Tamper(due) if due else None

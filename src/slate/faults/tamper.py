@@ -1,0 +1,67 @@
+"""Tampering with sealed messages (tests only), so that a real run can show the receiver refusing
+a bad message and naming its sender (:mod:`slate.engines.distributed.wire.sealed_wire` calls
+:class:`Tamper` on every message it seals and opens, when the faults plan gives it one)."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+__all__ = ["FLIP_ENV", "HOOKS", "RELAY_ENV", "REPLAY_ENV", "Tamper"]
+
+#: Test-only hooks, so that a real run can show the receiver refusing a bad message and naming
+#: its sender. Each is ``RANK@N``: party RANK tampers once with a message it sends, the N-th it
+#: seals or the first after that the hook can use, counted from 0 over all its channels and
+#: generations (so a party that was counted lost and came back does not tamper again).
+#: ``SLATE_FLIP_SEALED`` flips one byte of it.
+FLIP_ENV = "SLATE_FLIP_SEALED"
+#: ``SLATE_REPLAY_SEALED`` sends, in its place, the previous message it sealed for that peer (a
+#: replayed message; the first from N on whose previous message has the same size).
+REPLAY_ENV = "SLATE_REPLAY_SEALED"
+#: ``SLATE_RELAY_SEALED`` sends, in its place, the last message of the same size that another
+#: member sealed for RANK (a message of the wrong sender: that member's, as RANK's).
+RELAY_ENV = "SLATE_RELAY_SEALED"
+HOOKS = (FLIP_ENV, REPLAY_ENV, RELAY_ENV)
+
+
+class Tamper:
+    """Test-only: what this party does to one message it sends (:data:`FLIP_ENV`,
+    :data:`REPLAY_ENV`, :data:`RELAY_ENV`), counting its sealed messages over the whole
+    process (its engine keeps one over every generation). Only made when one of the hooks names
+    this party's rank (:meth:`slate.faults.FaultPlan.tamper`)."""
+
+    def __init__(self, due: dict[str, int]) -> None:
+        self.due = due  # hook -> the first message it may act on; removed once it did
+        self.sealed = 0
+        self.last_out: dict[int, Tensor] = {}  # peer -> the last message sealed for it
+        self.last_in: dict[int, Tensor] = {}  # sender -> the last sealed message received
+
+    def sending(self, sealed: Tensor, peer: int) -> Tensor:
+        """What goes to global rank ``peer`` in place of ``sealed``: ``sealed`` itself, unless a
+        hook is due and can act on it."""
+        count, self.sealed = self.sealed, self.sealed + 1
+        out = sealed
+        for hook in [h for h, at in self.due.items() if at <= count]:
+            if hook == FLIP_ENV:
+                out = sealed.clone()
+                out[0] ^= 1
+            elif hook == REPLAY_ENV:
+                out = _same_size(sealed, [self.last_out.get(peer)])
+            else:
+                out = _same_size(sealed, [m for r, m in self.last_in.items() if r != peer])
+            if out is not sealed:
+                del self.due[hook]
+                break
+        self.last_out[peer] = sealed
+        return out
+
+    def received(self, sealed: Tensor, sender: int) -> None:
+        """Keep the last sealed message of global rank ``sender`` (for :data:`RELAY_ENV`)."""
+        self.last_in[sender] = sealed.detach().cpu().clone()
+
+
+def _same_size(sealed: Tensor, candidates: list[Tensor | None]) -> Tensor:
+    """The first of ``candidates`` as large as ``sealed``, else ``sealed`` itself."""
+    for other in candidates:
+        if other is not None and other.numel() == sealed.numel():
+            return other.clone()
+    return sealed
