@@ -442,7 +442,7 @@ def run_candidates(
     aps: dict[float, float] = {}
     local: LocalData | None = None
     for lr in lrs:
-        choices = Choices(trial.flags.nodes, lr, None, rows, trial.data)
+        choices = Choices(trial.data.nodes, lr, None, rows, trial.data)
         run = Run(trial, choices=choices, local=local)
         local = run.data
         try:

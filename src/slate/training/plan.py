@@ -194,8 +194,8 @@ def plan(
     resolved: ResolvedConfig,
     data: LocalData,
     choices: Choices,
-    place: Place | None = None,
-    parties: int = 1,
+    place: Place | None,
+    parties: int,
 ) -> RunPlan:
     """The plan of a run of ``resolved`` whose ``choices`` are made, in ``place``, once the
     ``parties`` parties of this process hold their rows ``data``: the evaluation defaults from
