@@ -10,6 +10,7 @@ import pytest
 from slate.cli import main
 from slate.config import TrainConfig, resolve_config
 from slate.data.sources import default_parties
+from slate.data.spec import DataSpec
 
 
 def _write(path, rows: int, positives: int, seed: int = 0) -> None:
@@ -42,12 +43,13 @@ def test_a_table_with_17_positives_trains_with_its_default_flags(tmp_path, capsy
     ],
 )
 def test_the_default_applies_only_to_own_files_without_nodes(config, expected):
-    assert default_parties(config, resolve_config(config)) is expected
+    spec = DataSpec.from_config(resolve_config(config))
+    assert default_parties(spec, config.nodes) is expected
 
 
 def test_enough_positives_keep_twenty_parties_without_a_note(tmp_path):
     _write(tmp_path / "big.csv", 2000, 300)
     config = TrainConfig(dataset="csv", train=str(tmp_path / "big.csv"), label_column="y",
                          positive_label="1")  # fmt: skip
-    nodes, data, note = default_parties(config, resolve_config(config))
+    nodes, data, note = default_parties(DataSpec.from_config(resolve_config(config)))
     assert nodes == 20 and note == "" and int(data.y_train.sum()) == 225

@@ -33,6 +33,7 @@ from slate.cli import main
 from slate.config import TrainConfig, resolve_config
 from slate.estimator import EXPECTED_FAILED_CHECKS, PARAMETER_FIELDS, SlateClassifier
 from slate.inference.scoring import logits_of, read_input
+from slate.training.configuration import resolve_and_check
 
 ITERATIONS = 300
 
@@ -161,7 +162,7 @@ def test_defaults_are_slate_trains_for_a_table() -> None:
     positives at ``fit``, as ``slate train`` chooses ``--nodes`` for a table), and ``lr`` and
     ``iterations``: the paper's 0.01 and 2000, where a table's ``slate train`` chooses its step
     size (``--lr auto``, which the estimator takes as ``lr="auto"``) and runs 5000 iterations."""
-    resolved = resolve_config(TrainConfig(dataset="csv"))
+    resolved = resolve_and_check(TrainConfig(dataset="csv")).flags  # the algorithms' defaults too
     for name, value in SlateClassifier().get_params().items():
         field = PARAMETER_FIELDS.get(name, name)
         if name == "n_parties":

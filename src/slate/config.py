@@ -1,17 +1,69 @@
-"""The resolved configuration of a run, and the paper's per-dataset defaults.
+"""The flags of a run, and the paper's per-dataset defaults.
 
 Every flag of ``slate train`` is a field of :class:`TrainConfig`. A flag left unset takes the
 dataset's default from :data:`DATASET_DEFAULTS` (the hyperparameters of the paper's runs,
-REFERENCE.md), then the generic default. The resolved config is stored in ``summary.json``.
+REFERENCE.md), then the generic default: :data:`_GENERIC_DEFAULTS` here, or, for a parameter of
+one algorithm or operator, its own dataclass's default (passed in by
+:func:`slate.training.configuration.resolve_and_check`). The resolved config is stored in
+``summary.json``.
+
+Every field is classified where it is declared: :func:`agreed` (every site of a distributed run
+must hold the same value: it changes the trajectory or the collectives the sites take part in;
+:mod:`slate.training.agreement` compares these before step 1) or :func:`per_site` (each site may
+hold its own: its files, folder, device, threads). The parameter dataclasses of the algorithms
+and compression operators use the same two helpers, with the flag's ``help`` beside them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DATASET_DEFAULTS", "TrainConfig", "resolve_config"]
+__all__ = [
+    "AGREE",
+    "DATASET_DEFAULTS",
+    "TrainConfig",
+    "agreed",
+    "agreed_fields",
+    "must_agree",
+    "per_site",
+    "resolve_config",
+]
+
+#: The metadata key of a field's classification: True (must agree), False (may differ).
+AGREE = "agree"
+
+
+def agreed(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A dataclass field that every site must hold with the same value; ``metadata`` may add
+    the flag's ``help`` (with ``flag``, ``choices``, ``metavar``, ``example``) where the field is
+    one of ``slate train``'s flags built from its dataclass."""
+    return dataclasses.field(default=default, metadata={AGREE: True, **metadata})
+
+
+def per_site(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A dataclass field that each site may hold with its own value (its files, run folder,
+    device, threads); ``metadata`` as for :func:`agreed`."""
+    return dataclasses.field(default=default, metadata={AGREE: False, **metadata})
+
+
+def must_agree(field: dataclasses.Field) -> bool:
+    """Whether every site must hold ``field`` with the same value; a ``TypeError`` names a field
+    declared without :func:`agreed` or :func:`per_site`."""
+    agree = field.metadata.get(AGREE)
+    if not isinstance(agree, bool):
+        raise TypeError(
+            f"the field {field.name!r} is not classified: declare it with agreed(...) (every "
+            "site must hold the same value) or per_site(...) (each site may hold its own)"
+        )
+    return agree
+
+
+def agreed_fields(cls: type) -> tuple[str, ...]:
+    """The names of the fields of dataclass ``cls`` that every site must share, in order."""
+    return tuple(f.name for f in dataclasses.fields(cls) if must_agree(f))
 
 
 def _run(iterations, m, b, lr, margin, alpha, lr_dual, model, nodes=20) -> dict[str, Any]:
@@ -44,83 +96,87 @@ ALGORITHM_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("cifar10", "slate-m"): {"positives": 25},
 }
 
+# The generic defaults of the flags that are no algorithm's or operator's parameter (those take
+# their dataclass's default: slate.algorithms.parameter_defaults).
 _GENERIC_DEFAULTS: dict[str, Any] = {
     "iterations": 2000,
     "batch_size": 20,
     "positives": 2,
     "lr": 0.01,
-    "margin": 0.1,
     "nodes": 20,
     "model": "mlp",
     "hidden": 28,
-    "alpha": 0.1,
-    "lr_dual": 0.0001,
 }
 
 
 @dataclass
 class TrainConfig:
-    """Everything that determines a run. ``None`` means "take the dataset's default"."""
+    """Everything that determines a run. ``None`` means "take the dataset's default".
 
-    dataset: str = "digits"
-    data_dir: str | None = None
-    train: str | None = None
-    test: str | None = None
-    label_column: str | None = None
-    positive_label: str | None = None
-    n_features: int | None = None
-    party_files: bool = False
-    standardize: bool | None = None
-    id_columns: tuple[str, ...] = ()
-    drop_columns: tuple[str, ...] = ()
-    feature_columns: tuple[str, ...] = ()
-    categorical_columns: tuple[str, ...] = ()
-    na_values: tuple[str, ...] = ()
-    missing: str = "impute"
-    max_categories: int | None = 50
-    min_frequency: int = 1
-    validation_fraction: float | None = None
-    early_stopping: int | None = None
-    delimiter: str | None = None
-    encoding: str = "utf-8"
-    zero_based: bool = False
-    test_fraction: float = 0.25
-    split_seed: int = 0
-    download: bool = False
-    algorithm: str = "slate"
-    nodes: int | None = None
-    topology: str = "ring"
-    fed_period: int = 10
-    iterations: int | None = None
-    batch_size: int | None = None
-    positives: int | None = None
-    lr: float | str | None = None  # a number, or "auto" (slate.training.lr_choice)
-    margin: float | None = None
-    gradient_tracking: bool = False
-    alpha: float | None = None
-    initial_batch: int | None = None
-    momentum: str = "storm"
-    lr_dual: float | None = None
-    coda_objective: str = "square"
-    gossip_every: int = 1
-    compress: str = "none"
-    consensus_step: str | float | None = None
-    wan: str | None = None
-    partition: str = "stratified"
-    dirichlet_alpha: float = 0.5
-    model: str | None = None
-    hidden: int | None = None
-    eval_every: int | None = None
-    checkpoint_every: int | None = None
-    seed: int = 0
-    out: str | None = None
-    device: str = "cpu"
-    threads: int | None = None
-    compile: str = "auto"
-    party_ap: bool | None = None
-    on_party_loss: str | None = None
-    drop_party: tuple[str, ...] = ()
-    robust: str = "none"
+    The fields from ``margin`` to ``coda_objective`` hold the algorithms' parameters as flags
+    (their types, defaults and help are their dataclasses', :mod:`slate.algorithms`); each is
+    ``None`` until resolved.
+    """
+
+    dataset: str = per_site("digits")
+    data_dir: str | None = per_site(None)
+    train: str | None = per_site(None)
+    test: str | None = per_site(None)
+    label_column: str | None = per_site(None)
+    positive_label: str | None = per_site(None)
+    n_features: int | None = per_site(None)
+    party_files: bool = per_site(False)
+    standardize: bool | None = agreed(None)
+    id_columns: tuple[str, ...] = per_site(())
+    drop_columns: tuple[str, ...] = per_site(())
+    feature_columns: tuple[str, ...] = per_site(())
+    categorical_columns: tuple[str, ...] = per_site(())
+    na_values: tuple[str, ...] = per_site(())
+    missing: str = per_site("impute")
+    max_categories: int | None = agreed(50)
+    min_frequency: int = agreed(1)
+    validation_fraction: float | None = agreed(None)
+    early_stopping: int | None = agreed(None)
+    delimiter: str | None = per_site(None)
+    encoding: str = per_site("utf-8")
+    zero_based: bool = per_site(False)
+    test_fraction: float = per_site(0.25)
+    split_seed: int = per_site(0)
+    download: bool = per_site(False)
+    algorithm: str = agreed("slate")
+    nodes: int | None = agreed(None)
+    topology: str = agreed("ring")
+    fed_period: int = agreed(10)
+    iterations: int | None = agreed(None)
+    batch_size: int | None = agreed(None)
+    positives: int | None = agreed(None)
+    lr: float | str | None = agreed(None)  # a number, or "auto" (slate.training.lr_choice)
+    margin: float | None = agreed(None)
+    gradient_tracking: bool = agreed(False)
+    alpha: float | None = agreed(None)
+    initial_batch: int | None = agreed(None)
+    momentum: str | None = agreed(None)
+    lr_dual: float | None = agreed(None)
+    coda_objective: str | None = agreed(None)
+    gossip_every: int = agreed(1)
+    compress: str = agreed("none")
+    consensus_step: str | float | None = agreed(None)
+    wan: str | None = per_site(None)
+    partition: str = agreed("stratified")
+    dirichlet_alpha: float = agreed(0.5)
+    model: str | None = agreed(None)
+    hidden: int | None = agreed(None)
+    eval_every: int | None = agreed(None)
+    checkpoint_every: int | None = agreed(None)
+    seed: int = agreed(0)
+    out: str | None = per_site(None)
+    device: str = per_site("cpu")
+    threads: int | None = per_site(None)
+    compile: str = agreed("auto")
+    party_ap: bool | None = agreed(None)
+    on_party_loss: str | None = agreed(None)
+    drop_party: tuple[str, ...] = per_site(())
+    robust: str = agreed("none")
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -129,9 +185,12 @@ class TrainConfig:
         return values
 
 
-def resolve_config(config: TrainConfig) -> TrainConfig:
-    """Fill every ``None`` field from the dataset's defaults, then the generic ones."""
+def resolve_config(config: TrainConfig, parameters: Mapping[str, Any] | None = None) -> TrainConfig:
+    """Fill every ``None`` field from the dataset's defaults, then the generic ones: those of
+    :data:`_GENERIC_DEFAULTS`, and ``parameters`` (flag name -> default of the algorithms' and
+    operators' parameter dataclasses; without it those flags keep what the dataset gives)."""
     defaults = {
+        **(parameters or {}),
         **_GENERIC_DEFAULTS,
         **DATASET_DEFAULTS.get(config.dataset, {}),
         **ALGORITHM_DEFAULTS.get((config.dataset, config.algorithm), {}),
@@ -141,7 +200,7 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     if resolved.standardize is None:  # user tables arrive at raw scales; the paper's sets do not
         resolved.standardize = resolved.dataset == "csv"
     # eval_every and party_ap stay None here: their defaults depend on the test set's size,
-    # which is known once the data is loaded (slate.training.loop.Run).
+    # which is known once the data is loaded (the run's plan, slate.training.plan).
     if resolved.checkpoint_every is None:
         resolved.checkpoint_every = max(1, resolved.iterations // 10)
     if resolved.on_party_loss is None:  # docs/reliability.md: why continue, and why not on CUDA

@@ -300,12 +300,14 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         try:
             settings = resolve_and_check(config)
             if config.nodes is None:  # as slate train chooses N for a table
-                b = settings.flags.positives
-                settings = settings.replace(nodes=parties_for_positives(int(labels.sum()), b))
-                config = dataclasses.replace(config, nodes=settings.flags.nodes)
+                b = settings.algorithm.positives
+                config = dataclasses.replace(
+                    config, nodes=parties_for_positives(int(labels.sum()), b)
+                )
             threads = torch.get_num_threads()
             try:
-                result = train(settings, data=dataset, write=False, progress=self.verbose, log=log)
+                result = train(settings, data=dataset, nodes=config.nodes, write=False,
+                               progress=self.verbose, log=log)  # fmt: skip
             finally:
                 if self.threads is None:  # the default's count is this fit's, not the process's
                     torch.set_num_threads(threads)

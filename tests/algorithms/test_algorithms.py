@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from slate.algorithms import AlgorithmConfig, build_algorithm
+from slate.algorithms import build_algorithm, configure
 from slate.algorithms.coda import CODA_OBJECTIVES, auc_square_loss
 from slate.algorithms.compute import Batch, PartyCompute
 from slate.data.partition import stratified_partition
@@ -40,7 +40,7 @@ def simulate(problem, name, topology="ring", n=N, steps=STEPS, mixer=None, **con
     communicator)."""
     x, y, parts, model = problem
     parts = parts if n == N else [np.concatenate(parts)]
-    algorithm = build_algorithm(name, AlgorithmConfig(**config))
+    algorithm = build_algorithm(name, *configure(name, **config))
     sampler = PartySampler(parts, y.numpy(), M, B, seed=5)
     compute = PartyCompute(
         model,
@@ -175,10 +175,10 @@ def test_slate_m_estimators_equal_their_definitions(problem, momentum, alpha):
 
 
 def test_slate_m_initial_batch_draws_ceil_b_over_b_batches(problem):
-    algorithm = build_algorithm("slate-m", AlgorithmConfig(initial_batch=7))
+    algorithm = build_algorithm("slate-m", *configure("slate-m", initial_batch=7))
     assert algorithm.initial_batches(2) == 4
-    assert build_algorithm("slate-m", AlgorithmConfig()).initial_batches(3) == 5
-    assert build_algorithm("slate-m", AlgorithmConfig(momentum="ema")).initial_batches(3) == 0
+    assert build_algorithm("slate-m", *configure("slate-m")).initial_batches(3) == 5
+    assert build_algorithm("slate-m", *configure("slate-m", momentum="ema")).initial_batches(3) == 0
 
 
 def test_slate_m_tracking_keeps_mean_of_v_equal_to_mean_of_u(problem):
@@ -236,7 +236,7 @@ def test_coda_square_loss_is_the_expanded_pairwise_square_loss():
 
 def test_coda_context_is_each_partys_positive_rate(problem):
     _, y, parts, _ = problem
-    algorithm = build_algorithm("coda", AlgorithmConfig())
+    algorithm = build_algorithm("coda", *configure("coda"))
     rates = algorithm.context([y[p] for p in parts])
     expected = [float(y[p].double().mean()) for p in parts]
     torch.testing.assert_close(rates[:, 0].double(), torch.tensor(expected, dtype=torch.float64))
@@ -283,7 +283,7 @@ def test_one_party_full_topology_is_centralised_sgd(problem, name):
     ours, _, _, compute = simulate(
         problem, name, topology="full", n=1, steps=5, lr=0.05, lr_dual=0.01
     )
-    algorithm = build_algorithm(name, AlgorithmConfig(lr=0.05, lr_dual=0.01))
+    algorithm = build_algorithm(name, *configure(name, lr=0.05, lr_dual=0.01))
     sampler = PartySampler([np.concatenate(parts)], y.numpy(), M, B, seed=5)
     idx = sampler.draw(5)
     context = algorithm.context([y[np.concatenate(parts)]])

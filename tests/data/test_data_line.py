@@ -29,7 +29,7 @@ def _write(path, rows: int, seed: int) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _entries(config: TrainConfig) -> collections.Counter:
+def _entries(config: TrainConfig, **options) -> collections.Counter:
     entries: collections.Counter = collections.Counter()
 
     def profile(frame, event, arg):
@@ -44,7 +44,7 @@ def _entries(config: TrainConfig) -> collections.Counter:
 
     sys.setprofile(profile)
     try:
-        train(config, write=False, progress=False, log=lambda _: None)
+        train(config, write=False, progress=False, log=lambda _: None, **options)
     finally:
         sys.setprofile(None)
     return entries
@@ -64,3 +64,16 @@ def test_a_csv_run_enters_each_data_module_at_most_twice(tmp_path, per_party):
     assert entries["slate.data.options"] == 1  # the options are built once
     assert entries["slate.data.spec"] <= 2  # the spec is built once (and passed as it is)
     assert max(entries.values()) <= 2, entries
+
+
+def test_a_table_run_choosing_n_and_its_step_size_enters_each_data_module_at_most_3_times(
+    tmp_path,
+):
+    """N from the table's positives, then ``--lr auto``'s five candidates, then the run: the
+    table is read once, the candidates share one cut of their rows, and the run cuts its own."""
+    _write(tmp_path / "t.csv", 300, 0)
+    config = TrainConfig(dataset="csv", train=str(tmp_path / "t.csv"), label_column="y",
+                         positive_label="1", iterations=10, eval_every=10)  # fmt: skip
+    entries = _entries(config, parties_from_data=True)
+    assert entries["slate.data.sources"] == 3  # the table, the candidates' rows, the run's rows
+    assert max(entries.values()) <= 3, entries

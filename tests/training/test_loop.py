@@ -115,8 +115,8 @@ def test_compile_choice(compile, engine, device, iterations, hidden, expected) -
     from slate.training.checks import should_compile
 
     model = build_model("mlp", (300,), hidden=hidden)
-    cfg = config(iterations=iterations, compile=compile)
-    assert should_compile(cfg, engine == "simulator", torch.device(device), model) is expected
+    one_process = engine == "simulator"
+    assert should_compile(compile, iterations, one_process, torch.device(device), model) is expected
 
 
 def test_unknown_compile_value_is_a_config_error() -> None:

@@ -15,7 +15,7 @@ from slate.cli import main
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
 from slate.training.configuration import resolve_and_check
-from slate.training.loop import train
+from slate.training.loop import run_candidates, train
 from slate.training.lr_choice import CANDIDATES, choice_iterations, choice_rows, choose_lr, pick
 
 ITERATIONS = ["--iterations", "100", "--eval-every", "100", "--no-progress", "--threads", "1"]
@@ -60,7 +60,7 @@ def test_a_step_that_cannot_move_and_one_that_blows_up_lose_to_a_sane_one() -> N
     data = Dataset("array", x, y, x[:10], y[:10], "unused")
     settings = resolve_and_check(TrainConfig(dataset="csv", nodes=2, iterations=200, threads=1,
                                              lr="auto", standardize=False))  # fmt: skip
-    choice = choose_lr(settings, data, train, candidates=(1e-7, 0.1, 1e4))
+    choice = choose_lr(settings, data, run_candidates, candidates=(1e-7, 0.1, 1e4))
     assert choice.lr == 0.1, choice.aps
     assert choice.aps[0.1] > 0.9 and choice.iterations == 200 and choice.seconds > 0
 

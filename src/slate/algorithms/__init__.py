@@ -1,12 +1,26 @@
-"""Decentralised algorithms, one per module, and the name registry used by the CLI and configs."""
+"""Decentralised algorithms, one per module, and the registry used by the CLI and configs.
+
+Each algorithm owns its parameter dataclass (``Algorithm.Params``); with the parameters they
+share (:class:`AlgorithmConfig`) these are the algorithms' flags of ``slate train`` and
+``slate tune``: :func:`parameter_fields` lists them (name, type, default, help, whether the
+sites must agree, all from the dataclasses), :func:`parameter_defaults` gives their generic
+defaults, and :func:`configure` turns flag values into an algorithm's two dataclasses.
+"""
 
 from __future__ import annotations
 
-from slate.algorithms.base import Algorithm, AlgorithmConfig
-from slate.algorithms.coda import CODA
-from slate.algorithms.dpsgd import DPSGD
-from slate.algorithms.slate import SLATE
-from slate.algorithms.slate_m import SLATEM
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from slate.algorithms.base import Algorithm, AlgorithmConfig, NoParams
+from slate.algorithms.coda import CODA, CodaParams
+from slate.algorithms.dpsgd import DPSGD, DPSGDParams
+from slate.algorithms.slate import SLATE, SlateParams
+from slate.algorithms.slate_m import SLATEM, SlateMParams
 from slate.errors import ConfigError
 
 __all__ = [
@@ -17,16 +31,109 @@ __all__ = [
     "SLATEM",
     "Algorithm",
     "AlgorithmConfig",
+    "CodaParams",
+    "DPSGDParams",
+    "NoParams",
+    "ParameterField",
+    "SlateMParams",
+    "SlateParams",
     "build_algorithm",
+    "configure",
+    "parameter_defaults",
+    "parameter_fields",
 ]
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (SLATE, SLATEM, DPSGD, CODA)}
 
 
-def build_algorithm(name: str, config: AlgorithmConfig) -> Algorithm:
-    """Instantiate the algorithm registered under ``name``."""
+def build_algorithm(name: str, config: AlgorithmConfig, params: Any = None) -> Algorithm:
+    """Instantiate the algorithm registered under ``name`` with the shared ``config`` and its
+    own ``params`` (None: its parameter dataclass's defaults)."""
     if name not in ALGORITHMS:
         raise ConfigError(
             f"Unknown --algorithm {name!r}; expected one of {', '.join(sorted(ALGORITHMS))}."
         )
-    return ALGORITHMS[name](config)
+    return ALGORITHMS[name](config, params)
+
+
+@dataclass(frozen=True)
+class ParameterField:
+    """One algorithm parameter that is a flag: ``dest`` is the flag's name with underscores
+    (``--coda-objective`` -> ``coda_objective``, the :class:`~slate.config.TrainConfig` field),
+    ``kind`` its type without ``None`` (``bool``, ``int``, ``float`` or ``str``), ``field`` the
+    dataclass field (default, ``help``, ``choices``, classification), ``owner`` its dataclass."""
+
+    dest: str
+    kind: type
+    field: dataclasses.Field
+    owner: type
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+
+def _kind(annotation: Any) -> type:
+    """``int | None`` -> ``int``; a plain type as it is."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        (kind,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return kind
+    return annotation
+
+
+def _fields_of(cls: type) -> Iterator[ParameterField]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        yield ParameterField(flag[2:].replace("-", "_"), _kind(hints[f.name]), f, cls)
+
+
+def parameter_fields() -> list[ParameterField]:
+    """The algorithms' flags, in order: :class:`AlgorithmConfig`'s that are flags (a ``help``
+    in their metadata; ``--lr`` is the run's, which also chooses ``auto``), then each registered
+    algorithm's own, in the registry's order. A flag two algorithms declare must be declared
+    the same way (one flag, one meaning)."""
+    found: dict[str, ParameterField] = {}
+    sources = [AlgorithmConfig, *(cls.Params for cls in ALGORITHMS.values())]
+    for source in sources:
+        for parameter in _fields_of(source):
+            if "help" not in parameter.field.metadata:
+                continue
+            known = found.get(parameter.dest)
+            if known is not None and (known.field.metadata, known.kind, known.field.default) != (
+                parameter.field.metadata, parameter.kind, parameter.field.default
+            ):  # fmt: skip
+                raise TypeError(
+                    f"{parameter.flag} is declared differently by {known.owner.__name__} and "
+                    f"{source.__name__}"
+                )
+            found.setdefault(parameter.dest, parameter)
+    return list(found.values())
+
+
+def parameter_defaults() -> dict[str, Any]:
+    """Each algorithm flag's generic default (its dataclass's): what a flag left unset takes
+    where the dataset gives none (:func:`slate.config.resolve_config`)."""
+    return {p.dest: p.field.default for p in parameter_fields()}
+
+
+def configure(name: str, **values: Any) -> tuple[AlgorithmConfig, Any]:
+    """The shared config and algorithm ``name``'s own parameters from flag values by name
+    (``lr``, ``margin``, ..., ``lr_dual``, ``coda_objective``): ``None`` takes the default, and
+    another algorithm's flags are ignored (a run's flags hold every algorithm's). A name that
+    is no algorithm's flag is a ``TypeError``."""
+    if name not in ALGORITHMS:
+        build_algorithm(name, AlgorithmConfig())  # the unknown name's error
+    shared = {p.dest: p for p in _fields_of(AlgorithmConfig)}
+    own = {p.dest: p for p in _fields_of(ALGORITHMS[name].Params)}
+    known = {p.dest for cls in ALGORITHMS.values() for p in _fields_of(cls.Params)}
+    unknown = set(values) - set(shared) - known
+    if unknown:
+        raise TypeError(f"not a parameter of any algorithm: {', '.join(sorted(unknown))}")
+
+    def given(table: dict[str, ParameterField]) -> dict[str, Any]:
+        return {
+            p.field.name: values[dest] for dest, p in table.items() if values.get(dest) is not None
+        }
+
+    return AlgorithmConfig(**given(shared)), ALGORITHMS[name].Params(**given(own))

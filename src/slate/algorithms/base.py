@@ -1,19 +1,31 @@
-"""What every algorithm shares: hyperparameter validation, state, the step signature, and the
-:class:`Mixer` it mixes through."""
+"""What every algorithm shares: its hyperparameters, their validation, state, the step
+signature, and the :class:`Mixer` it mixes through.
+
+An algorithm's hyperparameters come in two parts: :class:`AlgorithmConfig`, the ones the
+algorithms share (the step size, the AP surrogate's margin, gradient tracking, the sampler's
+positive rate), and its own parameter dataclass (:attr:`Algorithm.Params`, e.g.
+:class:`slate.algorithms.coda.CodaParams`). Each field of either that is a flag of
+``slate train`` carries its ``help`` (and where needed ``flag``, ``choices``) in its metadata,
+with its classification (:func:`slate.config.agreed`): the registry
+(:func:`slate.algorithms.parameter_fields`) builds the flags from them, so that a new parameter
+of one algorithm is a field of its own dataclass, plus the flag's slot in
+:class:`slate.config.TrainConfig` that ``summary.json`` stores.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
 
 from slate.algorithms.compute import Batch, Objective, PartyCompute
+from slate.config import agreed
 from slate.errors import ConfigError
 
-__all__ = ["Algorithm", "AlgorithmConfig", "Mixer", "validate_positive"]
+__all__ = ["Algorithm", "AlgorithmConfig", "Mixer", "NoParams", "validate_positive"]
 
 
 class Mixer(Protocol):
@@ -43,29 +55,25 @@ class AlgorithmConfig:
     """Hyperparameters shared by the algorithms; each uses the ones it needs.
 
     Attributes:
-        lr: step size eta.
-        margin: squared-hinge margin s of the AP surrogate (eq. 2).
+        lr: step size eta (its flag, ``--lr``, also takes ``auto``: chosen by the run's plan).
+        margin: squared-hinge margin s of the AP surrogate (eq. 2) of SLATE and SLATE-M.
         gradient_tracking: run Alg. 1 line 8 / Alg. 2 line 11 (off in the paper's experiments).
-        alpha: SLATE-M's momentum coefficient.
-        initial_batch: SLATE-M's initial batch of B positives (default ``5 b``).
-        momentum: SLATE-M's estimator, ``storm`` (the paper's) or ``ema`` (the authors' scripts).
-        lr_dual: CODA's step size for the dual variable alpha.
-        coda_objective: CODA's loss, ``square`` (the square-loss AUC objective of the paper's
-            baseline) or ``margin`` (LibAUC's AUC-margin loss).
         sampled_positive_rate: the share of positives in every mini-batch the sampler draws,
             ``b / m`` (CODA's ``p``); ``None`` when batches are drawn uniformly from each
             party's data, so that the party's own positive rate is the sampling rate.
     """
 
-    lr: float = 0.01
-    margin: float = 0.1
-    gradient_tracking: bool = False
-    alpha: float = 0.1
-    initial_batch: int | None = None
-    momentum: str = "storm"
-    lr_dual: float = 0.0001
-    coda_objective: str = "square"
-    sampled_positive_rate: float | None = None
+    lr: float = agreed(0.01)
+    margin: float = agreed(0.1, help="squared-hinge margin s")
+    gradient_tracking: bool = agreed(
+        False, help="run Alg. 1 line 8 (off in the paper's experiments)"
+    )
+    sampled_positive_rate: float | None = agreed(None)
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """The parameters of an algorithm that has none beyond :class:`AlgorithmConfig`'s."""
 
 
 class Algorithm(ABC):
@@ -77,10 +85,18 @@ class Algorithm(ABC):
 
     name: str = ""
     n_extra: int = 0
+    #: The algorithm's own parameter dataclass (its fields: its flags, :mod:`slate.algorithms`).
+    Params: ClassVar[type] = NoParams
 
-    def __init__(self, config: AlgorithmConfig) -> None:
+    def __init__(self, config: AlgorithmConfig, params: Any = None) -> None:
         validate_positive("--lr", config.lr)
         self.config = config
+        self.params = self.Params() if params is None else params
+        if not isinstance(self.params, self.Params):
+            raise TypeError(
+                f"{type(self).__name__} takes {self.Params.__name__}, got "
+                f"{type(self.params).__name__}"
+            )
         self.state: dict[str, Tensor] = {}
 
     def initial_batches(self, positives: int) -> int:

@@ -31,15 +31,18 @@ to ``[-10, 10]``), then consensus mixing of all four.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm, AlgorithmConfig, Mixer, validate_positive
 from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
+from slate.config import agreed
 from slate.errors import ConfigError
 
-__all__ = ["CODA", "CODA_OBJECTIVES", "auc_margin_loss", "auc_square_loss"]
+__all__ = ["CODA", "CODA_OBJECTIVES", "CodaParams", "auc_margin_loss", "auc_square_loss"]
 
 DUAL_BOUND = 10.0
 AUC_MARGIN = 1.0
@@ -74,23 +77,44 @@ def auc_margin_loss(logits: Tensor, labels: Tensor, extra: Tensor, context: Tens
 CODA_OBJECTIVES: dict[str, Objective] = {"square": auc_square_loss, "margin": auc_margin_loss}
 
 
+@dataclass(frozen=True)
+class CodaParams:
+    """CODA's own parameters (its flags).
+
+    Attributes:
+        lr_dual: the step size of the ascent on the dual variable alpha.
+        objective: the loss, ``square`` (the square-loss AUC objective of the paper's baseline)
+            or ``margin`` (LibAUC's AUC-margin loss); its flag is ``--coda-objective``.
+    """
+
+    lr_dual: float = agreed(0.0001, help="CODA step size for the dual variable")
+    objective: str = agreed(
+        "square",
+        flag="--coda-objective",
+        choices=tuple(CODA_OBJECTIVES),
+        help="CODA's loss: square (the square-loss AUC objective of the paper's baseline, "
+        "default) or margin (LibAUC's AUC-margin loss, which needs alpha to grow)",
+    )
+
+
 class CODA(Algorithm):
     """Serverless CODA: stochastic gradient descent-ascent on an AUC min-max loss, then mixing."""
 
     name = "coda"
     n_extra = 3  # a, b, alpha
+    Params = CodaParams
 
-    def __init__(self, config: AlgorithmConfig) -> None:
-        super().__init__(config)
-        validate_positive("--lr-dual", config.lr_dual)
-        if config.coda_objective not in CODA_OBJECTIVES:
+    def __init__(self, config: AlgorithmConfig, params: CodaParams | None = None) -> None:
+        super().__init__(config, params)
+        validate_positive("--lr-dual", self.params.lr_dual)
+        if self.params.objective not in CODA_OBJECTIVES:
             raise ConfigError(
                 f"--coda-objective must be one of {', '.join(CODA_OBJECTIVES)}, "
-                f"got {config.coda_objective!r}."
+                f"got {self.params.objective!r}."
             )
 
     def objective(self) -> Objective:
-        return CODA_OBJECTIVES[self.config.coda_objective]
+        return CODA_OBJECTIVES[self.params.objective]
 
     def context(self, labels_per_party: list[Tensor]) -> Tensor:
         """Each party's ``p``: the sampler's positive rate ``b / m``, or, for uniform sampling
@@ -105,7 +129,7 @@ class CODA(Algorithm):
         # Gradient tracking (off in the paper's experiments) tracks the whole SGDA direction.
         grads = tracked_direction(self.state, grads, comm, self.config.gradient_tracking)
         step = self.config.lr * grads
-        step[:, -1] = -self.config.lr_dual * grads[:, -1]  # ascent on alpha
+        step[:, -1] = -self.params.lr_dual * grads[:, -1]  # ascent on alpha
         x = x - step
         x[:, -1].clamp_(-DUAL_BOUND, DUAL_BOUND)
         return comm.mix(x), losses

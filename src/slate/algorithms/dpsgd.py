@@ -11,6 +11,8 @@ gradient tracking on, the direction is tracked exactly as in SLATE (line 8).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm, Mixer
@@ -18,13 +20,19 @@ from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
 from slate.objectives.bce import bce_objective
 
-__all__ = ["DPSGD"]
+__all__ = ["DPSGD", "DPSGDParams"]
+
+
+@dataclass(frozen=True)
+class DPSGDParams:
+    """D-PSGD's own parameters: none beyond the shared step size and gradient tracking."""
 
 
 class DPSGD(Algorithm):
     """Decentralised parallel SGD on the cross-entropy loss."""
 
     name = "dpsgd"
+    Params = DPSGDParams
 
     def objective(self) -> Objective:
         return bce_objective

@@ -16,13 +16,15 @@ with :math:`u_{n,-1} = v_{n,-1} = 0` (line 1).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
 from slate.algorithms.base import Algorithm, Mixer, validate_positive
 from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.objectives.ap import sigmoid_ap_objective
 
-__all__ = ["SLATE", "tracked_direction"]
+__all__ = ["SLATE", "SlateParams", "tracked_direction"]
 
 
 def tracked_direction(
@@ -36,13 +38,21 @@ def tracked_direction(
     return v
 
 
+@dataclass(frozen=True)
+class SlateParams:
+    """SLATE's own parameters: none beyond the shared step size, margin and gradient tracking
+    (:class:`~slate.algorithms.base.AlgorithmConfig`). A new one is a field here, declared with
+    :func:`slate.config.agreed` and its flag's ``help``."""
+
+
 class SLATE(Algorithm):
     """Serverless biased stochastic gradient on the AP surrogate (Alg. 1)."""
 
     name = "slate"
+    Params = SlateParams
 
-    def __init__(self, config) -> None:
-        super().__init__(config)
+    def __init__(self, config, params: SlateParams | None = None) -> None:
+        super().__init__(config, params)
         validate_positive("--margin", config.margin)
 
     def objective(self) -> Objective:

@@ -26,6 +26,7 @@ followed by gradient tracking (line 11, optional) and the consensus step (line 1
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -33,39 +34,63 @@ from torch import Tensor
 from slate.algorithms.base import Algorithm, AlgorithmConfig, Mixer, validate_positive
 from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
+from slate.config import agreed
 from slate.errors import ConfigError
 from slate.objectives.ap import sigmoid_ap_objective
 
-__all__ = ["MOMENTUM_ESTIMATORS", "SLATEM"]
+__all__ = ["MOMENTUM_ESTIMATORS", "SLATEM", "SlateMParams"]
 
 MOMENTUM_ESTIMATORS = ("storm", "ema")
+
+
+@dataclass(frozen=True)
+class SlateMParams:
+    """SLATE-M's own parameters (its flags).
+
+    Attributes:
+        alpha: the momentum coefficient (STORM's, or the EMA's weight of the new gradient).
+        initial_batch: the initial batch of B positives (default ``5 b``).
+        momentum: the estimator, ``storm`` (the paper's) or ``ema`` (the authors' scripts).
+    """
+
+    alpha: float = agreed(0.1, help="SLATE-M momentum coefficient alpha")
+    initial_batch: int | None = agreed(
+        None, help="SLATE-M initial batch of B positives (default 5 b)"
+    )
+    momentum: str = agreed(
+        "storm",
+        choices=MOMENTUM_ESTIMATORS,
+        help="SLATE-M estimator: storm (the paper's, default) or ema (the authors' scripts)",
+    )
 
 
 class SLATEM(Algorithm):
     """SLATE with the momentum-based variance-reduced gradient estimator (Alg. 2)."""
 
     name = "slate-m"
+    Params = SlateMParams
 
-    def __init__(self, config: AlgorithmConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: AlgorithmConfig, params: SlateMParams | None = None) -> None:
+        super().__init__(config, params)
         validate_positive("--margin", config.margin)
-        if not 0 < config.alpha <= 1:
-            raise ConfigError(f"--alpha must lie in (0, 1], got {config.alpha}.")
-        if config.momentum not in MOMENTUM_ESTIMATORS:
+        params = self.params
+        if not 0 < params.alpha <= 1:
+            raise ConfigError(f"--alpha must lie in (0, 1], got {params.alpha}.")
+        if params.momentum not in MOMENTUM_ESTIMATORS:
             raise ConfigError(
                 f"--momentum must be one of {', '.join(MOMENTUM_ESTIMATORS)}, "
-                f"got {config.momentum!r}."
+                f"got {params.momentum!r}."
             )
-        if config.initial_batch is not None and config.initial_batch < 1:
-            raise ConfigError(f"--initial-batch must be at least 1, got {config.initial_batch}.")
+        if params.initial_batch is not None and params.initial_batch < 1:
+            raise ConfigError(f"--initial-batch must be at least 1, got {params.initial_batch}.")
 
     def objective(self) -> Objective:
         return sigmoid_ap_objective(self.config.margin)
 
     def initial_batches(self, positives: int) -> int:
-        if self.config.momentum == "ema":
+        if self.params.momentum == "ema":
             return 0
-        wanted = self.config.initial_batch or 5 * positives
+        wanted = self.params.initial_batch or 5 * positives
         return max(1, math.ceil(wanted / positives))
 
     def init_state(self, x: Tensor) -> None:
@@ -88,8 +113,8 @@ class SLATEM(Algorithm):
         return self._consensus(x, u0, comm), losses.view(blocks, -1).mean(dim=0)
 
     def step(self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute):
-        alpha = self.config.alpha
-        if self.config.momentum == "ema":
+        alpha = self.params.alpha
+        if self.params.momentum == "ema":
             losses, g = compute(x, batch)
             u = alpha * g + (1 - alpha) * self.state["u"]
             return self._consensus(x, u, comm), losses

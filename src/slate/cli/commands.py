@@ -13,7 +13,7 @@ from pathlib import Path
 from slate.cli.parser import build_parser
 from slate.config import TrainConfig
 from slate.errors import ConfigError
-from slate.training.party_process import launch, run_party, run_worker, with_default_parties
+from slate.training.party_process import launch, run_party, run_worker
 
 __all__ = [
     "config_from_args",
@@ -63,12 +63,9 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return launch(config, argv, args.timeout)
     from slate.training.configuration import resolve_and_check
 
-    settings, data = resolve_and_check(config), None
-    if not args.resume:
-        settings, data = with_default_parties(settings)
-    faults = FaultPlan.from_environment()
-    train(settings, progress=not args.no_progress, resume=bool(args.resume), data=data,
-          faults=faults)  # fmt: skip
+    # A user's own file without --nodes: N from its positives (slate.training.plan).
+    train(resolve_and_check(config), progress=not args.no_progress, resume=bool(args.resume),
+          parties_from_data=not args.resume, faults=FaultPlan.from_environment())  # fmt: skip
     return 0
 
 

@@ -1,8 +1,21 @@
-"""The flags of ``slate train`` and ``slate tune``."""
+"""The flags of ``slate train`` and ``slate tune``.
+
+The algorithms' parameters (``--margin`` ... ``--coda-objective``) are built from their
+dataclasses (:func:`slate.algorithms.parameter_fields`), and ``--compress``'s help from the
+compression operators' (:func:`slate.communication.compression.compress_help`): a new
+parameter is declared once, in its algorithm's or operator's module.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from slate.config import TrainConfig
+
+if TYPE_CHECKING:
+    from slate.algorithms import ParameterField
 
 __all__ = ["add_train_arguments", "lr_value"]
 
@@ -20,7 +33,8 @@ def lr_value(text: str) -> float | str:
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``slate train`` (and ``slate tune``): data, tables, algorithm, communication
     and run groups."""
-    from slate.algorithms import ALGORITHMS
+    from slate.algorithms import ALGORITHMS, parameter_fields
+    from slate.communication.compression import compress_help
     from slate.data.partition import PARTITIONS
 
     data = p.add_argument_group("data")
@@ -176,30 +190,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     # The local launcher's choice of --lr auto, handed to its parties (not a user flag).
     algo.add_argument("--lr-choice", help=argparse.SUPPRESS)
-    algo.add_argument("--margin", type=float, help="squared-hinge margin s")
-    algo.add_argument(
-        "--gradient-tracking",
-        action="store_true",
-        help="run Alg. 1 line 8 (off in the paper's experiments)",
-    )
-    algo.add_argument("--alpha", type=float, help="SLATE-M momentum coefficient alpha")
-    algo.add_argument(
-        "--initial-batch", type=int, help="SLATE-M initial batch of B positives (default 5 b)"
-    )
-    algo.add_argument(
-        "--momentum",
-        default="storm",
-        choices=("storm", "ema"),
-        help="SLATE-M estimator: storm (the paper's, default) or ema (the authors' scripts)",
-    )
-    algo.add_argument("--lr-dual", type=float, help="CODA step size for the dual variable")
-    algo.add_argument(
-        "--coda-objective",
-        default="square",
-        choices=("square", "margin"),
-        help="CODA's loss: square (the square-loss AUC objective of the paper's baseline, "
-        "default) or margin (LibAUC's AUC-margin loss, which needs alpha to grow)",
-    )
+    for parameter in parameter_fields():  # --margin ... --coda-objective, from the dataclasses
+        algo.add_argument(parameter.flag, **_argparse_options(parameter))
     algo.add_argument("--model", help="model name (default: the dataset's)")
     algo.add_argument("--hidden", type=int, help="hidden width of the MLP (default 28)")
 
@@ -213,11 +205,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         metavar="H",
         help="local steps per gossip round: parties exchange only every H-th iteration",
     )
-    talk.add_argument(
-        "--compress",
-        default="none",
-        help="CHOCO compressed gossip: none, int8, topk:FRACTION (e.g. topk:0.01) or sign",
-    )
+    talk.add_argument("--compress", default="none", help=compress_help())
     talk.add_argument(
         "--consensus-step",
         metavar="GAMMA",
@@ -334,3 +322,23 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="simulator: party RANK leaves the run before iteration ITER, as a lost party would "
         "(repeatable)",
     )
+
+
+def _argparse_options(parameter: ParameterField) -> dict[str, Any]:
+    """``add_argument``'s options for an algorithm parameter: its ``help`` and ``choices``, a
+    switch for a ``bool``, the type of a number, and the default of its
+    :class:`~slate.config.TrainConfig` field (``None``: the dataset's, then the dataclass's)."""
+    metadata = parameter.field.metadata
+    options: dict[str, Any] = {"help": metadata["help"]}
+    if parameter.kind is bool:
+        return {**options, "action": "store_true"}
+    if parameter.kind in (int, float):
+        options["type"] = parameter.kind
+    if "choices" in metadata:
+        options["choices"] = tuple(metadata["choices"])
+    if "metavar" in metadata:
+        options["metavar"] = metadata["metavar"]
+    default = TrainConfig.__dataclass_fields__[parameter.dest].default
+    if default is not None and default is not dataclasses.MISSING:
+        options["default"] = default
+    return options

@@ -69,28 +69,33 @@ finiteness; checking here would cost a device synchronisation per call).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from slate.config import agreed
 from slate.errors import ConfigError
 
 __all__ = [
+    "COMPRESSORS",
     "COMPRESSOR_NAMES",
     "Compressor",
     "Int8Compressor",
     "NoCompressor",
+    "NoOperatorParams",
     "SignCompressor",
     "TopKCompressor",
+    "TopKParams",
+    "compress_help",
     "parse_compressor",
 ]
-
-COMPRESSOR_NAMES = ("none", "int8", "topk:FRACTION", "sign")
-"""The forms :func:`parse_compressor` accepts (``FRACTION``: the fraction of entries kept)."""
 
 WIRE_DTYPE = torch.float32
 """The precision of every value on the wire."""
@@ -104,10 +109,17 @@ INT8_LEVELS = 127
 TOPK_STEP_SCALE = 0.4
 """``topk:F``'s default consensus step is ``0.4 sqrt(F)`` (0.04 at the authors' ``F = 0.01``)."""
 
-_VALID_FORMS = (
-    "none, int8, topk:FRACTION (the fraction of entries kept, 0 < FRACTION <= 1, "
-    "e.g. topk:0.01) or sign"
-)
+
+@dataclass(frozen=True)
+class NoOperatorParams:
+    """The parameters of an operator that has none (``none``, ``int8``, ``sign``)."""
+
+
+@dataclass(frozen=True)
+class TopKParams:
+    """``topk:FRACTION``'s parameter: the fraction of entries kept."""
+
+    fraction: float = agreed(help="the fraction of entries kept, 0 < FRACTION <= 1", example="0.01")
 
 
 class Compressor(ABC):
@@ -124,6 +136,22 @@ class Compressor(ABC):
 
     name: str
     default_consensus_step: float
+    #: The operator's parameter dataclass: its fields, in order, follow the name in
+    #: ``--compress`` (``topk:FRACTION``), each with its ``help`` and an ``example``.
+    Params: ClassVar[type] = NoOperatorParams
+
+    @classmethod
+    def from_params(cls, params: Any) -> Compressor:
+        """The operator with ``params`` (an instance of :attr:`Params`)."""
+        return cls(**dataclasses.asdict(params))
+
+    @classmethod
+    def parse_params(cls, text: str | None, spec: str) -> Any:
+        """:attr:`Params` from the text after the name in ``spec`` (None: no colon). An
+        operator without parameters takes no text."""
+        if text is not None:
+            raise ConfigError(f"Unknown compressor {spec!r}. Valid compressors: {_VALID_FORMS}.")
+        return cls.Params()
 
     @abstractmethod
     def payload_bytes(self, d: int) -> int:
@@ -280,6 +308,28 @@ class TopKCompressor(Compressor):
     for uncompressed gossip.
     """
 
+    Params = TopKParams
+
+    @classmethod
+    def parse_params(cls, text: str | None, spec: str) -> TopKParams:
+        """``FRACTION`` of ``topk:FRACTION``, a number with ``0 < FRACTION <= 1``."""
+        if not text:
+            raise ConfigError(
+                f"Compressor {spec!r} needs the fraction of entries to keep: write topk:FRACTION "
+                f"with 0 < FRACTION <= 1, e.g. topk:0.01. Valid compressors: {_VALID_FORMS}."
+            )
+        try:
+            fraction = float(text)
+        except ValueError:
+            fraction = math.nan
+        if not 0.0 < fraction <= 1.0:
+            raise ConfigError(
+                f"Compressor {spec!r}: the top-k fraction must be a number with "
+                f"0 < FRACTION <= 1 (the fraction of entries kept), got {text!r}. Valid "
+                f"compressors: {_VALID_FORMS}."
+            )
+        return TopKParams(fraction)
+
     def __init__(self, fraction: float) -> None:
         fraction = float(fraction)
         if not 0.0 < fraction <= 1.0:
@@ -372,6 +422,47 @@ class SignCompressor(Compressor):
         return torch.where(positive, scale, -scale)
 
 
+#: The operators by name, in the order ``--compress``'s help lists them.
+COMPRESSORS: dict[str, type[Compressor]] = {
+    "none": NoCompressor,
+    "int8": Int8Compressor,
+    "topk": TopKCompressor,
+    "sign": SignCompressor,
+}
+
+
+def _form(name: str) -> str:
+    """``topk`` -> ``topk:FRACTION``: the name and its parameters' names in capitals."""
+    fields = dataclasses.fields(COMPRESSORS[name].Params)
+    return ":".join([name, *(f.name.upper() for f in fields)])
+
+
+def _described(name: str, with_help: bool) -> str:
+    """The form of ``name``, with its parameters' help (``with_help``) and an example."""
+    fields = dataclasses.fields(COMPRESSORS[name].Params)
+    if not fields:
+        return name
+    example = ":".join([name, *(f.metadata["example"] for f in fields)])
+    helps = [f.metadata["help"] for f in fields] if with_help else []
+    return f"{_form(name)} ({', '.join([*helps, f'e.g. {example}'])})"
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " or " + items[-1] if len(items) > 1 else items[0]
+
+
+COMPRESSOR_NAMES = tuple(_form(name) for name in COMPRESSORS)
+"""The forms :func:`parse_compressor` accepts (``FRACTION``: the fraction of entries kept)."""
+
+_VALID_FORMS = _listed([_described(name, with_help=True) for name in COMPRESSORS])
+
+
+def compress_help() -> str:
+    """``--compress``'s help: every operator's form, with an example where it takes one."""
+    forms = _listed([_described(name, with_help=False) for name in COMPRESSORS])
+    return f"CHOCO compressed gossip: {forms}"
+
+
 def parse_compressor(spec: str) -> Compressor:
     """The compressor named by ``spec`` (``--compress``).
 
@@ -387,33 +478,13 @@ def parse_compressor(spec: str) -> Compressor:
             top-k fraction.
     """
     text = spec.strip().lower()
-    if text == "none":
-        return NoCompressor()
-    if text == "int8":
-        return Int8Compressor()
-    if text == "sign":
-        return SignCompressor()
-    if text == "topk" or text == "topk:":
-        raise ConfigError(
-            f"Compressor {spec!r} needs the fraction of entries to keep: write topk:FRACTION "
-            f"with 0 < FRACTION <= 1, e.g. topk:0.01. Valid compressors: {_VALID_FORMS}."
-        )
-    if text.startswith("topk:"):
-        value = text.removeprefix("topk:")
-        try:
-            fraction = float(value)
-        except ValueError:
-            fraction = math.nan
-        if not 0.0 < fraction <= 1.0:
-            raise ConfigError(
-                f"Compressor {spec!r}: the top-k fraction must be a number with "
-                f"0 < FRACTION <= 1 (the fraction of entries kept), got {value!r}. Valid "
-                f"compressors: {_VALID_FORMS}."
-            )
-        return TopKCompressor(fraction)
     if not text:
         raise ConfigError(f"The compressor name is empty. Valid compressors: {_VALID_FORMS}.")
-    raise ConfigError(f"Unknown compressor {spec!r}. Valid compressors: {_VALID_FORMS}.")
+    name, colon, rest = text.partition(":")
+    operator = COMPRESSORS.get(name)
+    if operator is None:
+        raise ConfigError(f"Unknown compressor {spec!r}. Valid compressors: {_VALID_FORMS}.")
+    return operator.from_params(operator.parse_params(rest if colon else None, spec))
 
 
 def _check_d(d: int) -> int:

@@ -43,7 +43,7 @@ from slate.data.schema import (
 from slate.data.spec import DataSpec
 from slate.errors import ConfigError, DataError, SlateError
 
-__all__ = ["Agreement", "agree", "cut"]
+__all__ = ["Agreement", "agree", "cut", "local_data"]
 
 
 @dataclass
@@ -58,6 +58,18 @@ class Agreement:
     counts: list[PartyCounts] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     declared: Declared | None = None
+
+
+def local_data(
+    spec: DataSpec,
+    shards: list[Shard],
+    exchange: Exchange,
+    options: TableOptions | None,
+    local_parties: list[int],
+) -> LocalData:
+    """The whole line after reading, for this process's ``local_parties``: :func:`agree`, then
+    :func:`cut`."""
+    return cut(spec, shards, agree(spec, shards, exchange, options), local_parties, exchange)
 
 
 def agree(

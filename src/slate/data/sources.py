@@ -14,8 +14,9 @@ Every run follows the same line:
    :class:`LocalData`.
 
 Both entry points, :func:`load_dataset` (the whole dataset) and :func:`load_local_data` (this
-process's parties), start here, and take a :class:`~slate.data.spec.DataSpec` (or the
-configuration it is built from). Two sources:
+process's parties), start here, and take a :class:`~slate.data.spec.DataSpec` (a run passes its
+data section; a caller holding only a configuration may pass that, and the spec is built here).
+Two sources:
 
 * **Partitioned** (the paper's experiments): every process loads the whole dataset, cuts the
   seeded partition and keeps its own parties' rows. The test set is the whole test set, scored
@@ -34,9 +35,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from slate.config import TrainConfig
 from slate.data.datasets import DATASET_NAMES, NAMED_LOADERS, Dataset, read_named_dataset
-from slate.data.line import agree, cut
+from slate.data.line import agree, local_data
 from slate.data.local_data import Exchange, LocalData
 from slate.data.options import TableOptions
 from slate.data.parts import ArrayPart, Part, PartReader, Shard
@@ -63,7 +63,7 @@ def load_local_data(
 ) -> LocalData:
     """The data of ``local_parties``, from the source the spec names, or from ``dataset`` read
     before (module docstring). ``source`` is a :class:`DataSpec` or a configuration."""
-    spec = DataSpec.of(source)
+    spec = _spec(source)
     if spec.per_party:
         if dataset is not None:
             raise ConfigError("Per-party files cannot be combined with a preloaded dataset.")
@@ -73,8 +73,13 @@ def load_local_data(
         shards = [shard]
     else:
         shards, options = [_preloaded(dataset)], None
-    agreement = agree(spec, shards, exchange, options)
-    return cut(spec, shards, agreement, local_parties, exchange)
+    return local_data(spec, shards, exchange, options, local_parties)
+
+
+def _spec(source: DataSpec | Any) -> DataSpec:
+    """``source`` itself when it is a spec (a run's data section), else the spec built from
+    that configuration (:meth:`DataSpec.of`)."""
+    return source if isinstance(source, DataSpec) else DataSpec.of(source)
 
 
 def parties_for_positives(positives: int, b: int) -> int:
@@ -84,16 +89,12 @@ def parties_for_positives(positives: int, b: int) -> int:
     return max(1, min(MAX_DEFAULT_PARTIES, positives // b))
 
 
-def default_parties(config: TrainConfig, resolved: TrainConfig) -> tuple[int, Dataset, str] | None:
-    """For a user's own file without ``--nodes``: the largest N <= 20 whose stratified parties
-    each hold at least ``b`` training positives, the dataset read to count them, and a note
-    saying why; None where the default applies (named datasets, per-party files, a given N).
-    ``config`` holds the flags as given, ``resolved`` the same with their defaults filled.
-    """
-    if config.nodes is not None or config.dataset not in ("csv", "libsvm"):
-        return None
-    spec = DataSpec.from_config(resolved)
-    if spec.per_party:
+def default_parties(spec: DataSpec, given: int | None = None) -> tuple[int, Dataset, str] | None:
+    """For a user's own file (``spec``, the run's data section) without ``--nodes`` (``given``:
+    the N given, or None): the largest N <= 20 whose stratified parties each hold at least ``b``
+    training positives, the dataset read to count them, and a note saying why; None where the
+    default applies (named datasets, per-party files, a given N)."""
+    if given is not None or spec.dataset not in ("csv", "libsvm") or spec.per_party:
         return None
     data = load_dataset(spec, spec.validation_fraction, spec.split_seed)
     positives, b = int(data.y_train.sum()), spec.positives
@@ -121,7 +122,7 @@ def load_dataset(
     is read only when that is called).
     """
     started = time.perf_counter()
-    spec = DataSpec.of(source)
+    spec = _spec(source)
     shard, options = _read_whole(spec, validation, validation_seed)
     encoder, notes = None, list(shard.notes)
     if options is not None:  # a table becomes features only through its encoder

@@ -7,6 +7,11 @@ disagree (gloo then aborts or waits for the timeout). Before step 1 each party t
 the others its :func:`run_fingerprint`; all of them run :func:`check_same_run` on the same list,
 so either all go on or all stop with the same one-paragraph message, which names the site, the
 flag and both values.
+
+Which settings those are is declared on each field of :class:`~slate.config.TrainConfig`
+(:func:`slate.config.agreed` or :func:`slate.config.per_site`; the algorithms' and compression
+operators' parameter dataclasses classify theirs the same way), and
+``tests/training/test_agreement.py`` fails for a field declared without either.
 """
 
 from __future__ import annotations
@@ -17,26 +22,16 @@ from typing import Any
 
 import torch
 
+from slate.config import agreed_fields
 from slate.errors import ConfigError
 from slate.security.messages import ANY, MapOf
 
 __all__ = [
     "FINGERPRINT_SHAPE",
-    "TRAJECTORY_FLAGS",
     "RunMismatch",
     "check_same_run",
     "run_fingerprint",
 ]
-
-#: ``TrainConfig`` fields that every site must share (resolved values).
-TRAJECTORY_FLAGS = (
-    "algorithm", "nodes", "topology", "fed_period", "iterations", "batch_size", "positives",
-    "lr", "margin", "gradient_tracking", "alpha", "initial_batch", "momentum", "lr_dual",
-    "coda_objective", "gossip_every", "compress", "consensus_step", "partition",
-    "dirichlet_alpha", "model", "hidden", "eval_every", "checkpoint_every", "seed", "compile",
-    "party_ap", "on_party_loss", "standardize", "max_categories", "min_frequency",
-    "validation_fraction", "early_stopping", "robust",
-)  # fmt: skip
 
 
 DECLARATIONS = "declarations"  # the fingerprint's digests of every site's declarations
@@ -59,12 +54,13 @@ def _slate_version() -> str:
 def run_fingerprint(
     config: Any, roster: str | None = None, declarations: list[str] | None = None
 ) -> dict[str, Any]:
-    """The settings of ``config`` (a resolved ``TrainConfig``) that every site must share, the
-    digest of the run's ``roster`` (None without one), the digests of every site's declarations
-    as this site received them (:meth:`slate.data.declared.Declared.digests`; None without
-    per-party files), and the slate and torch versions."""
+    """The settings of ``config`` (a run's flags, every value filled: ``RunPlan.flags``) that
+    every site must share (its fields declared :func:`~slate.config.agreed`), the digest of the
+    run's ``roster`` (None without one), the digests of every site's declarations as this site
+    received them (:meth:`slate.data.declared.Declared.digests`; None without per-party files),
+    and the slate and torch versions."""
     values = dataclasses.asdict(config)
-    out = {name: values[name] for name in TRAJECTORY_FLAGS}
+    out = {name: values[name] for name in agreed_fields(type(config))}
     out["roster"] = roster
     out[DECLARATIONS] = declarations
     out["slate version"] = _slate_version()

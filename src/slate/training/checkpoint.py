@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from slate.config import TrainConfig
 from slate.data.schema import PartyCounts, Schema
 from slate.engines.base import Engine
 from slate.engines.distributed.control.membership import Change
@@ -257,20 +256,20 @@ def write_setup(run: Run, out: Path, progress: bool) -> None:
     party = run.engine.own_party
     if party is None:
         return
-    record = {"format": 1, "config": run.config.to_dict(), "exchanges": run.exchange.record,
+    record = {"format": 1, "config": run.flags.to_dict(), "exchanges": run.exchange.record,
               "progress": progress}  # fmt: skip
     save_checkpoint(setup_file(out, party), record)
 
 
 def returning_record(
-    config: TrainConfig, engine: Engine | None
+    out: str | None, engine: Engine | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """A party returning to a run in progress: its own newest checkpoint (None if it never
-    wrote one), and the record whose data set-up exchanges it replays (that checkpoint, else
-    its set-up record, else None)."""
-    if config.out is None or engine is None or engine.own_party is None:
+    """A party returning to a run in progress, with its run folder ``out``: its own newest
+    checkpoint (None if it never wrote one), and the record whose data set-up exchanges it
+    replays (that checkpoint, else its set-up record, else None)."""
+    if out is None or engine is None or engine.own_party is None:
         return None, None
-    folder = Path(config.out)
+    folder = Path(out)
     files = checkpoint_files(folder, engine.own_party)
     own = load_checkpoint(files[max(files)]) if files else None
     if own is not None:

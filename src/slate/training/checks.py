@@ -2,8 +2,8 @@
 
 :func:`check_config` checks every flag that can be checked without data; it runs once, in
 :func:`slate.training.configuration.resolve_and_check`. The derived settings: the device, whether
-to compile, the evaluation interval and whether to score each party's own model, the algorithm's
-config.
+to compile, the evaluation interval and whether to score each party's own model (filled by the
+run's plan, :mod:`slate.training.plan`), the algorithm's config and parameters.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from slate.algorithms import AlgorithmConfig
+from slate.algorithms import AlgorithmConfig, configure, parameter_fields
 from slate.communication.gossip import check_gossip_flags
 from slate.config import TrainConfig
 from slate.data.sampler import validate_batch_shape
@@ -26,6 +26,7 @@ __all__ = [
     "EVALUATION_BUDGET",
     "PARTY_LOSS_CHOICES",
     "algorithm_config",
+    "algorithm_params",
     "check_config",
     "check_out_dir",
     "compressed",
@@ -68,9 +69,10 @@ COMPILE_MIN_ITERATIONS = 20_000  # ... in runs long enough to repay even a cold 
 
 
 def should_compile(
-    config: TrainConfig, one_process: bool, device: torch.device, model: torch.nn.Module
+    choice: str, iterations: int, one_process: bool, device: torch.device, model: torch.nn.Module
 ) -> bool:
-    """Whether to ``torch.compile`` the parties' gradient (``--compile auto|on|off``).
+    """Whether to ``torch.compile`` the parties' gradient (``--compile auto|on|off``: ``choice``)
+    in a run of ``iterations``.
 
     ``auto`` compiles where it was measured faster (``benchmarks/RESULTS.md``): one process
     running every party (``one_process``: the simulator) on CPU, a model of at most
@@ -81,16 +83,16 @@ def should_compile(
     compiled on a fresh machine and 3 s faster afterwards. Distributed processes stay eager: N
     compilations at once would share the same cores.
     """
-    if config.compile == "on":
+    if choice == "on":
         return True
-    if config.compile == "off":
+    if choice == "off":
         return False
     n_parameters = sum(p.numel() for p in model.parameters())
     return (
         one_process
         and device.type == "cpu"
         and n_parameters <= COMPILE_MAX_PARAMETERS
-        and config.iterations >= COMPILE_MIN_ITERATIONS
+        and iterations >= COMPILE_MIN_ITERATIONS
     )
 
 
@@ -272,18 +274,25 @@ def check_out_dir(out: str) -> None:
         raise ConfigError(f"--out {out} cannot be created: {ancestor} is not writable.")
 
 
+def _algorithm_values(config: TrainConfig) -> dict[str, object]:
+    """The algorithm flags of resolved ``config`` by name, and the sampler's positive rate."""
+    values = {p.dest: getattr(config, p.dest) for p in parameter_fields()}
+    return {
+        **values,
+        "lr": config.lr,
+        "sampled_positive_rate": config.positives / config.batch_size,
+    }
+
+
 def algorithm_config(config: TrainConfig) -> AlgorithmConfig:
-    return AlgorithmConfig(
-        lr=config.lr,
-        margin=config.margin,
-        gradient_tracking=config.gradient_tracking,
-        alpha=config.alpha,
-        initial_batch=config.initial_batch,
-        momentum=config.momentum,
-        lr_dual=config.lr_dual,
-        coda_objective=config.coda_objective,
-        sampled_positive_rate=config.positives / config.batch_size,
-    )
+    """The hyperparameters the algorithms share, from resolved ``config`` (``lr`` as resolved:
+    a number, or ``"auto"`` until the plan chooses it)."""
+    return configure(config.algorithm, **_algorithm_values(config))[0]
+
+
+def algorithm_params(config: TrainConfig) -> object:
+    """``--algorithm``'s own parameter dataclass, from resolved ``config``'s flags."""
+    return configure(config.algorithm, **_algorithm_values(config))[1]
 
 
 def parse_drops(values: tuple[str, ...], nodes: int, iterations: int) -> dict[int, list[int]]:

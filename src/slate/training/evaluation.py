@@ -51,7 +51,6 @@ from slate.metrics.histograms import (
 
 if TYPE_CHECKING:
     from slate.algorithms.compute import PartyCompute
-    from slate.config import TrainConfig
     from slate.engines.base import Engine
     from slate.faults.kills import Kills
 
@@ -296,13 +295,21 @@ class Evaluator:
         self,
         engine: Engine,
         compute: PartyCompute,
-        config: TrainConfig,
         device: torch.device,
         rows: tuple[np.ndarray, np.ndarray, list[np.ndarray] | None],
         faults: Kills,
         lies: Lies | None = None,
+        *,
+        lr: float,
+        standardize: bool,
+        stop_on_refusal: bool,
     ) -> None:
-        self.engine, self.compute, self.config, self.device = engine, compute, config, device
+        """``lr`` and ``standardize`` (the run's step size and ``--standardize``) go into the
+        advice of its divergence and not-learning messages; ``stop_on_refusal``: an evaluation
+        whose counts break the declarations stops every site (else it is dropped: ``--on-party-loss
+        continue``)."""
+        self.engine, self.compute, self.device = engine, compute, device
+        self.lr, self.standardize, self.stop_on_refusal = lr, standardize, stop_on_refusal
         self.faults = faults  # SLATE_KILL_AT's "evaluation" moment (tests of a lost party)
         self.lies = lies if lies is not None else Lies([])  # a lying party's (tests only)
         span = compute.layout.last_linear(compute.module)
@@ -393,7 +400,7 @@ class Evaluator:
             f"The evaluation at iteration {iteration} was refused: {problem}. A participant "
             "lied in its evaluation counts (or runs modified code); a sum does not show who."
         )
-        if self.config.on_party_loss != "continue":
+        if self.stop_on_refusal:
             raise DeclarationBroken(
                 f"{text} Every site stops here, and no AP built on these counts is reported. "
                 "Remove a site you do not trust from the roster."
@@ -458,7 +465,7 @@ class Evaluator:
         """
         sizes = x.abs().amax(dim=1)
         row = int(sizes.argmax())
-        lr = self.config.lr
+        lr = self.lr
         raise TrainingDiverged(
             f"Training diverged: the parameters of party {self.engine.local_parties[row]} at "
             f"iteration {iteration} reach {float(sizes[row]):.1e}, and the averaged model's "
@@ -478,8 +485,8 @@ class Evaluator:
                 f"{SATURATED_LOGIT:g}, a sigmoid of exactly 0 or 1), so its gradients vanish. "
                 + (
                     f"The features are standardised, so the likely cause is a learning rate "
-                    f"too large: try a lower --lr than {self.config.lr:g}."
-                    if self.config.standardize
+                    f"too large: try a lower --lr than {self.lr:g}."
+                    if self.standardize
                     else "Likely cause: features on raw scales; try --standardize, or a lower --lr."
                 )
             )
@@ -492,7 +499,7 @@ class Evaluator:
                 + (
                     "The features are standardised, so the likely cause is a learning rate too "
                     "small for float32 (try a larger --lr) or too large (saturated scores)."
-                    if self.config.standardize
+                    if self.standardize
                     else "Likely cause: saturated scores from features on raw scales (try "
                     "--standardize) or a learning rate too small for float32."
                 )

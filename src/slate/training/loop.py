@@ -10,16 +10,20 @@
 * ``model.pt``: the averaged model's ``state_dict`` (load it with ``weights_only=True``), and
   ``model.json``, what rebuilds it (:func:`slate.load_model`).
 
-The steps themselves are :meth:`slate.training.run.Run.advance`, the evaluations
+Before the run is built, its choices are made (:func:`slate.training.plan.choose`: N where it is
+chosen from the data, ``--lr auto``); the loop owns both the plan and the runs, so it passes the
+plan the runner of ``--lr auto``'s candidates (:func:`run_candidates`), which builds and drives
+runs itself and never calls :func:`train`. The steps themselves are
+:meth:`slate.training.run.Run.advance`, the evaluations
 :class:`slate.training.evaluation.Evaluator`'s; a lost party (``--on-party-loss continue``) or a
 returning one changes the party set between passes (:class:`slate.training.recovery.PartySet`).
 Checkpoint files (writing, pruning, the agreement on where to resume, set-up records) are
-:mod:`slate.training.checkpoint`'s.
+:mod:`slate.training.checkpoint`'s. The loop reads the resolved config's sections and the run's
+plan, never the flat flags.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import signal
 import threading
@@ -32,6 +36,7 @@ from torch import Tensor
 
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
+from slate.data.local_data import LocalData
 from slate.engines.base import Engine
 from slate.engines.distributed.control.failures import ExchangeFailed
 from slate.engines.distributed.control.membership import CountedLost
@@ -42,7 +47,7 @@ from slate.training import checkpoint
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.final_check import AverageCheck, check_average
-from slate.training.lr_choice import AUTO, LrChoice, resolve_auto_lr
+from slate.training.lr_choice import LrChoice
 from slate.training.outputs import (
     ValidationCurve,
     build_summary,
@@ -53,9 +58,10 @@ from slate.training.outputs import (
     test_positives,
     write_run_folder,
 )
+from slate.training.plan import Choices, Place, choose
 from slate.training.run import Run
 
-__all__ = ["RunResult", "train"]
+__all__ = ["RunResult", "run_candidates", "train"]
 
 MAX_CHUNK = 1000  # steps of indices drawn at once
 
@@ -114,13 +120,14 @@ class _StopOnSignal:
 def _chunk_length(run: Run) -> int:
     """Steps until the next evaluation, checkpoint, injected drop or end (chunks never straddle
     them)."""
-    config, t = run.config, run.iteration
+    t, every = run.iteration, run.plan.eval_every
+    checkpoints = run.settings.outputs.checkpoint_every
     drops = [at - t for at in run.party_set.drops if at > t]
     return min(
         MAX_CHUNK,
-        config.iterations - t,
-        config.eval_every - t % config.eval_every,
-        config.checkpoint_every - t % config.checkpoint_every,
+        run.settings.algorithm.iterations - t,
+        every - t % every,
+        checkpoints - t % checkpoints,
         *drops,
     )
 
@@ -150,8 +157,9 @@ class _Progress:
         if self.bar is None:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=self.run.config.iterations, initial=self.run.iteration,
-                            unit="it", dynamic_ncols=True)  # fmt: skip
+            total = self.run.settings.algorithm.iterations
+            self.bar = tqdm(total=total, initial=self.run.iteration, unit="it",
+                            dynamic_ncols=True)  # fmt: skip
         self.bar.n = self.run.iteration
         if postfix is not None:
             self.bar.set_postfix(ap=postfix, refresh=False)
@@ -194,7 +202,7 @@ class _Loop:
         # A party admitted at a checkpoint boundary joins the others after that boundary's
         # stop check, checkpoint and admission, which they have already made.
         self.joined_at: int | None = None
-        patience = run.config.early_stopping
+        patience = run.settings.outputs.early_stopping
         self.best = run.best_model = None
         if patience:
             positives = test_positives(run)  # the validation rows' until the final test
@@ -223,9 +231,9 @@ class _Loop:
                 return final
 
     def _pass(self) -> _Final | None:
-        run, config = self.run, self.run.config
-        t = run.iteration
-        if (t % config.eval_every == 0 or t == config.iterations) and not (
+        run = self.run
+        t, iterations = run.iteration, run.settings.algorithm.iterations
+        if (t % run.plan.eval_every == 0 or t == iterations) and not (
             run.history and run.history[-1]["iteration"] == t
         ):
             run.history.append(_evaluation_row(run, self.elapsed()))
@@ -240,7 +248,7 @@ class _Loop:
                 self.warned = True
                 self.say(warning)
             if self.best is not None and self.best.consider(run, run.history[-1]["test_ap"]):
-                if t < config.iterations:
+                if t < iterations:
                     self.stopped_at = t
                     self.say(
                         f"early stopping at iteration {t}: no better validation AP in "
@@ -248,7 +256,7 @@ class _Loop:
                         f"{self.best.iteration} is kept"
                     )
                 return self._finish()
-        if t >= config.iterations:
+        if t >= iterations:
             return self._finish()
         if self.joined_at != t:  # (a party admitted here joins after this boundary)
             self._stop_or_checkpoint()
@@ -263,7 +271,7 @@ class _Loop:
         """A stop is honoured after this iteration's evaluation, so none is ever skipped;
         returning parties are admitted after a checkpoint."""
         run, t = self.run, self.run.iteration
-        boundary = t > 0 and t % run.config.checkpoint_every == 0
+        boundary = t > 0 and t % run.settings.outputs.checkpoint_every == 0
         # One small exchange: a stop asked anywhere, and whether any party's lookout saw a
         # returning party ask to join (only then do the parties agree through the store).
         asked = boundary and run.engine.joins_requested()
@@ -283,7 +291,7 @@ class _Loop:
         if run.validates:  # the kept model's validation curve, for predict's operating points
             validation = ValidationCurve.of(run)
             run.use_final_test()  # the test rows, read and scored only now
-        party_aps = run.evaluator.party_aps(run.x) if run.config.party_ap else []
+        party_aps = run.evaluator.party_aps(run.x) if run.plan.party_ap else []
         wall = self.elapsed()  # training and every evaluation, party APs included
         scored = run.evaluator.test_scores(run.x, run.iteration)  # the model saved is this one
         traffic = run.mean_traffic()
@@ -334,7 +342,7 @@ class _Loop:
                 self.note(
                     f"party {rank} rejoined at iteration {self.run.iteration}: "
                     f"{self.run.engine.n_parties} parties continue on the full graph"
-                    if self.run.engine.n_parties == self.run.config.nodes
+                    if self.run.engine.n_parties == self.run.plan.nodes
                     else f"party {rank} rejoined at iteration {self.run.iteration}"
                 )
 
@@ -373,6 +381,9 @@ def train(
     resume: bool = False,
     log=print,
     lr_choice: LrChoice | None = None,
+    place: Place | None = None,
+    nodes: int | None = None,
+    parties_from_data: bool = False,
     faults: FaultPlan | None = None,
 ) -> RunResult:
     """Run one experiment and (by default) write its run folder from the main process.
@@ -383,39 +394,84 @@ def train(
     checkpoint and raise :class:`RunInterrupted`. ``config`` is resolved and checked here unless
     it is a :class:`~slate.training.configuration.ResolvedConfig` already.
 
-    ``--lr auto`` is chosen here, before the run is built (:mod:`slate.training.lr_choice`),
-    unless a launcher chose it already and passes its ``lr_choice`` with the number in ``lr``;
-    the choice goes to ``summary.json``'s ``lr_choice``.
+    The run's choices come first (:func:`slate.training.plan.choose`): N is ``nodes`` where the
+    caller fixes it (a party process: the processes launched), chosen from a user's own file
+    without ``--nodes`` with ``parties_from_data`` (``slate train``), else the flags'; ``--lr
+    auto`` is chosen here (:mod:`slate.training.lr_choice`, its candidates run by
+    :func:`run_candidates`), unless a launcher chose it already and passes its ``lr_choice``
+    with the number in ``lr``; the choice goes to ``summary.json``'s ``lr_choice``. ``place``
+    is this process's (a party process's device, run folder, loss policy, threads).
 
     ``faults``: the faults a test injects (:class:`slate.faults.FaultPlan`, read once by the
-    ``slate train`` command); none by default.
+    ``slate train`` command); none by default (``--lr auto``'s candidate runs never get them).
     """
     resolved = as_resolved(config)
-    if resolved.flags.lr == AUTO:
-        main = engine is None or engine.is_main
-        train_fn = train if faults is None else functools.partial(train, faults=faults)
-        resolved, data, lr_choice = resolve_auto_lr(
-            resolved, data, log if main else (lambda _: None), train_fn
-        )
-    config = resolved.flags
+    place = place or Place()
+    main = engine is None or engine.is_main
+    choices = choose(
+        resolved, data, place=place, nodes=nodes, parties_from_data=parties_from_data,
+        lr_choice=lr_choice, runner=run_candidates, log=log if main else _quiet,
+    )  # fmt: skip
     returning = engine is not None and engine.returning
     if returning and not resume:
         raise ConfigError(
             "A run is already in progress at this rendezvous. To return a party to it, restart "
             "it with --resume and its own run folder; a new run needs a new rendezvous."
         )
-    own, replay = checkpoint.returning_record(config, engine) if returning else (None, None)
+    out = place.out if place.out is not None else resolved.outputs.out
+    own, replay = checkpoint.returning_record(out, engine) if returning else (None, None)
     try:
         run = Run(
             resolved,
-            data=data,
             engine=engine,
             exchanges=replay.get("exchanges") if replay else None,
+            choices=choices,
+            place=place,
             faults=faults,
         )
     except ExchangeFailed as err:  # a party lost while the parties agree on the data
         raise engine.set_up_failure(err) from None
-    config = run.config  # with the evaluation defaults filled in
+    return _drive(run, progress=progress, write=write, resume=resume, log=log, own=own)
+
+
+def _quiet(_: str) -> None:
+    """A log that says nothing (a process that is not the main one; the candidates' runs)."""
+
+
+def run_candidates(
+    trial: ResolvedConfig, rows: Dataset, lrs: tuple[float, ...]
+) -> dict[float, float]:
+    """``--lr auto``'s candidates (:class:`slate.training.lr_choice.CandidateRunner`): one short
+    simulator run of ``trial`` on ``rows`` per step size in ``lrs``, all on one cut of the rows
+    (the first run's, reused: the same rows, parties and seed give the same cut); each one's
+    held-out AP, NaN where it diverged."""
+    aps: dict[float, float] = {}
+    local: LocalData | None = None
+    for lr in lrs:
+        choices = Choices(trial.data.nodes, lr, None, rows, trial.data)
+        run = Run(trial, choices=choices, local=local)
+        local = run.data
+        try:
+            result = _drive(run, progress=False, write=False, resume=False, log=_quiet)
+            aps[lr] = float(result.summary["test_ap"])
+        except TrainingDiverged:
+            aps[lr] = math.nan
+    return aps
+
+
+def _drive(
+    run: Run,
+    *,
+    progress: bool,
+    write: bool,
+    resume: bool,
+    log,
+    own: dict[str, Any] | None = None,
+) -> RunResult:
+    """Drive a built ``run`` to its end: its folder, set-up record, console lines, a resume or
+    a return (``own``: a returning party's own newest checkpoint), the loop and the summary."""
+    plan, settings = run.plan, run.settings
+    returning = run.engine.returning
 
     def say(line: str) -> None:
         if run.engine.is_main:
@@ -423,17 +479,20 @@ def train(
 
     for note in run.data.notes:
         say(note)
-    out = (Path(config.out) if config.out else default_out_dir(config)) if write else None
+    out = None
+    if write:
+        folder = plan.out or default_out_dir(settings.data.dataset, settings.algorithm.name)
+        out = Path(folder)
     if out is not None and not returning:
         checkpoint.write_setup(run, out, progress)
     say(f"{run.data.describe()} (data loaded in {run.load_seconds:.1f} s)")
     network = (
         "no network"  # one party: nothing to gossip, the topology and its lambda mean nothing
-        if config.nodes == 1
-        else f"topology {config.topology} ({_lambda_text(run.topology)})"
+        if plan.nodes == 1
+        else f"topology {settings.communication.topology} ({_lambda_text(run.topology)})"
     )
-    say(f"{config.algorithm} on {parties(config.nodes)} ({run.engine.name}), {network}, "
-        f"{config.iterations} iterations")  # fmt: skip
+    say(f"{settings.algorithm.name} on {parties(plan.nodes)} ({run.engine.name}), {network}, "
+        f"{settings.algorithm.iterations} iterations")  # fmt: skip
     offset = 0.0
     run.start_network_clock()
     if returning:
@@ -474,8 +533,8 @@ def train(
     if run.evaluator.refused:
         summary["refused_evaluations"] = list(run.evaluator.refused)
     summary["divergence"] = _divergence(run, history, final).to_dict()
-    if lr_choice is not None:
-        summary["lr_choice"] = lr_choice.to_dict()
+    if plan.lr_choice is not None:
+        summary["lr_choice"] = plan.lr_choice.to_dict()
     if out is not None:
         write_run_folder(run, summary, history, out, final.model, final.validation)
         summary["out_dir"] = str(out)
@@ -489,7 +548,7 @@ def _divergence(run: Run, history: list[dict[str, float]], final: _Final):
     distances against the final averaged model's squared norm, and the party APs."""
     size = run.compute.layout.size
     xbar = final.model[0]
-    squared_norm = float((xbar[:size].double() ** 2).sum()) if run.config.nodes > 1 else 0.0
+    squared_norm = float((xbar[:size].double() ** 2).sum()) if run.plan.nodes > 1 else 0.0
     settings = run.comm.settings
     compressor = settings.compressor
     advice = advice_for(

@@ -29,6 +29,11 @@ worker does, deterministically, and the run agreement compares ``lr`` before ste
 their own files only (``--party-files``, ``{rank}`` paths, ``--rank``) cannot score candidates
 on rows they do not hold: an explicit ``--lr auto`` is refused there, and the tables' default
 falls back to :data:`FALLBACK_LR` with a note.
+
+The choice is part of a run's plan (:mod:`slate.training.plan`). This module states the rule and
+the candidates' runs (:func:`trial_config`) but runs none itself: a :class:`CandidateRunner`
+passed down by the layer that owns the training loop runs them
+(:func:`slate.training.loop.run_candidates`, all five on one cut of the rows).
 """
 
 from __future__ import annotations
@@ -38,24 +43,27 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.parts import hold_out
 from slate.data.sources import load_dataset, parties_for_positives
 from slate.errors import ConfigError, TrainingDiverged
-from slate.training.configuration import ResolvedConfig
+from slate.training.configuration import ResolvedConfig, resolve_and_check
 
 __all__ = [
     "AUTO",
     "CANDIDATES",
     "CHOICE_FRACTION",
     "FALLBACK_LR",
+    "CandidateRunner",
     "LrChoice",
+    "auto_lr",
     "choice_iterations",
     "choose_lr",
     "pick",
-    "resolve_auto_lr",
+    "trial_config",
 ]
 
 AUTO = "auto"
@@ -145,33 +153,54 @@ def choice_rows(data: Dataset, seed: int) -> tuple[Dataset, str]:
     return chosen, rows
 
 
+class CandidateRunner(Protocol):
+    """Runs the candidates: each step size of ``lrs`` trains ``trial`` (:func:`trial_config`)
+    on ``rows`` on the simulator with that step size; returns each one's held-out AP (the
+    averaged model's AP on ``rows``' held-out rows), NaN for a run that diverged."""
+
+    def __call__(
+        self, trial: ResolvedConfig, rows: Dataset, lrs: tuple[float, ...]
+    ) -> dict[float, float]: ...
+
+
+def trial_config(flags: TrainConfig, nodes: int, iterations: int) -> ResolvedConfig:
+    """The candidates' runs: the run's own ``flags`` (model, algorithm, batch, margin, seed, as
+    this process holds them) for ``iterations`` on ``nodes`` parties, evaluated at the start and
+    the end only, with no checkpoints, outputs, drops, party APs, early stopping or
+    compilation. A configuration of its own, resolved and checked as every one is; its ``lr``
+    is each candidate's, given by the runner."""
+    return resolve_and_check(
+        dataclasses.replace(
+            flags, iterations=iterations, nodes=nodes, eval_every=iterations,
+            checkpoint_every=iterations, party_ap=False, early_stopping=None, out=None,
+            drop_party=(), compile="off",
+        )
+    )  # fmt: skip
+
+
 def choose_lr(
     settings: ResolvedConfig,
     data: Dataset,
-    train_fn: Callable[..., Any],
+    runner: CandidateRunner,
     candidates: tuple[float, ...] = CANDIDATES,
+    *,
+    nodes: int | None = None,
+    flags: TrainConfig | None = None,
 ) -> LrChoice:
     """Score each candidate step size by a short simulator run (module docstring) and pick.
 
-    ``train_fn`` is :func:`slate.training.loop.train` (passed in: the loop imports this module).
+    ``nodes`` is the run's N (default: the flags'); ``flags`` the run's flags as this process
+    holds them (default: the resolved ones). ``runner`` runs the candidates
+    (:func:`slate.training.loop.run_candidates`).
     """
     started = time.perf_counter()
-    flags = settings.flags
+    flags = flags or settings.flags
     rows, described = choice_rows(data, flags.split_seed)
     positives = int(rows.y_train.sum())
-    nodes = min(flags.nodes, parties_for_positives(positives, flags.positives))
+    nodes = min(flags.nodes if nodes is None else nodes,
+                parties_for_positives(positives, flags.positives))  # fmt: skip
     k = choice_iterations(flags.iterations)
-    aps: dict[float, float] = {}
-    for lr in candidates:
-        trial = settings.replace(
-            lr=lr, iterations=k, nodes=nodes, eval_every=k, checkpoint_every=k, party_ap=False,
-            early_stopping=None, out=None, drop_party=(), compile="off",
-        )  # fmt: skip
-        try:
-            result = train_fn(trial, data=rows, write=False, progress=False, log=lambda _: None)
-            aps[lr] = float(result.summary["test_ap"])
-        except TrainingDiverged:
-            aps[lr] = math.nan
+    aps = runner(trial_config(flags, nodes, k), rows, tuple(candidates))
     try:
         chosen = pick(aps)
     except ValueError:
@@ -183,20 +212,20 @@ def choose_lr(
     return LrChoice(chosen, aps, k, described, time.perf_counter() - started, nodes)
 
 
-def resolve_auto_lr(
+def auto_lr(
     settings: ResolvedConfig,
+    nodes: int,
     data: Dataset | None,
+    runner: CandidateRunner | None,
     log: Callable[[str], None],
-    train_fn: Callable[..., Any],
-) -> tuple[ResolvedConfig, Dataset | None, LrChoice | None]:
-    """``settings`` with ``lr = "auto"`` replaced by the chosen step size, the dataset read to
-    choose it (for the run to reuse), and the choice; unchanged where ``lr`` is a number.
+    flags: TrainConfig | None = None,
+) -> tuple[float, LrChoice | None, Dataset | None]:
+    """``--lr auto``'s step size for a run of ``nodes`` parties, its record, and the dataset
+    read to choose it (for the run to reuse).
 
     Per-party files cannot be scored here (module docstring): an explicit ``--lr auto`` is a
     :class:`ConfigError`, the default falls back to :data:`FALLBACK_LR` with a note.
     """
-    if settings.flags.lr != AUTO:
-        return settings, data, None
     spec = settings.data
     if spec.per_party:
         if settings.given.lr == AUTO:
@@ -207,9 +236,15 @@ def resolve_auto_lr(
             )
         log(f"note: per-party files: lr {FALLBACK_LR} (the default --lr auto needs the whole "
             "table; give --lr to choose)")  # fmt: skip
-        return settings.replace(lr=FALLBACK_LR), data, None
+        return FALLBACK_LR, None, data
+    if runner is None:
+        raise ConfigError(
+            "--lr auto is chosen by short runs of candidate step sizes, which "
+            "slate.training.loop.train makes before it builds the run: give --lr a number to "
+            "build a run directly."
+        )
     if data is None:
         data = load_dataset(spec, spec.validation_fraction, spec.split_seed)
-    choice = choose_lr(settings, data, train_fn)
+    choice = choose_lr(settings, data, runner, nodes=nodes, flags=flags)
     log(choice.line())
-    return settings.replace(lr=choice.lr), data, choice
+    return choice.lr, choice, data

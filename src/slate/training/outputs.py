@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from slate.config import TrainConfig
 from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
 from slate.metrics.operating_points import (
@@ -100,10 +99,10 @@ class ValidationCurve:
         }
 
 
-def default_out_dir(config: TrainConfig) -> Path:
+def default_out_dir(dataset: str, algorithm: str) -> Path:
     """A fresh ``runs/<dataset>-<algorithm>-<YYYYmmdd-HHMMSS>[-k]`` folder name."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{config.dataset}-{config.algorithm}-{stamp}"
+    base = Path("runs") / f"{dataset}-{algorithm}-{stamp}"
     path, k = base, 1
     while path.exists():
         k += 1
@@ -146,13 +145,13 @@ def _write_run_files(
         writer.writerows(rows)
     precision, recall = scores.pr_curve()
     write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
-    label = f"{run.config.algorithm} (N={run.config.nodes}, {run.config.topology})"
+    label = f"{run.flags.algorithm} (N={run.flags.nodes}, {run.flags.topology})"
     table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
     positives, rows = summary.get("test_positives"), summary.get("n_test")
     plots.plot_pr_curves(
         {label: (precision, recall, summary["test_ap"])},
         out / "pr_curve.png",
-        title=f"Precision-recall on the {run.config.dataset} test set: {summary['test_split']}",
+        title=f"Precision-recall on the {run.flags.dataset} test set: {summary['test_split']}",
         points=marks(table),
         unreached=unreached_marks(table),
         prevalence=positives / rows if positives is not None and rows else None,
@@ -161,11 +160,11 @@ def _write_run_files(
         {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
         out / "ap_curve.png",
         title=f"{'Validation' if run.validated else 'Test'} AP of the averaged model on "
-        f"{run.config.dataset}",
+        f"{run.flags.dataset}",
     )
     _plot_communication(run, history, label, out)
     run.compute.layout.load_into(run.model, xbar, buffers)
-    description = describe_run(run.config, run.data.input_shape, run.data.preprocessing)
+    description = describe_run(run.flags, run.data.input_shape, run.data.preprocessing)
     if validation is not None and validation.scores.curve is not None:
         v_precision, v_recall = validation.scores.pr_curve()
         write_pr_curve(out / VALIDATION_CURVE, v_precision, v_recall, validation.scores.thresholds)
@@ -188,7 +187,7 @@ def _plot_communication(run: Run, history: list[dict[str, float]], label: str, o
     if sent[-1] > 0:
         plots.plot_ap_curves(
             {label: (sent, ap)}, out / "ap_bytes.png",
-            title=f"Test AP against traffic on {run.config.dataset}",
+            title=f"Test AP against traffic on {run.flags.dataset}",
             xlabel="MB sent per party",
         )  # fmt: skip
     if run.wan is not None:
@@ -219,7 +218,7 @@ def build_summary(
 ) -> dict[str, Any]:  # fmt: skip
     """``summary.json``'s keys up to ``config`` (see :func:`evaluation_summary` for the rest);
     ``robust``: every party's ``--robust clip`` records (:meth:`Run.robust_records`)."""
-    config, final = run.config, history[-1]
+    config, final = run.flags, history[-1]
     return {
         "dataset": config.dataset,
         "algorithm": config.algorithm,

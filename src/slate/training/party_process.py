@@ -5,6 +5,11 @@
 ``slate train --rank R --rendezvous HOST:PORT`` runs one party at its own site
 (:func:`run_party`). Each opens the :class:`~slate.engines.distributed.engine.DistributedEngine`,
 trains, leaves with the others and ends with :func:`exit_worker`.
+
+What a party process sets for its run (the processes launched as N, its device, its run
+folder, the loss policy under torchrun, one thread) is its :class:`~slate.training.plan.Place`
+and ``nodes``, handed to :func:`slate.training.loop.train`; it reads the resolved config's
+sections, and the flags as given only to ask whether a flag was given.
 """
 
 from __future__ import annotations
@@ -16,65 +21,51 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from slate.config import TrainConfig
 from slate.engines.distributed.control.debug_log import DEBUG_LOG, send_native_stderr_to
 from slate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from slate.data.datasets import Dataset
     from slate.faults import FaultPlan
     from slate.training.configuration import ResolvedConfig
     from slate.training.lr_choice import LrChoice
 
-__all__ = ["exit_worker", "launch", "run_party", "run_worker", "with_default_parties"]
+__all__ = ["exit_worker", "launch", "run_party", "run_worker"]
 
 
 def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
-    """Check the input once here, then start one worker process per party."""
+    """Check the input once here, then start one worker process per party: N and ``--lr
+    auto`` are chosen here, once, and handed to every party (``--nodes``, ``--lr``,
+    ``--lr-choice``) with the run folder (``--out``)."""
     from slate.engines.distributed.control.launch import launch_local
     from slate.training.configuration import check_inputs, resolve_and_check
-    from slate.training.loop import train
-    from slate.training.lr_choice import resolve_auto_lr
+    from slate.training.loop import run_candidates
     from slate.training.outputs import default_out_dir
+    from slate.training.plan import choose_parties, choose_step_size
 
-    settings, data = with_default_parties(resolve_and_check(config))
-    check_inputs(settings, data)  # the dataset read to choose N is not read again
+    settings = resolve_and_check(config)
+    nodes, data = choose_parties(settings, from_data=True)
+    check_inputs(settings, nodes, data)  # the dataset read to choose N is not read again
     forwarded = list(argv)
-    if settings.flags.lr == "auto":  # chosen once here, after the checks; each party gets it
-        settings, data, choice = resolve_auto_lr(settings, data, print, train)
-        forwarded += ["--lr", repr(settings.flags.lr)]
+    if settings.algorithm.config.lr == "auto":  # chosen once here, after the checks
+        lr, choice, data = choose_step_size(settings, nodes, data, runner=run_candidates)
+        forwarded += ["--lr", repr(lr)]
         if choice is not None:
             forwarded += ["--lr-choice", json.dumps(choice.to_dict())]
-    resolved = settings.flags
-    if config.out is None:
-        forwarded += ["--out", str(default_out_dir(resolved))]
-    if config.nodes is None:
-        forwarded += ["--nodes", str(resolved.nodes)]
-    out = config.out or str(default_out_dir(resolved))
+    given = settings.given
+    out = settings.outputs.out
+    if out is None:
+        out = str(default_out_dir(settings.data.dataset, settings.algorithm.name))
+        forwarded += ["--out", out]
+    if given.nodes is None:
+        forwarded += ["--nodes", str(nodes)]
     logs = [
-        str(Path(_party_out_dir(dataclasses.replace(resolved, out=out), r, alone=False))
-            / DEBUG_LOG.format(rank=r))
-        for r in range(resolved.nodes)
-    ]  # fmt: skip
-    return launch_local(forwarded, resolved.nodes, timeout, logs)
-
-
-def with_default_parties(settings: ResolvedConfig) -> tuple[ResolvedConfig, Dataset | None]:
-    """A user's own file without ``--nodes``: N from its positives, said in one line
-    (:func:`slate.data.sources.default_parties`), and the dataset read to count them, for the
-    run (or the launcher's check) to use; ``(settings, None)`` where no dataset was read.
-    ``settings`` is checked already: every flag (--out first) before any data is read."""
-    from slate.data.sources import default_parties
-
-    chosen = default_parties(settings.given, settings.flags)
-    if chosen is None:
-        return settings, None
-    nodes, data, note = chosen
-    if note:
-        print(note)
-    return settings.replace(nodes=nodes), data
+        str(Path(_party_out_dir(settings, r, alone=False, out=out)) / DEBUG_LOG.format(rank=r))
+        for r in range(nodes)
+    ]
+    return launch_local(forwarded, nodes, timeout, logs)
 
 
 def run_worker(config: TrainConfig, args: argparse.Namespace, faults: FaultPlan) -> int:
@@ -82,16 +73,16 @@ def run_worker(config: TrainConfig, args: argparse.Namespace, faults: FaultPlan)
     (``faults``: what a test injects, read once by the command)."""
     from slate.engines.distributed.control.launch import worker_rendezvous
 
-    if config.out is not None:  # the local launcher always names the run folder
+    settings = _resolved(config)
+    if settings.outputs.out is not None:  # the local launcher always names the run folder
         rank = int(os.environ["RANK"])
-        send_native_stderr_to(Path(_party_out_dir(config, rank, alone=False)), rank)
+        send_native_stderr_to(Path(_party_out_dir(settings, rank, alone=False)), rank)
     from slate.training.lr_choice import LrChoice
 
     rendezvous = worker_rendezvous(args.timeout)
     choice = getattr(args, "lr_choice", None)
     lr_choice = LrChoice.from_dict(json.loads(choice)) if choice else None
-    return _train_as_party(_resolved(config), rendezvous, args, faults, alone=False,
-                           lr_choice=lr_choice)  # fmt: skip
+    return _train_as_party(settings, rendezvous, args, faults, alone=False, lr_choice=lr_choice)
 
 
 def _resolved(config: TrainConfig) -> ResolvedConfig:
@@ -128,6 +119,7 @@ def _train_as_party(
 
     from slate.engines.distributed.engine import local_rank
     from slate.training.loop import train
+    from slate.training.plan import Place
 
     device, given = settings.model.device, settings.given
     world = rendezvous.world if rendezvous is not None else dist.get_world_size()
@@ -135,18 +127,18 @@ def _train_as_party(
         raise ConfigError(
             f"--nodes {given.nodes} differs from the {world} processes that were launched."
         )
-    if rendezvous is None and settings.membership.on_party_loss == "continue":
-        # torchrun's agent stops (or restarts) every worker when one fails.
-        settings = settings.replace(on_party_loss="stop")
+    # torchrun's agent stops (or restarts) every worker when one fails.
+    torchrun = rendezvous is None and settings.membership.on_party_loss == "continue"
     engine = _open_engine(settings, rendezvous, args.timeout, faults)
-    changes: dict[str, Any] = {}
-    if device.type == "cuda":
-        changes["device"] = f"cuda:{local_rank()}"
-    changes["out"] = _party_out_dir(settings.flags, engine.rank, alone)
-    # One party per process: several processes share the cores, so one thread each.
-    settings = settings.replace(**changes, nodes=world, threads=settings.flags.threads or 1)
-    result = train(settings, engine=engine, progress=not args.no_progress,
-                   resume=bool(args.resume), lr_choice=lr_choice, faults=faults)  # fmt: skip
+    place = Place(
+        device=f"cuda:{local_rank()}" if device.type == "cuda" else None,
+        out=_party_out_dir(settings, engine.rank, alone),
+        on_party_loss="stop" if torchrun else None,
+        threads=1,  # one party per process: several processes share the cores, one thread each
+    )
+    result = train(settings, engine=engine, progress=not args.no_progress, nodes=world,
+                   resume=bool(args.resume), lr_choice=lr_choice, place=place,
+                   faults=faults)  # fmt: skip
     engine.leave()
     if result.refused is not None:  # the run folder is written: stop with the reason
         from slate.training.final_check import AverageRefused
@@ -155,24 +147,25 @@ def _train_as_party(
     return 0
 
 
-def _party_out_dir(config: TrainConfig, rank: int, alone: bool) -> str:
-    """The run folder of party ``rank``.
+def _party_out_dir(settings: ResolvedConfig, rank: int, alone: bool, out: str | None = None) -> str:
+    """The run folder of party ``rank`` (``out``: the run's, default ``--out``).
 
     With one dataset, every party writes into rank 0's folder (under torchrun, rank 0 picks it
     and tells the others). With per-party files every party writes its own: ``{rank}`` in
     ``--out`` is replaced, a party started alone writes to its ``--out``, and parties started
     together write to ``OUT/party<r>``.
     """
-    from slate.data.local_data import RANK_PLACEHOLDER, party_path, uses_party_files
+    from slate.data.local_data import RANK_PLACEHOLDER, party_path
     from slate.engines.distributed.wire.json_exchange import broadcast_text
     from slate.training.outputs import default_out_dir
 
-    out = config.out
+    out = settings.outputs.out if out is None else out
+    fresh = (settings.data.dataset, settings.algorithm.name)
     if out is None and alone:
-        return str(default_out_dir(config))
+        return str(default_out_dir(*fresh))
     if out is None:
-        out = broadcast_text(str(default_out_dir(config)) if rank == 0 else None)
-    if not uses_party_files(config):
+        out = broadcast_text(str(default_out_dir(*fresh)) if rank == 0 else None)
+    if not settings.data.per_party:
         return out
     if RANK_PLACEHOLDER in out:
         return party_path(out, rank)
@@ -195,13 +188,14 @@ def run_party(config: TrainConfig, args: argparse.Namespace, faults: FaultPlan) 
         raise ConfigError(f"--rank must lie in 0..{config.nodes - 1} (--nodes {config.nodes}), "
                           f"got {args.rank}.")  # fmt: skip
     identity = _site_identity(args, config.nodes)
-    config = dataclasses.replace(config, party_files=True)
+    config = dataclasses.replace(config, party_files=True)  # (implied by --rank)
     from slate.training.configuration import check_inputs
 
     settings = _resolved(config)
-    check_inputs(settings)  # the topology and the algorithm; this party's files are read once
+    # The topology and the algorithm; this party's files are read once, by its run.
+    check_inputs(settings, config.nodes)
     parse_rendezvous(args.rendezvous)  # a malformed address is refused before anything else
-    send_native_stderr_to(Path(_party_out_dir(config, args.rank, alone=True)), args.rank)
+    send_native_stderr_to(Path(_party_out_dir(settings, args.rank, alone=True)), args.rank)
     rendezvous = party_rendezvous(
         args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store,
         identity=identity,

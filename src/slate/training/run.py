@@ -2,10 +2,12 @@
 config, and its steps.
 
 The simulator runs all N parties in one :class:`Run`; a distributed process runs one party. A run
-is built (:meth:`Run.__init__`) from the config's checks and derived settings
-(:mod:`slate.training.checks`), and holds its parts: the local data and sampler, the topology, the
-algorithm and model, the communicator, the evaluator (:class:`slate.training.evaluation.Evaluator`)
-and the party set (:class:`slate.training.recovery.PartySet`). The run owns its state operations:
+is built (:meth:`Run.__init__`) from the resolved config's sections and the run's plan
+(:mod:`slate.training.plan`: N, the step size, the evaluation defaults, threads, drops, the
+process's place), never from the flat flags (those are its record, :attr:`Run.flags`), and holds
+its parts: the local data and sampler, the topology, the algorithm and model, the communicator,
+the evaluator (:class:`slate.training.evaluation.Evaluator`) and the party set
+(:class:`slate.training.recovery.PartySet`). The run owns its state operations:
 one training state (:class:`slate.training.state.TrainingState`) for both rollback snapshots and
 checkpoints, keeping parties and switching the topology; the party set decides when. The training
 loop that drives a run, and writes its folder, is :func:`slate.training.loop.train`.
@@ -30,6 +32,7 @@ from slate.algorithms.compute import Batch, PartyCompute
 from slate.communication.gossip import gossip_settings
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
+from slate.data.local_data import LocalData
 from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
 from slate.engines.base import Communicator, Engine, RecordedExchange
@@ -41,14 +44,10 @@ from slate.security.messages import as_received
 from slate.security.robust import RECORD_SHAPE, message_guard
 from slate.topology import SurvivorGraph, build_topology, surviving_topology
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
-from slate.training.checks import (
-    parse_drops,
-    should_compile,
-    with_evaluation_defaults,
-    with_thread_default,
-)
+from slate.training.checks import should_compile
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
+from slate.training.plan import Choices, Place, RunPlan, choose, plan
 from slate.training.recovery import PartySet
 from slate.training.state import TrainingState
 
@@ -69,17 +68,34 @@ class Run:
         data: Dataset | None = None,
         engine: Engine | None = None,
         exchanges: list[Any] | None = None,
+        *,
+        choices: Choices | None = None,
+        place: Place | None = None,
+        local: LocalData | None = None,
         faults: FaultPlan | None = None,
     ) -> None:
-        self.settings = as_resolved(config)  # resolved and checked once, by the caller
-        config = self.settings.flags  # --threads is set once the data is read (_load_data)
-        self.engine = engine or SimulatorEngine(config.nodes)
-        self.device = self.settings.model.device
+        """A run of ``config`` (resolved and checked once, by the caller where it is a
+        :class:`ResolvedConfig`) with its ``choices`` made (default: the flags' N and step size,
+        :func:`slate.training.plan.choose`; ``--lr auto`` is chosen by
+        :func:`slate.training.loop.train`), in this process's ``place``, on ``engine`` (default:
+        the simulator of all N parties). Its rows are read here (``exchanges``: a returning
+        party's recorded set-up, replayed), or are ``local``, read before for the same parties
+        (the candidates of ``--lr auto`` share theirs); its plan follows from them. ``faults``:
+        what a test injects (:class:`slate.faults.FaultPlan`); nothing by default."""
+        self.settings = as_resolved(config)
+        self.place = place or Place()
+        choices = choices or choose(self.settings, data, place=self.place)
+        self.engine = engine or SimulatorEngine(choices.nodes)
         self.fault_plan = faults if faults is not None else FaultPlan()  # tests only (faults/)
         self.faults = self.fault_plan.kills_of(self.engine.own_party)  # (a process per party)
         self.lies = self.fault_plan.lies(self.engine.own_party)  # an insider's lies
         self.faults.check("setup", 0)
-        self._load_data(data, exchanges)
+        self._load_data(choices, exchanges, local)
+        self.plan: RunPlan = plan(
+            self.settings, self.data, choices, self.place, len(self.engine.local_parties)
+        )
+        torch.set_num_threads(self.plan.threads)  # --threads, else its default (checks.py)
+        self.device = self.plan.device
         self._agree_on_the_run()
         self._build_sampler()
         self._build_graph()
@@ -87,8 +103,10 @@ class Run:
         self._build_training()
         data = self.data
         self.evaluator = Evaluator(
-            self.engine, self.compute, self.config, self.device,
+            self.engine, self.compute, self.device,
             (data.x_test, data.y_test, data.test_parts), self.faults, self.lies,
+            lr=self.plan.lr, standardize=bool(self.settings.data.standardize),
+            stop_on_refusal=self.plan.on_party_loss != "continue",
         )  # fmt: skip
         if data.declared is not None:  # the summed counts must hold the declared test rows
             declared = data.declared
@@ -110,83 +128,89 @@ class Run:
         self.party_set.snapshot(after_evaluation=False)
 
     @property
-    def config(self) -> TrainConfig:
-        """The run's resolved flags (the evaluation defaults filled once the data is read)."""
-        return self.settings.flags
+    def flags(self) -> TrainConfig:
+        """The run's record: its resolved flags with every fill-in of its plan (what
+        ``summary.json``, ``model.json`` and the checkpoints store)."""
+        return self.plan.flags
 
-    def _load_data(self, data: Dataset | None, exchanges: list[Any] | None) -> None:
-        """Only this process's parties' examples are kept (and moved to the device); the
-        evaluation defaults follow from the test set's size."""
+    def _load_data(
+        self, choices: Choices, exchanges: list[Any] | None, local: LocalData | None
+    ) -> None:
+        """Only this process's parties' examples are kept (and moved to the device, later)."""
         started = time.perf_counter()
         # A party returning to a run in progress replays the data set-up's exchanges.
         self.exchange = RecordedExchange(self.engine, exchanges)
-        self.data = load_local_data(
-            self.settings.data, self.engine.local_parties, self.lies.exchange(self.exchange), data
-        )
+        dataset = choices.dataset
+        if local is None:
+            local = load_local_data(
+                choices.data, self.engine.local_parties, self.lies.exchange(self.exchange),
+                dataset,
+            )  # fmt: skip
+        self.data = local
         # A dataset read before the run (to choose N, or by the caller) counts its read too.
-        self.load_seconds = time.perf_counter() - started + (data.read_seconds if data else 0.0)
-        filled = with_evaluation_defaults(
-            self.config, self.data.n_test, party_ap_possible=not self.data.federated
+        self.load_seconds = (
+            time.perf_counter() - started + (dataset.read_seconds if dataset else 0.0)
         )
-        filled = with_thread_default(filled, self.data.input_shape, len(self.engine.local_parties))
-        self.settings = self.settings.replace(
-            eval_every=filled.eval_every, party_ap=filled.party_ap, threads=filled.threads
-        )
-        torch.set_num_threads(filled.threads)  # --threads, else its default (checks.py)
 
     def _build_sampler(self) -> None:
         """The local parties' training rows on the device, and their sampling streams."""
-        config = self.config
+        section = self.settings.algorithm
         self.n_local = len(self.engine.local_parties)
         self.features = torch.from_numpy(self.data.x_train).to(self.device)
         self.labels = torch.from_numpy(self.data.y_train).to(self.device)
         self.sampler = PartySampler(
-            self.data.parts, self.data.y_train, config.batch_size, config.positives,
-            config.seed, parties=self.engine.local_parties,
+            self.data.parts, self.data.y_train, section.batch_size, section.positives,
+            section.seed, parties=self.engine.local_parties,
         )  # fmt: skip
 
     def _build_graph(self) -> None:
         """The topology of all N parties, and the party set that changes it."""
-        config = self.config
+        comm = self.settings.communication
         self.topology = build_topology(
-            config.topology, config.nodes, seed=config.seed, fed_period=config.fed_period
+            comm.topology, self.plan.nodes, seed=comm.seed, fed_period=comm.fed_period
         )
         self.base_topology = self.topology  # the graph of all N parties
-        drops = parse_drops(config.drop_party, config.nodes, config.iterations)
-        if drops and self.engine.own_party is not None:
+        if self.plan.drops and self.engine.own_party is not None:
             raise ConfigError(
                 "--drop-party injects party losses in the simulator; with the distributed "
                 "engine, stop a party's process instead."
             )
         self.party_set = PartySet(
-            self, drops, config.nodes, config.gossip_every, rollback=self.engine.recovers
-        )
+            self, self.plan.drops, self.plan.nodes, comm.gossip_every,
+            rollback=self.engine.recovers,
+        )  # fmt: skip
 
     def _build_training(self) -> None:
         """The algorithm, the model and its per-party compute, the parties' starting parameters
         and the communicator."""
-        config = self.config
-        section = self.settings.algorithm
-        self.algorithm: Algorithm = build_algorithm(section.name, section.config)
-        model = build_model(
-            config.model, self.data.input_shape, hidden=config.hidden, seed=config.seed
+        section, model_section = self.settings.algorithm, self.settings.model
+        self.algorithm: Algorithm = build_algorithm(
+            section.name, self.plan.algorithm, section.params
         )
+        model = build_model(
+            model_section.name, self.data.input_shape, hidden=model_section.hidden,
+            seed=model_section.seed,
+        )  # fmt: skip
         self.model = model.to(self.device)
+        one_process = self.engine.own_party is None
         self.compute = PartyCompute(
             self.model,
             self.algorithm.objective(),
             self.algorithm.n_extra,
             n_parties=self.n_local,
             context=self.algorithm.context([self.labels[p] for p in self.data.parts]),
-            compile=should_compile(config, self.engine.own_party is None, self.device, model),
+            compile=should_compile(
+                model_section.compile, section.iterations, one_process, self.device, model
+            ),
         )
         self.x = self.initial_parameters()
-        self.gossip = gossip_settings(self.settings.communication, self.topology, self.x.shape[1])
-        self.wan = self.settings.communication.wan
+        comm = self.settings.communication
+        self.gossip = gossip_settings(comm, self.topology, self.x.shape[1])
+        self.wan = comm.wan
         local = self.engine.local_parties
         attacker = self.fault_plan.attacker(local, self.compute.layout.last_linear(self.model))
         # the watch on received values, or --robust clip; a test's attacker sends through it
-        self.guard = message_guard(config.robust, config.nodes, local, attacker)
+        self.guard = message_guard(comm.robust, self.plan.nodes, local, attacker)
         self.guard.begin(self.x)
         self.comm: Communicator = self.make_communicator(self.x)
 
@@ -199,7 +223,7 @@ class Run:
             return
         declared = self.data.declared
         digests = declared.digests() if declared is not None else None
-        fingerprint = run_fingerprint(self.config, self.engine.roster_digest, digests)
+        fingerprint = run_fingerprint(self.flags, self.engine.roster_digest, digests)
         mine = [[party, fingerprint] for party in self.engine.local_parties]
         everyone = self.exchange.gather_json(mine, FINGERPRINT_SHAPE, "run's settings", 1 << 20)
         if self.exchange.replaying:  # compared as it would have arrived
@@ -243,7 +267,8 @@ class Run:
         """
         losses = torch.zeros(steps, self.n_local, device=self.device)
         done = 0
-        if self.iteration == 0 and self.algorithm.initial_batches(self.config.positives) > 0:
+        positives = self.settings.algorithm.positives
+        if self.iteration == 0 and self.algorithm.initial_batches(positives) > 0:
             self.party_set.snapshot(after_evaluation=True)
             losses[0] = self._first_step()
             self._add_loss(losses[0])
@@ -276,7 +301,7 @@ class Run:
 
     def _first_step(self) -> Tensor:
         """Iteration 0 of an algorithm with an initial batch (SLATE-M, Alg. 2 lines 3-5)."""
-        blocks = self.algorithm.initial_batches(self.config.positives)
+        blocks = self.algorithm.initial_batches(self.settings.algorithm.positives)
         indices = self.sampler.draw(blocks, self.device)
         blocks_batch = self.batch(indices)  # (blocks, P, m, ...)
         batch = Batch.stack(blocks_batch.features, blocks_batch.labels)
@@ -380,7 +405,7 @@ class Run:
             "network": self.network_state(),
             "communicator": self.comm.state_dict(),
             "guard": self.guard.state_dict(),
-            "config": self.config.to_dict(),
+            "config": self.flags.to_dict(),
             "members": self.party_set.members,
             "exchanges": self.exchange.record,
             "party_events": self.party_set.party_events,
@@ -432,7 +457,7 @@ class Run:
             )
         raise TrainingDiverged(
             f"Training diverged: {where} became non-finite (NaN or inf) with --lr "
-            f"{self.config.lr}. Try a lower learning rate, e.g. --lr {self.config.lr / 10:g}."
+            f"{self.plan.lr}. Try a lower learning rate, e.g. --lr {self.plan.lr / 10:g}."
         )
 
     def robust_records(self) -> list[list[int]]:

@@ -78,12 +78,16 @@ def gradient_evaluations(
 
 def gradient_cost(config: dict[str, Any]) -> tuple[int, int]:
     """``(per_step, initial_batches)`` of a run from its resolved config (``summary["config"]``)."""
-    from slate.algorithms import AlgorithmConfig, build_algorithm
+    from slate.algorithms import build_algorithm, configure
 
+    name = config["algorithm"]
     algorithm = build_algorithm(
-        config["algorithm"],
-        AlgorithmConfig(
-            lr=config["lr"], momentum=config["momentum"], initial_batch=config["initial_batch"]
+        name,
+        *configure(
+            name,
+            lr=config["lr"],
+            momentum=config["momentum"],
+            initial_batch=config["initial_batch"],
         ),
     )
     storm = config["algorithm"] == "slate-m" and config["momentum"] == "storm"
