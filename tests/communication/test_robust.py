@@ -417,6 +417,7 @@ def test_robust_clip_resumes_bit_identically(attack, monkeypatch):
         assert_accused_only_by_its_neighbours({"party_events": whole.guard.events()})
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("compress, attack", [("none", "1@5:signflip"), ("int8", "1@5:signflip"),
                                               ("none", "1@5:drift:2")])  # fmt: skip
 def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path):
@@ -470,6 +471,7 @@ def site_summary(tmp_path, rank: int) -> dict:
     return json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 def test_every_site_reports_the_accusations_of_an_attackers_neighbours_under_a_roster(
     tmp_path, monkeypatch
@@ -490,6 +492,7 @@ def test_every_site_reports_the_accusations_of_an_attackers_neighbours_under_a_r
     assert event["seen_by"] == [0, 2] and event["received"] == 2 * 16  # then excluded
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 def test_a_drifting_site_gets_no_honest_site_accused_under_a_roster(tmp_path, monkeypatch):
     """Four sites with their own files, sealed: site 1 drifts (K = 3) for 300 iterations. The

@@ -60,6 +60,7 @@ def lost_run(tmp_path: Path, kill: str, *flags: str) -> tuple[subprocess.Complet
     return done, out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("lost", [2, 0], ids=["rank2", "rank0"])
 def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     done, out = lost_run(tmp_path, f"{lost}@77")
@@ -88,6 +89,7 @@ def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     assert_same_model(out, reference)
 
 
+@pytest.mark.processes
 def test_ring_of_six_losing_two_non_adjacent_parties_is_bridged_into_a_ring(tmp_path):
     done, out = lost_run(tmp_path, "1@60,4@60", "--nodes", "6")
     assert done.returncode == 0, done.stderr
@@ -105,6 +107,7 @@ def test_ring_of_six_losing_two_non_adjacent_parties_is_bridged_into_a_ring(tmp_
     assert_same_model(out, reference)
 
 
+@pytest.mark.processes
 def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
     """Party 1 is lost at 60; the run is interrupted later; --resume restarts all four, and
     party 1 returns at the survivors' newest checkpoint with their average model."""
@@ -174,6 +177,7 @@ def kill_and_bring_back(
     return outputs, server
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 @pytest.mark.parametrize("lost", [2, 0], ids=["rank2", "rank0"])
 def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path, lost):
@@ -193,6 +197,7 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
         assert result["rounds"] == 4000
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
     """Issue 29: a lost site restarted with --resume after the others finished waited its whole
@@ -224,6 +229,7 @@ def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
     assert "the run is over without 1 of its parties" in said and "--linger" in said
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp_path):
     port = free_port()
@@ -238,6 +244,7 @@ def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp
         assert "Traceback" not in err
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(tmp_path):
     """Issue 23: a site killed at step 20, long before the first checkpoint (100), restarts with
@@ -279,6 +286,7 @@ def run_three_sites(root: Path, kill_rendezvous: bool) -> list[tuple[str, str]]:
     return outputs
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
     """Issue 23: the store is needed only to agree on a change of the party set, so the parties
@@ -296,6 +304,7 @@ def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
                       tolerance=0.0)  # fmt: skip
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
     """Issue 23: the others used to end with c10d's raw 'wait timeout after 60000ms, keys:

@@ -105,6 +105,7 @@ def wait_for(condition, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [("pickle", "not JSON"), ("shape", "lacks the fields"), ("size", "(limit 67108864)")],
@@ -172,6 +173,7 @@ def made_up_rows(rows: int, seed: int) -> str:
     )
 
 
+@pytest.mark.processes
 def test_with_a_roster_a_stranger_cannot_take_a_rank(tmp_path):
     """Before: the stranger trained to the end on its made-up rows and got the model, the real
     site 2 was refused as 'a second copy', and the honest sites' AP fell."""
@@ -195,6 +197,7 @@ def test_with_a_roster_a_stranger_cannot_take_a_rank(tmp_path):
     assert not (tmp_path / "attacked" / "stranger" / "run" / "model.pt").exists()
 
 
+@pytest.mark.processes
 def test_without_a_roster_a_fake_join_and_oversized_values_are_ignored(tmp_path):
     """Before: the parties admitted rank 7 of a 3-party run, counted it lost, rolled back and
     admitted it again, 17 times in 5.5 minutes."""
@@ -245,6 +248,7 @@ def test_with_a_roster_a_forged_end_does_not_end_the_rendezvous(tmp_path):
     assert result == [0] and "every party has left" in lines[-1]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("with_roster", [False, True], ids=["plain", "roster"])
 def test_no_party_unpickles_anything_through_a_loss_and_a_rejoin(tmp_path, with_roster):
     write_sites(tmp_path, parties=3, rows=300)
