@@ -39,6 +39,7 @@ from tests.sites import (
     identity_flags,
     make_roster,
     serve,
+    slate_here,
     start_party,
     write_sites,
 )
@@ -420,7 +421,7 @@ def test_robust_clip_resumes_bit_identically(attack, monkeypatch):
 @pytest.mark.processes
 @pytest.mark.parametrize("compress, attack", [("none", "1@5:signflip"), ("int8", "1@5:signflip"),
                                               ("none", "1@5:drift:2")])  # fmt: skip
-def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path):
+def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path, monkeypatch):
     common = ["--compress", compress, "--dataset", "digits", "--nodes", "4", "--topology",
               "ring", "--iterations", "30", "--eval-every", "15", "--seed", "3", "--no-progress",
               "--robust", "clip"]  # fmt: skip
@@ -433,10 +434,8 @@ def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     sim = tmp_path / "sim"
-    done_sim = subprocess.run(
-        [sys.executable, "-m", "slate", "train", *common, "--out", str(sim)],
-        capture_output=True, text=True, timeout=240, env=env,
-    )  # fmt: skip
+    monkeypatch.setenv("SLATE_ATTACK", attack)
+    done_sim = slate_here("train", *common, "--out", str(sim))  # the simulator, in this process
     assert done_sim.returncode == 0, done_sim.stderr
     ours = torch.load(out / "model.pt", weights_only=True)
     theirs = torch.load(sim / "model.pt", weights_only=True)

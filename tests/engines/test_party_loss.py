@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.sites import SITE_FLAGS, free_port, start_party, write_sites
+from tests.sites import SITE_FLAGS, free_port, slate_here, start_party, write_sites
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
@@ -80,8 +80,8 @@ def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     alive = [int(row["parties_alive"]) for row in history(out)]
     assert alive == [4, 4, 3, 3, 3]  # evaluations at 0, 50, 100, 150, 200
     reference = tmp_path / "simulator"
-    sim = slate("train", *FLAGS, "--drop-party", f"{lost}@{event['iteration']}",
-                "--out", str(reference))  # fmt: skip
+    sim = slate_here("train", *FLAGS, "--drop-party", f"{lost}@{event['iteration']}",
+                     "--out", str(reference))  # fmt: skip
     assert sim.returncode == 0, sim.stderr
     assert summary(reference)["party_events"][0]["iteration"] == 77
     assert abs(result["test_ap"] - summary(reference)["test_ap"]) < 1e-4
@@ -101,7 +101,7 @@ def test_ring_of_six_losing_two_non_adjacent_parties_is_bridged_into_a_ring(tmp_
     assert [b["edge"] for b in change["added_edges"]] == [[0, 2], [3, 5]]  # the rule's bridges
     reference = tmp_path / "simulator"
     drops = [arg for e in result["party_events"] for arg in ("--drop-party", f"{e['rank']}@60")]
-    sim = slate("train", *FLAGS, "--nodes", "6", *drops, "--out", str(reference))
+    sim = slate_here("train", *FLAGS, "--nodes", "6", *drops, "--out", str(reference))
     assert sim.returncode == 0, sim.stderr
     assert summary(reference)["graph_changes"][-1]["added_edges"] == change["added_edges"]
     assert_same_model(out, reference)
@@ -198,6 +198,7 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
 
 
 @pytest.mark.processes
+@pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
     """Issue 29: a lost site restarted with --resume after the others finished waited its whole
@@ -305,6 +306,7 @@ def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
 
 
 @pytest.mark.processes
+@pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
     """Issue 23: the others used to end with c10d's raw 'wait timeout after 60000ms, keys:
