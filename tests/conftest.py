@@ -9,6 +9,11 @@ set up before this check and may start processes; the tests that use them are ma
 ``ctypes.util.find_library`` (which runs ``ldconfig``; ``slate.cli.main`` asks it for libc) is
 answered once per test process and remembered.
 
+Workers. The suite runs on pytest-xdist workers with ``--dist loadgroup`` (pyproject.toml). A
+test that uses a module-scoped fixture of its own module (a study, reference runs) joins an
+``xdist_group`` named after the module, unless it names a group itself, so that the fixture is
+made once, on one worker, and not once on each.
+
 Leaving. The process leaves the way a party process leaves
 (``slate.training.party_process.exit_worker``): tests that run stores and heartbeats in this
 process (membership, rendezvous) can leave a native ``torch.distributed`` thread inside a
@@ -53,6 +58,19 @@ def _processes_are_marked(request, monkeypatch):
     monkeypatch.setattr(os, "fork", refuse)
     monkeypatch.setattr(_posixsubprocess, "fork_exec", refuse)
     yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    """One worker for the tests that share a module-scoped fixture (see the docstring)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        module = item.nodeid.split("::")[0]
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope == "module" and d.baseid == module for ds in defs for d in ds):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

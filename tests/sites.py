@@ -41,6 +41,22 @@ def write_sites(root: Path, parties: int = 4, rows: int = 600) -> None:
             (root / f"site{r}" / name).write_text("".join(lines[r::parties]))
 
 
+# ``slate`` with an audit hook that records every ``pickle.find_class`` (any unpickling of a
+# class) to the file named in the SLATE_TEST_UNPICKLED variable.
+AUDITED = """
+import os, sys
+
+def record(event, args):
+    if event == "pickle.find_class":
+        with open(os.environ["SLATE_TEST_UNPICKLED"], "a") as handle:
+            handle.write(repr(args) + "\\n")
+
+sys.addaudithook(record)
+from slate.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def start_party(
     root: Path,
     rank: int,
@@ -49,12 +65,18 @@ def start_party(
     kill: str = "",
     program: list[str] | None = None,
     site: str | None = None,
+    audit: Path | None = None,
 ) -> subprocess.Popen:
     """Party ``rank`` in ``root/site<rank>`` (``root/<site>`` when given); ``program`` replaces
-    ``python -m slate``."""
+    ``python -m slate``; with ``audit``, ``slate`` runs under the pickle audit hook of
+    :data:`AUDITED`, which logs to ``audit/unpickled.log`` (see :func:`unpickled`)."""
+    if audit is not None:
+        program = [sys.executable, "-c", AUDITED]
     command = [*(program or [sys.executable, "-m", "slate"]), "train", "--rank", str(rank),
                "--rendezvous", f"127.0.0.1:{port}", *flags]  # fmt: skip
     env = {**os.environ, "SLATE_KILL_AT": kill}
+    if audit is not None:
+        env["SLATE_TEST_UNPICKLED"] = str(audit / "unpickled.log")
     return subprocess.Popen(command, cwd=root / (site or f"site{rank}"), env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
@@ -71,6 +93,12 @@ def finish(parties: list[subprocess.Popen], timeout: float = 240) -> list[tuple[
             out, err = party.communicate()
         done.append((party.returncode, out + err))
     return done
+
+
+def unpickled(root: Path) -> str:
+    """What the processes started with ``audit=root`` unpickled ("" for nothing)."""
+    log = root / "unpickled.log"
+    return log.read_text() if log.exists() else ""
 
 
 def serve(port: int, *flags: str) -> subprocess.Popen:

@@ -20,7 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.sites import SITE_FLAGS, free_port, slate_here, start_party, write_sites
+from tests.sites import (
+    SITE_FLAGS,
+    free_port,
+    identity_flags,
+    make_roster,
+    slate_here,
+    start_party,
+    unpickled,
+    write_sites,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
@@ -149,25 +158,31 @@ def kill_and_bring_back(
     check=None,
     flags: tuple[str, ...] = (),
     reach_s: float = 120,
+    roster: bool = False,
 ):
-    """Four ``--rank`` sites on a ``slate rendezvous`` (with ``flags`` added); site ``lost``
-    SIGKILLs itself before step ``at`` (within ``reach_s`` seconds) and is restarted with
-    ``--resume`` (``check`` looks at its folder first). Every site must end with code 0 and no
-    traceback; returns their outputs and the rendezvous."""
+    """Four ``--rank`` sites on a ``slate rendezvous`` (with ``flags`` added; under a roster
+    when ``roster``); site ``lost`` SIGKILLs itself before step ``at`` (within ``reach_s``
+    seconds) and is restarted with ``--resume`` (``check`` looks at its folder first). Every
+    site runs under the pickle audit hook (``tests.sites.unpickled(tmp_path)`` tells what they
+    unpickled), must end with code 0 and no traceback; returns their outputs and the
+    rendezvous."""
     write_sites(tmp_path)
+    keys = make_roster(tmp_path, 4) if roster else None
+    ids = [identity_flags(keys, r) if keys else [] for r in range(4)]
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
-             "127.0.0.1"]  # fmt: skip
+             "127.0.0.1", *(["--roster", str(keys)] if keys else [])]  # fmt: skip
     server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
     run = ["--nodes", "4", "--external-store", "--iterations", str(iterations), *SITE_FLAGS,
            *flags]  # fmt: skip
-    parties = [start_party(tmp_path, r, port, *run, kill=f"{lost}@{at}") for r in range(4)]
+    parties = [start_party(tmp_path, r, port, *run, *ids[r], kill=f"{lost}@{at}",
+                           audit=tmp_path) for r in range(4)]  # fmt: skip
     parties[lost].wait(timeout=reach_s)
     assert parties[lost].returncode == -signal.SIGKILL
     if check is not None:
         check(tmp_path / f"site{lost}" / "run")
     back = start_party(tmp_path, lost, port, "--resume", "run", "--external-store",
-                       "--no-progress", "--timeout", "30")  # fmt: skip
+                       "--no-progress", "--timeout", "30", *ids[lost], audit=tmp_path)  # fmt: skip
     everyone = [back if r == lost else parties[r] for r in range(4)]
     outputs = [p.communicate(timeout=300) for p in everyone]
     server.communicate(timeout=30)
@@ -181,8 +196,11 @@ def kill_and_bring_back(
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 @pytest.mark.parametrize("lost", [2, 0], ids=["rank2", "rank0"])
 def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path, lost):
+    """No site, the returning one included, unpickles anything through the loss and the rejoin
+    (the hook of tests.sites.AUDITED sees every pickle.find_class)."""
     outputs, server = kill_and_bring_back(tmp_path, lost=lost, at=150, iterations=4000)
     assert server.returncode == 0  # it leaves once every party has left
+    assert unpickled(tmp_path) == ""
     assert f"party {lost} rejoined the run at iteration" in outputs[lost][0]
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
     events = results[0]["party_events"]
@@ -249,13 +267,15 @@ def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(tmp_path):
     """Issue 23: a site killed at step 20, long before the first checkpoint (100), restarts with
-    --resume on a folder that holds only its set-up record, and rejoins at a checkpoint."""
+    --resume on a folder that holds only its set-up record, and rejoins at a checkpoint. The
+    run has a roster: no site unpickles anything through the loss and the rejoin there either."""
 
     def only_the_setup_record(folder: Path) -> None:
         assert not list(folder.glob("checkpoint-*")) and (folder / "setup-rank1.pt").is_file()
 
-    outputs, _ = kill_and_bring_back(tmp_path, 1, 20, 3000, only_the_setup_record)
+    outputs, _ = kill_and_bring_back(tmp_path, 1, 20, 3000, only_the_setup_record, roster=True)
     assert "party 1 rejoined the run at iteration" in outputs[1][0]
+    assert unpickled(tmp_path) == ""
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
     for result in results:
         assert result["members"] == [0, 1, 2, 3]
