@@ -1,19 +1,76 @@
-"""Leave the test process the way a party process leaves
-(``slate.training.party_process.exit_worker``).
+"""The suite's own rules, checked on every test, and how the test process leaves.
 
-Tests that run stores and heartbeats in this process (membership, rendezvous) can leave a native
-``torch.distributed`` thread inside a blocking store call when the suite ends; the interpreter's
-normal shutdown then aborts with "terminate called without an active exception" and turns a
-green run into exit code 134. Once pytest has printed its summary, the process ends with
-``os._exit`` and pytest's own exit status instead.
+Processes. A test that starts an OS process (``python -m slate``, a launcher, torch.distributed
+workers, a fork) carries the ``processes`` marker, so that ``python -m pytest -m "not
+processes"`` is a quick inner loop that really starts none. An unmarked test that starts one
+fails, naming itself: ``subprocess``'s child creation, ``os.fork`` and multiprocessing's
+``fork_exec`` refuse for the test's duration. Fixtures wider than one test (module, session) are
+set up before this check and may start processes; the tests that use them are marked too.
+``ctypes.util.find_library`` (which runs ``ldconfig``; ``slate.cli.main`` asks it for libc) is
+answered once per test process and remembered.
+
+Workers. The suite runs on pytest-xdist workers with ``--dist loadgroup`` (pyproject.toml). A
+test that uses a module-scoped fixture of its own module (a study, reference runs) joins an
+``xdist_group`` named after the module, unless it names a group itself, so that the fixture is
+made once, on one worker, and not once on each.
+
+Leaving. The process leaves the way a party process leaves
+(``slate.training.party_process.exit_worker``): tests that run stores and heartbeats in this
+process (membership, rendezvous) can leave a native ``torch.distributed`` thread inside a
+blocking store call when the suite ends; the interpreter's normal shutdown then aborts with
+"terminate called without an active exception" and turns a green run into exit code 134. Once
+pytest has printed its summary, the process ends with ``os._exit`` and pytest's own exit status
+instead. An xdist worker is left to xdist, which must first send its results to the controller.
 """
 
 from __future__ import annotations
 
+import _posixsubprocess
+import ctypes.util
+import functools
 import os
+import subprocess
 import sys
 
+import pytest
+
 _STATUS: dict[str, int] = {}
+
+ctypes.util.find_library = functools.cache(ctypes.util.find_library)
+ctypes.util.find_library("c")
+
+
+@pytest.fixture(autouse=True)
+def _processes_are_marked(request, monkeypatch):
+    """Fail an unmarked test that starts an OS process (see the module's docstring)."""
+    if request.node.get_closest_marker("processes") is not None:
+        yield
+        return
+    name = request.node.nodeid
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(
+            f"{name} starts an OS process but has no @pytest.mark.processes marker "
+            '(python -m pytest -m "not processes" must start none)'
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", refuse)
+    yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    """One worker for the tests that share a module-scoped fixture (see the docstring)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        module = item.nodeid.split("::")[0]
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope == "module" and d.baseid == module for ds in defs for d in ds):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -21,7 +78,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 def pytest_unconfigure(config) -> None:
-    if "exit" not in _STATUS:
+    if "exit" not in _STATUS or hasattr(config, "workerinput"):
         return
     sys.stdout.flush()
     sys.stderr.flush()

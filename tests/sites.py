@@ -1,13 +1,20 @@
 """Per-site runs for tests: each site's own w7a files, a ``slate rendezvous``, one ``--rank``
-process per site, and (for the trust tests) each site's key and the run's roster."""
+process per site, and (for the trust tests) each site's key and the run's roster; and
+``slate ...`` run inside the test process (:func:`slate_here`) where no process of its own is
+needed: flag, identity and file errors, simulator runs and their resumes."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -34,6 +41,22 @@ def write_sites(root: Path, parties: int = 4, rows: int = 600) -> None:
             (root / f"site{r}" / name).write_text("".join(lines[r::parties]))
 
 
+# ``slate`` with an audit hook that records every ``pickle.find_class`` (any unpickling of a
+# class) to the file named in the SLATE_TEST_UNPICKLED variable.
+AUDITED = """
+import os, sys
+
+def record(event, args):
+    if event == "pickle.find_class":
+        with open(os.environ["SLATE_TEST_UNPICKLED"], "a") as handle:
+            handle.write(repr(args) + "\\n")
+
+sys.addaudithook(record)
+from slate.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def start_party(
     root: Path,
     rank: int,
@@ -42,12 +65,18 @@ def start_party(
     kill: str = "",
     program: list[str] | None = None,
     site: str | None = None,
+    audit: Path | None = None,
 ) -> subprocess.Popen:
     """Party ``rank`` in ``root/site<rank>`` (``root/<site>`` when given); ``program`` replaces
-    ``python -m slate``."""
+    ``python -m slate``; with ``audit``, ``slate`` runs under the pickle audit hook of
+    :data:`AUDITED`, which logs to ``audit/unpickled.log`` (see :func:`unpickled`)."""
+    if audit is not None:
+        program = [sys.executable, "-c", AUDITED]
     command = [*(program or [sys.executable, "-m", "slate"]), "train", "--rank", str(rank),
                "--rendezvous", f"127.0.0.1:{port}", *flags]  # fmt: skip
     env = {**os.environ, "SLATE_KILL_AT": kill}
+    if audit is not None:
+        env["SLATE_TEST_UNPICKLED"] = str(audit / "unpickled.log")
     return subprocess.Popen(command, cwd=root / (site or f"site{rank}"), env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
@@ -66,6 +95,12 @@ def finish(parties: list[subprocess.Popen], timeout: float = 240) -> list[tuple[
     return done
 
 
+def unpickled(root: Path) -> str:
+    """What the processes started with ``audit=root`` unpickled ("" for nothing)."""
+    log = root / "unpickled.log"
+    return log.read_text() if log.exists() else ""
+
+
 def serve(port: int, *flags: str) -> subprocess.Popen:
     """``slate rendezvous`` on the loopback interface."""
     command = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
@@ -74,19 +109,75 @@ def serve(port: int, *flags: str) -> subprocess.Popen:
 
 
 def make_roster(root: Path, parties: int, run_id: str = "trusted-run") -> Path:
-    """Each site's key in its own folder (``site<r>/site<r>.key``) and the roster of them all."""
+    """Each site's key in its own folder (``site<r>/site<r>.key``) and the roster of them all,
+    written in this process by the functions behind ``slate keygen`` and ``slate roster``."""
+    from slate.security import make_roster as roster_of
+    from slate.security import write_keypair, write_roster
+
     pubs = []
     for r in range(parties):
         (root / f"site{r}").mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "slate", "keygen", "--out",
-                        str(root / f"site{r}" / f"site{r}")], check=True,
-                       capture_output=True)  # fmt: skip
-        pubs.append(str(root / f"site{r}" / f"site{r}.pub"))
-    roster = root / f"roster-{run_id}.json"
-    subprocess.run([sys.executable, "-m", "slate", "roster", "--out", str(roster), "--run-id",
-                    run_id, *pubs], check=True, capture_output=True)  # fmt: skip
-    return roster
+        _, pub = write_keypair(root / f"site{r}" / f"site{r}")
+        pubs.append(pub)
+    return write_roster(roster_of(pubs, run_id=run_id), root / f"roster-{run_id}.json")
 
 
 def identity_flags(roster: Path, rank: int) -> list[str]:
     return ["--roster", str(roster), "--key", f"site{rank}.key"]
+
+
+@dataclass
+class Done:
+    """What :func:`slate_here` gives back, named as :class:`subprocess.CompletedProcess` names
+    it, so that a test reads the same either way."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def slate_here(*args: str, cwd: Path | str | None = None) -> Done:
+    """``slate ARGS`` in this process (:func:`slate.cli.main`), from ``cwd`` when given, with its
+    standard output and error captured (tqdm's bar too: it writes to ``sys.stderr``).
+
+    For commands that need no process of their own: a flag, identity or file error (refused
+    before any site is reached), a simulator run, the resume of a simulator run, ``keygen``,
+    ``roster``. Never for a run that opens a process group: such a party ends its process with
+    ``os._exit`` when it leaves. torch's thread count, which a run sets, is restored after; the
+    process-wide malloc setting of ``slate.cli.memory`` (speed only; finding libc starts
+    ``ldconfig``) is left out."""
+    import torch
+
+    import slate.cli
+
+    out, err = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()
+    before = Path.cwd()
+    keep = slate.cli.keep_freed_memory
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        slate.cli.keep_freed_memory = lambda: False
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = slate.cli.main([str(a) for a in args])
+    finally:
+        slate.cli.keep_freed_memory = keep
+        os.chdir(before)
+        torch.set_num_threads(threads)
+    return Done(code, out.getvalue(), err.getvalue())
+
+
+def wait_for(
+    condition: Callable[[], object],
+    what: str,
+    timeout: float = 120,
+    process: subprocess.Popen | None = None,
+) -> None:
+    """Poll ``condition`` every 20 ms until it holds; fail naming ``what`` after ``timeout``
+    seconds, or at once when ``process`` has ended first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if process is not None and process.poll() is not None and not condition():
+            raise AssertionError(f"the process ended (code {process.returncode}) before {what}")
+        time.sleep(0.02)

@@ -293,6 +293,7 @@ def test_labels_probabilities_and_pickle(imbalanced) -> None:
     np.testing.assert_array_equal(again.decision_function(x), logits)
 
 
+@pytest.mark.processes
 def test_import_slate_leaves_the_estimator_unloaded() -> None:
     code = (
         "import sys, slate; assert 'slate.estimator' not in sys.modules; "

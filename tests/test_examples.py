@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -17,6 +19,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.processes
 def test_own_training_loop_under_torchrun():
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",

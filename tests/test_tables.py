@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 from slate.config import TrainConfig
 from slate.errors import ConfigError
 from slate.training.loop import train
+from tests.sites import slate_here
 
 N_ROWS = 3000
 
@@ -163,11 +162,8 @@ def test_out_under_a_file_is_refused_before_loading(tmp_path):
     with pytest.raises(ConfigError, match="is a file, not a folder"):
         train(TrainConfig(dataset="csv", train="never-read.csv", label_column="y",
                           positive_label="1", out=str(blocker / "run")))  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "slate", "train", "--dataset", "csv", "--train", "missing.csv",
-         "--label-column", "y", "--positive-label", "1", "--out", str(blocker / "run")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = slate_here("train", "--dataset", "csv", "--train", "missing.csv", "--label-column",
+                      "y", "--positive-label", "1", "--out", str(blocker / "run"))  # fmt: skip
     assert done.returncode == 2
     assert "is a file, not a folder" in done.stderr and "Traceback" not in done.stderr
 

@@ -19,6 +19,7 @@ from sklearn.model_selection import train_test_split
 
 from slate.cli import main
 from slate.models import build_model
+from tests.sites import slate_here
 
 FAST = ["--iterations", "5", "--eval-every", "5", "--no-progress"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -272,12 +273,15 @@ def _slate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_subprocess_help(tmp_path: Path) -> None:
-    proc = _slate("--help", cwd=tmp_path)
-    assert proc.returncode == 0
-    assert "train" in proc.stdout and "topology" in proc.stdout
+def test_help(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "topology" in out
 
 
+@pytest.mark.processes
 def test_subprocess_malformed_libsvm(tmp_path: Path) -> None:
     path = tmp_path / "broken.svm"
     path.write_text("+1 1:0.5\n-1 1:zero\n")
@@ -290,8 +294,8 @@ def test_subprocess_malformed_libsvm(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_subprocess_device_cuda(tmp_path: Path) -> None:
-    proc = _slate("train", "--device", "cuda", *FAST, cwd=tmp_path)
+def test_device_cuda_is_one_paragraph(tmp_path: Path) -> None:
+    proc = slate_here("train", "--device", "cuda", *FAST, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("slate: error:")
     assert "Traceback" not in proc.stderr and "--device" in proc.stderr

@@ -11,6 +11,7 @@ import pytest
 from slate.cli import memory
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
     reason="mallopt is glibc's",
@@ -26,6 +27,7 @@ def test_other_platforms_are_left_alone(monkeypatch) -> None:
     assert memory.keep_freed_memory() is False
 
 
+@pytest.mark.processes
 def test_importing_slate_changes_nothing() -> None:
     """The setting is the CLI's choice: importing the library never calls mallopt."""
     code = (

@@ -353,6 +353,7 @@ def _run_parties(world, init, spec, topology_name, every):
         return dict(out)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "spec,topology_name,every,world",
     [("int8", "base-2", 2, 5), ("topk:0.2", "one-peer-exponential", 1, 4),
@@ -391,6 +392,7 @@ TALKING_LESS = {
 }  # fmt: skip
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", list(TALKING_LESS))
 def test_distributed_run_equals_the_simulator_when_talking_less(case, tmp_path):
     """Real ``slate train --engine distributed`` processes against the simulator: parameters

@@ -39,6 +39,7 @@ from tests.sites import (
     identity_flags,
     make_roster,
     serve,
+    slate_here,
     start_party,
     write_sites,
 )
@@ -408,9 +409,10 @@ def test_robust_clip_resumes_bit_identically(attack):
         assert_accused_only_by_its_neighbours({"party_events": whole.guard.events()})
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("compress, attack", [("none", "1@5:signflip"), ("int8", "1@5:signflip"),
                                               ("none", "1@5:drift:2")])  # fmt: skip
-def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path):
+def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path, monkeypatch):
     common = ["--compress", compress, "--dataset", "digits", "--nodes", "4", "--topology",
               "ring", "--iterations", "30", "--eval-every", "15", "--seed", "3", "--no-progress",
               "--robust", "clip"]  # fmt: skip
@@ -423,10 +425,8 @@ def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     sim = tmp_path / "sim"
-    done_sim = subprocess.run(
-        [sys.executable, "-m", "slate", "train", *common, "--out", str(sim)],
-        capture_output=True, text=True, timeout=240, env=env,
-    )  # fmt: skip
+    monkeypatch.setenv("SLATE_ATTACK", attack)
+    done_sim = slate_here("train", *common, "--out", str(sim))  # the simulator, in this process
     assert done_sim.returncode == 0, done_sim.stderr
     ours = torch.load(out / "model.pt", weights_only=True)
     theirs = torch.load(sim / "model.pt", weights_only=True)
@@ -461,6 +461,7 @@ def site_summary(tmp_path, rank: int) -> dict:
     return json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 def test_every_site_reports_the_accusations_of_an_attackers_neighbours_under_a_roster(
     tmp_path, monkeypatch
@@ -481,6 +482,7 @@ def test_every_site_reports_the_accusations_of_an_attackers_neighbours_under_a_r
     assert event["seen_by"] == [0, 2] and event["received"] == 2 * 16  # then excluded
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 def test_a_drifting_site_gets_no_honest_site_accused_under_a_roster(tmp_path, monkeypatch):
     """Four sites with their own files, sealed: site 1 drifts (K = 3) for 300 iterations. The

@@ -5,8 +5,6 @@ rows whose label is -1, counted and scored with scikit-learn."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from sklearn.metrics import average_precision_score
 
 from slate.cli import main
 from slate.data.readers.libsvm import read_libsvm
+from tests.sites import slate_here
 
 
 def write(path: Path, rows: int, seed: int) -> np.ndarray:
@@ -77,6 +76,5 @@ def test_a_run_with_positive_label_minus_one_learns_and_scores_the_minus_one_cla
     ],
 )
 def test_a_positive_label_that_cannot_apply_is_refused(flags, said):
-    done = subprocess.run([sys.executable, "-m", "slate", "train", *flags], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = slate_here("train", *flags)
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr

@@ -47,6 +47,7 @@ def test_eager_gradients_equal_those_of_the_grad_transform(problem) -> None:
     assert losses.shape == (P,) and not losses.requires_grad and not grads.requires_grad
 
 
+@pytest.mark.processes
 def test_compiled_gradients_match_eager(problem) -> None:
     model, x, batch = problem
     eager = PartyCompute(model, sigmoid_ap_objective(0.1), n_parties=P)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.processes
 def test_native_writes_go_to_the_log_and_python_messages_stay(tmp_path):
     program = (
         "import os, sys; from pathlib import Path;"

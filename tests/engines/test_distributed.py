@@ -43,6 +43,7 @@ def config_for(case: str) -> TrainConfig:
     )  # fmt: skip
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", list(CASES))
 def test_distributed_engine_equals_simulator(case, tmp_path):
     out = tmp_path / "dist"
@@ -77,6 +78,7 @@ def test_distributed_engine_equals_simulator(case, tmp_path):
     assert "test AP" in done.stdout and done.stderr.strip() == ""
 
 
+@pytest.mark.processes
 def test_ring_traffic_is_two_neighbours_times_parameter_bytes_times_exchanges(tmp_path):
     out = tmp_path / "dist"
     done = subprocess.run(
@@ -111,6 +113,7 @@ def _children(pid: int) -> dict[int, int]:
     return ranks
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_path):
     timeout = 15
@@ -147,6 +150,7 @@ def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_pat
         assert f"Party {survivor} lost contact with party (rank) 1" in stderr, stderr
 
 
+@pytest.mark.processes
 def test_the_launcher_passes_sigint_on_even_when_it_inherited_it_ignored(tmp_path):
     """A launcher started by a script with ``&`` (no job control) inherits SIGINT ignored; a
     SIGINT sent to it must still reach the parties, which stop with a checkpoint."""

@@ -54,7 +54,7 @@ FULL = [
 FREEZE_FLAGS = ["--dataset", "digits", "--nodes", "3", "--topology", "ring", "--eval-every",
                 "1000", "--checkpoint-every", "250", "--seed", "1", "--no-progress"]  # fmt: skip
 # (fault, --timeout, --iterations, what): silence_s = min(10, timeout / 2)
-FREEZE_SUBSET = [("1@100:step:freeze14", 30, 6000, "mid-run for 14 s: over the 10 s silence")]
+FREEZE_SUBSET = [("1@100:step:freeze7", 10, 6000, "mid-run for 7 s: over the 5 s silence")]
 FREEZE_FULL = [
     (f"{rank}@{at}:{moment}:freeze{seconds}", timeout, 12000, f"rank {rank}, {moment} {at}")
     for rank in (0, 1, 2)
@@ -82,6 +82,7 @@ def train_with_fault(fault: str, *flags: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("kill", "lost", "moment"), CELLS, ids=[c[0] for c in CELLS])
 def test_a_party_lost_at_this_moment_leaves_the_others_finishing(tmp_path, kill, lost, moment):
     out = tmp_path / "run"
@@ -119,6 +120,7 @@ LOCAL_STEPS = LOCAL_STEPS_FULL if FULL_MATRIX else LOCAL_STEPS_SUBSET
 
 @pytest.mark.parametrize(("kill", "extra"), LOCAL_STEPS,
                          ids=[" ".join((c[0], *c[1])) for c in LOCAL_STEPS])  # fmt: skip
+@pytest.mark.processes
 def test_a_party_lost_under_local_steps_leaves_every_healthy_party_finishing(tmp_path, kill, extra):
     """Issue 29, item 4: with H local steps between gossip rounds a party runs up to H
     iterations per hop ahead of one blocked on the lost party; each survivor must still hold
@@ -168,6 +170,8 @@ def test_a_site_killed_under_local_steps_rejoins_and_no_healthy_site_stops(
 SET_UP = [0, 1, 2] if FULL_MATRIX else [2]
 
 
+@pytest.mark.processes
+@pytest.mark.xdist_group("timing")
 @pytest.mark.parametrize("lost", SET_UP, ids=[f"{r}@0:setup" for r in SET_UP])
 def test_a_party_lost_during_the_set_up_stops_every_party_naming_it(tmp_path, lost):
     """Before step 1 the parties agree on the data and the run's flags, which needs every one:
@@ -193,6 +197,8 @@ def silent_for(reason: str) -> float:
 
 @pytest.mark.parametrize(("fault", "timeout", "iterations", "moment"), FREEZES,
                          ids=[c[0] for c in FREEZES])  # fmt: skip
+@pytest.mark.processes
+@pytest.mark.xdist_group("timing")
 def test_a_frozen_party_is_counted_lost_on_time_and_comes_back_by_itself(
     tmp_path, fault, timeout, iterations, moment
 ):
@@ -309,12 +315,15 @@ def test_a_network_cut_at_one_site(tmp_path, cut_off_site, seconds, iterations, 
         assert silent_for(events[0][2]) < 12.0 and events[1][2] == back
 
 
+@pytest.mark.processes
+@pytest.mark.xdist_group("timing")
 def test_a_party_killed_while_it_rejoins_is_lost_again_and_the_others_finish(tmp_path):
-    """The moment "during a rejoin": party 1 freezes, is counted as lost, comes back by itself,
-    and dies once admitted, in the admission's first collective. The others roll back, lose it
-    again and finish; the evaluation made again after the rollback is no false "not learning"."""
+    """The moment "during a rejoin": party 1 freezes (7 s, over the 5 s silence of --timeout
+    10), is counted as lost, comes back by itself, and dies once admitted, in the admission's
+    first collective. The others roll back, lose it again and finish; the evaluation made again
+    after the rollback is no false "not learning"."""
     out = tmp_path / "run"
-    done = train_with_fault("1@100:step:freeze14,1@0:rejoin", *FREEZE_FLAGS, "--timeout", "30",
+    done = train_with_fault("1@100:step:freeze7,1@0:rejoin", *FREEZE_FLAGS, "--timeout", "10",
                             "--iterations", "6000", "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "not learning" not in done.stdout, done.stdout

@@ -315,6 +315,7 @@ def test_the_heartbeat_reconnects_after_an_outage(store_address):
         beat.stop()
 
 
+@pytest.mark.processes
 def test_a_second_copy_of_a_running_party_is_refused(store_address):
     """Issue 23: a second copy of site 1 started with --resume used to wait silently (and, once
     registered, would have pushed the running process out)."""

@@ -45,6 +45,7 @@ TRAIN_FLAGS = ["--dataset", "libsvm", "--features", "300", "--iterations", "300"
                "--topology", "ring", "--seed", "1", "--no-progress"]  # fmt: skip
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_separate_parties_with_their_own_shards_agree_with_the_simulator(tmp_path):
     write_shards(tmp_path)
@@ -107,6 +108,7 @@ def _write_csv(path: Path, header: str, rows: int, seed: int) -> None:
     path.write_text(header + "\n" + body + "\n")
 
 
+@pytest.mark.processes
 def test_a_renamed_column_stops_every_party_naming_it(tmp_path):
     for r in range(3):
         header = "age,income,bmi,y" if r != 2 else "age,Income,bmi,y"
@@ -127,6 +129,7 @@ def test_a_renamed_column_stops_every_party_naming_it(tmp_path):
     assert not list(out.rglob("model.pt")) and not list(out.rglob("summary.json"))
 
 
+@pytest.mark.processes
 def test_local_launch_with_party_files_writes_one_folder_per_party(tmp_path):
     for r in range(2):
         _write_csv(tmp_path / "sites" / str(r) / "train.csv", "age,income,bmi,y", 80, r)
@@ -178,6 +181,7 @@ def test_non_loopback_rendezvous_warns_about_the_transport():
     assert "VPN or SSH" in INSECURE_WARNING
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 @pytest.mark.parametrize(
     "flag,theirs,ours",
@@ -204,6 +208,7 @@ def test_a_flag_changed_at_one_site_stops_every_site_before_step_one(tmp_path, f
     assert not list(tmp_path.rglob("checkpoint*")) and not list(tmp_path.rglob("model.pt"))
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_every_site_shows_its_progress(tmp_path):
     """Issue 29, item 10: with per-party files each site's console is its own, so every site

@@ -20,7 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.sites import SITE_FLAGS, free_port, start_party, write_sites
+from tests.sites import (
+    SITE_FLAGS,
+    free_port,
+    identity_flags,
+    make_roster,
+    slate_here,
+    start_party,
+    unpickled,
+    write_sites,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
@@ -60,6 +69,7 @@ def lost_run(tmp_path: Path, kill: str, *flags: str) -> tuple[subprocess.Complet
     return done, out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("lost", [2, 0], ids=["rank2", "rank0"])
 def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     done, out = lost_run(tmp_path, f"{lost}@77")
@@ -79,8 +89,8 @@ def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     alive = [int(row["parties_alive"]) for row in history(out)]
     assert alive == [4, 4, 3, 3, 3]  # evaluations at 0, 50, 100, 150, 200
     reference = tmp_path / "simulator"
-    sim = slate("train", *FLAGS, "--drop-party", f"{lost}@{event['iteration']}",
-                "--out", str(reference))  # fmt: skip
+    sim = slate_here("train", *FLAGS, "--drop-party", f"{lost}@{event['iteration']}",
+                     "--out", str(reference))  # fmt: skip
     assert sim.returncode == 0, sim.stderr
     assert summary(reference)["party_events"][0]["iteration"] == 77
     assert abs(result["test_ap"] - summary(reference)["test_ap"]) < 1e-4
@@ -88,6 +98,7 @@ def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     assert_same_model(out, reference)
 
 
+@pytest.mark.processes
 def test_ring_of_six_losing_two_non_adjacent_parties_is_bridged_into_a_ring(tmp_path):
     done, out = lost_run(tmp_path, "1@60,4@60", "--nodes", "6")
     assert done.returncode == 0, done.stderr
@@ -99,12 +110,13 @@ def test_ring_of_six_losing_two_non_adjacent_parties_is_bridged_into_a_ring(tmp_
     assert [b["edge"] for b in change["added_edges"]] == [[0, 2], [3, 5]]  # the rule's bridges
     reference = tmp_path / "simulator"
     drops = [arg for e in result["party_events"] for arg in ("--drop-party", f"{e['rank']}@60")]
-    sim = slate("train", *FLAGS, "--nodes", "6", *drops, "--out", str(reference))
+    sim = slate_here("train", *FLAGS, "--nodes", "6", *drops, "--out", str(reference))
     assert sim.returncode == 0, sim.stderr
     assert summary(reference)["graph_changes"][-1]["added_edges"] == change["added_edges"]
     assert_same_model(out, reference)
 
 
+@pytest.mark.processes
 def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
     """Party 1 is lost at 60; the run is interrupted later; --resume restarts all four, and
     party 1 returns at the survivors' newest checkpoint with their average model."""
@@ -146,25 +158,31 @@ def kill_and_bring_back(
     check=None,
     flags: tuple[str, ...] = (),
     reach_s: float = 120,
+    roster: bool = False,
 ):
-    """Four ``--rank`` sites on a ``slate rendezvous`` (with ``flags`` added); site ``lost``
-    SIGKILLs itself before step ``at`` (within ``reach_s`` seconds) and is restarted with
-    ``--resume`` (``check`` looks at its folder first). Every site must end with code 0 and no
-    traceback; returns their outputs and the rendezvous."""
+    """Four ``--rank`` sites on a ``slate rendezvous`` (with ``flags`` added; under a roster
+    when ``roster``); site ``lost`` SIGKILLs itself before step ``at`` (within ``reach_s``
+    seconds) and is restarted with ``--resume`` (``check`` looks at its folder first). Every
+    site runs under the pickle audit hook (``tests.sites.unpickled(tmp_path)`` tells what they
+    unpickled), must end with code 0 and no traceback; returns their outputs and the
+    rendezvous."""
     write_sites(tmp_path)
+    keys = make_roster(tmp_path, 4) if roster else None
+    ids = [identity_flags(keys, r) if keys else [] for r in range(4)]
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
-             "127.0.0.1"]  # fmt: skip
+             "127.0.0.1", *(["--roster", str(keys)] if keys else [])]  # fmt: skip
     server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
     run = ["--nodes", "4", "--external-store", "--iterations", str(iterations), *SITE_FLAGS,
            *flags]  # fmt: skip
-    parties = [start_party(tmp_path, r, port, *run, kill=f"{lost}@{at}") for r in range(4)]
+    parties = [start_party(tmp_path, r, port, *run, *ids[r], kill=f"{lost}@{at}",
+                           audit=tmp_path) for r in range(4)]  # fmt: skip
     parties[lost].wait(timeout=reach_s)
     assert parties[lost].returncode == -signal.SIGKILL
     if check is not None:
         check(tmp_path / f"site{lost}" / "run")
     back = start_party(tmp_path, lost, port, "--resume", "run", "--external-store",
-                       "--no-progress", "--timeout", "30")  # fmt: skip
+                       "--no-progress", "--timeout", "30", *ids[lost], audit=tmp_path)  # fmt: skip
     everyone = [back if r == lost else parties[r] for r in range(4)]
     outputs = [p.communicate(timeout=300) for p in everyone]
     server.communicate(timeout=30)
@@ -174,11 +192,15 @@ def kill_and_bring_back(
     return outputs, server
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 @pytest.mark.parametrize("lost", [2, 0], ids=["rank2", "rank0"])
 def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(tmp_path, lost):
+    """No site, the returning one included, unpickles anything through the loss and the rejoin
+    (the hook of tests.sites.AUDITED sees every pickle.find_class)."""
     outputs, server = kill_and_bring_back(tmp_path, lost=lost, at=150, iterations=4000)
     assert server.returncode == 0  # it leaves once every party has left
+    assert unpickled(tmp_path) == ""
     assert f"party {lost} rejoined the run at iteration" in outputs[lost][0]
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
     events = results[0]["party_events"]
@@ -193,6 +215,8 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
         assert result["rounds"] == 4000
 
 
+@pytest.mark.processes
+@pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
     """Issue 29: a lost site restarted with --resume after the others finished waited its whole
@@ -224,6 +248,7 @@ def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
     assert "the run is over without 1 of its parties" in said and "--linger" in said
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp_path):
     port = free_port()
@@ -238,16 +263,19 @@ def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp
         assert "Traceback" not in err
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(tmp_path):
     """Issue 23: a site killed at step 20, long before the first checkpoint (100), restarts with
-    --resume on a folder that holds only its set-up record, and rejoins at a checkpoint."""
+    --resume on a folder that holds only its set-up record, and rejoins at a checkpoint. The
+    run has a roster: no site unpickles anything through the loss and the rejoin there either."""
 
     def only_the_setup_record(folder: Path) -> None:
         assert not list(folder.glob("checkpoint-*")) and (folder / "setup-rank1.pt").is_file()
 
-    outputs, _ = kill_and_bring_back(tmp_path, 1, 20, 3000, only_the_setup_record)
+    outputs, _ = kill_and_bring_back(tmp_path, 1, 20, 3000, only_the_setup_record, roster=True)
     assert "party 1 rejoined the run at iteration" in outputs[1][0]
+    assert unpickled(tmp_path) == ""
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
     for result in results:
         assert result["members"] == [0, 1, 2, 3]
@@ -279,6 +307,7 @@ def run_three_sites(root: Path, kill_rendezvous: bool) -> list[tuple[str, str]]:
     return outputs
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
     """Issue 23: the store is needed only to agree on a change of the party set, so the parties
@@ -296,6 +325,8 @@ def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
                       tolerance=0.0)  # fmt: skip
 
 
+@pytest.mark.processes
+@pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
     """Issue 23: the others used to end with c10d's raw 'wait timeout after 60000ms, keys:

@@ -383,6 +383,7 @@ FRESH_PYTHON = textwrap.dedent(
 )
 
 
+@pytest.mark.processes
 @needs_w7a
 @needs_fashion
 def test_exported_programs_equal_predict_in_a_python_without_slate(

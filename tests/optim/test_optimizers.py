@@ -69,6 +69,7 @@ def worker(rank, world, init_file, config, result_file):
     os._exit(0)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("nodes", "algorithm", "gradient_tracking"),
     [(2, "slate", False), (4, "slate", True), (4, "dpsgd", False)],

@@ -7,8 +7,6 @@ import copy
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from slate.security import (
     write_keypair,
     write_roster,
 )
+from tests.sites import slate_here
 
 POSIX = os.name == "posix"
 NAMES = ("hospital-a", "hospital-b", "clinic-c")
@@ -313,18 +312,17 @@ def test_roster_cli_round_trip(capsys, tmp_path: Path, sites) -> None:
         assert f"rank {rank:>4}" in line and name in line
 
 
-def test_roster_cli_subprocess_and_no_overwrite(tmp_path: Path, sites) -> None:
+def test_roster_cli_keeps_the_order_given_and_never_overwrites(tmp_path: Path, sites) -> None:
     out = tmp_path / "roster.json"
-    argv = [sys.executable, "-m", "slate", "roster", "--out", str(out)]
-    argv += [str(pub) for _, pub in reversed(sites)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    argv = ["roster", "--out", str(out), *(str(pub) for _, pub in reversed(sites))]
+    done = slate_here(*argv)
     assert done.returncode == 0, done.stderr
     roster = Roster.read(out)
     assert [site.name for site in roster.sites] == list(reversed(NAMES))  # the order given
     assert len(roster.run_id) == 32 and int(roster.run_id, 16) >= 0
     assert roster.digest in done.stdout
     before = out.read_bytes()
-    again = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    again = slate_here(*argv)
     assert again.returncode == 2
     assert again.stderr.startswith("slate: error:") and str(out) in again.stderr
     assert out.read_bytes() == before

@@ -107,6 +107,7 @@ def stops_naming(outputs, phrase: str) -> None:
         assert len(lines) == 1 and phrase in lines[0], text[-2000:]
 
 
+@pytest.mark.processes
 def test_a_poisoned_final_average_is_refused_and_each_site_keeps_its_own_model(
     svm_sites, monkeypatch
 ):
@@ -127,6 +128,7 @@ def test_a_poisoned_final_average_is_refused_and_each_site_keeps_its_own_model(
         assert summary["party_test_ap"][str(rank)] == pytest.approx(summary["test_ap"])
 
 
+@pytest.mark.processes
 def test_the_saved_model_is_the_evaluated_model(svm_sites, monkeypatch, tmp_path):
     """An honest run: every site accepts the average, and its model.pt scores on its own test
     file exactly the AP its summary gives for its own rows."""
@@ -148,6 +150,7 @@ def test_the_saved_model_is_the_evaluated_model(svm_sites, monkeypatch, tmp_path
         assert abs(evaluated - summary["final_average"]["average_ap_own_rows"]) < 1e-6
 
 
+@pytest.mark.processes
 def test_planted_evaluation_counts_stop_every_site(svm_sites, monkeypatch):
     """Before: every site reported AP 0.9985 (positives planted) or 0.0170 (negatives), where
     the honest value was 0.6953. With ``--on-party-loss stop`` every site stops at the first
@@ -159,6 +162,7 @@ def test_planted_evaluation_counts_stop_every_site(svm_sites, monkeypatch):
     assert "20" in outputs[HONEST[0]][1] and "negative test rows" in outputs[HONEST[0]][1]
 
 
+@pytest.mark.processes
 def test_under_continue_planted_counts_are_dropped_and_the_average_refused(svm_sites, monkeypatch):
     """With ``--on-party-loss continue`` (the sites' default) the planted evaluations are
     dropped (NaN, a warning) and training goes on; the last one is the final average's, so every
@@ -176,6 +180,7 @@ def test_under_continue_planted_counts_are_dropped_and_the_average_refused(svm_s
         assert abs(own_ap(site) - summary["test_ap"]) < 1e-6
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("kind", "phrase"),
     [
@@ -193,6 +198,7 @@ def test_lies_in_the_standardisation_sums_stop_every_site(svm_sites, monkeypatch
     assert all("participant lied" in outputs[r][1] for r in HONEST)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("kind", "phrase"),
     [
@@ -210,6 +216,7 @@ def test_lies_in_a_tables_statistics_stop_every_site(csv_sites, monkeypatch, kin
     stops_naming(outputs, phrase)
 
 
+@pytest.mark.processes
 def test_an_honest_table_run_passes_every_check(csv_sites, monkeypatch, tmp_path):
     root, roster = csv_sites
     flags = [*CSV_FLAGS, "--iterations", "50", "--standardize", "--out",

@@ -99,6 +99,7 @@ def test_best_cosines_is_the_largest_cosine_of_any_window():
     assert best_cosines([raw], [-reference])[0] < expected
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 @pytest.mark.skipif(REFUSAL is not None, reason=f"raw sockets are not permitted: {REFUSAL}")

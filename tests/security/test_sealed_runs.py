@@ -53,6 +53,7 @@ def model(root, rank=0):
     return {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)}
 
 
+@pytest.mark.processes
 def test_sealing_changes_no_number(tmp_path):
     plain, sealed = tmp_path / "plain", tmp_path / "sealed"
     for root in (plain, sealed):
@@ -66,6 +67,7 @@ def test_sealing_changes_no_number(tmp_path):
         assert torch.allclose(a[name].double(), b[name].double(), rtol=0, atol=1e-6), name
 
 
+@pytest.mark.processes
 def test_a_flipped_byte_is_refused_naming_its_sender(tmp_path):
     write_sites(tmp_path, parties=3, rows=300)
     roster = make_roster(tmp_path, 3)
@@ -75,6 +77,7 @@ def test_a_flipped_byte_is_refused_naming_its_sender(tmp_path):
     assert any(code != 0 for code, _ in done)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("hook", "why"),
     [("SLATE_REPLAY_SEALED", "(a replayed message)"), ("SLATE_RELAY_SEALED", "by another sender")],
@@ -142,6 +145,7 @@ def capture_run(root, roster):
     return messages, models
 
 
+@pytest.mark.processes
 def test_nothing_crosses_in_clear_under_a_roster(tmp_path):
     plain, sealed = tmp_path / "plain", tmp_path / "sealed"
     for root in (plain, sealed):
@@ -161,6 +165,7 @@ def test_nothing_crosses_in_clear_under_a_roster(tmp_path):
         assert not any(marker in m for m in hidden), marker
 
 
+@pytest.mark.processes
 def test_with_continue_a_refused_sender_is_counted_as_lost_once_and_may_return(tmp_path):
     """Party 1 flips a byte of one message: the others count it as lost for that refusal. It is
     alive, so it asks to come back and is admitted at their next checkpoint boundary, into a new

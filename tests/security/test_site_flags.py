@@ -1,6 +1,7 @@
 """``--roster`` and ``--key`` on the command line: bad files and mismatched sites get one
 paragraph naming the file or the rank and exit 2, before any data is read or any site is
-reached."""
+reached. Those refusals run ``slate`` in the test process (nothing is reached, so nothing needs a
+process of its own); the sites that meet and name each other are real processes."""
 
 from __future__ import annotations
 
@@ -15,22 +16,23 @@ import pytest
 from tests.sites import (
     HAVE_W7A,
     SITE_FLAGS,
+    Done,
     free_port,
     identity_flags,
     make_roster,
     serve,
+    slate_here,
     start_party,
     write_sites,
 )
 
 
-def train(cwd: Path, *flags: str) -> subprocess.CompletedProcess:
+def train(cwd: Path, *flags: str) -> Done:
     """One site of three at a rendezvous nobody serves; its --train file does not exist, so an
     error about anything but the identity would name the data instead."""
-    command = [sys.executable, "-m", "slate", "train", "--nodes", "3", "--rendezvous",
-               f"127.0.0.1:{free_port()}", "--train", "missing.svm", "--dataset", "libsvm",
-               "--timeout", "5", *flags]  # fmt: skip
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60)
+    return slate_here("train", "--nodes", "3", "--rendezvous", f"127.0.0.1:{free_port()}",
+                      "--train", "missing.svm", "--dataset", "libsvm", "--timeout", "5", *flags,
+                      cwd=cwd)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def keys(tmp_path_factory) -> tuple[Path, Path]:
     return root, make_roster(root, 3)
 
 
-def one_paragraph(done: subprocess.CompletedProcess, *names: str) -> str:
+def one_paragraph(done: Done | subprocess.CompletedProcess, *names: str) -> str:
     err = done.stderr.strip()
     assert done.returncode == 2, err
     assert err.startswith("slate: error:") and "\n" not in err and "Traceback" not in err, err
@@ -66,8 +68,7 @@ def test_a_key_file_others_can_read(keys, tmp_path):
 
 def test_a_key_that_is_not_on_the_roster(keys, tmp_path):
     root, roster = keys
-    subprocess.run([sys.executable, "-m", "slate", "keygen", "--out", str(tmp_path / "other")],
-                   check=True, capture_output=True)  # fmt: skip
+    assert slate_here("keygen", "--out", tmp_path / "other").returncode == 0
     done = train(root, "--rank", "0", "--roster", str(roster), "--key", str(tmp_path / "other.key"))
     one_paragraph(done, "other.key", str(roster))
 
@@ -112,14 +113,12 @@ def test_one_flag_without_the_other(keys):
 
 def test_the_local_launcher_takes_no_roster(keys):
     root, roster = keys
-    done = subprocess.run(
-        [sys.executable, "-m", "slate", "train", "--dataset", "digits", "--engine",
-         "distributed", "--nodes", "3", *identity_flags(roster, 0)],
-        cwd=root / "site0", capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = slate_here("train", "--dataset", "digits", "--engine", "distributed", "--nodes", "3",
+                      *identity_flags(roster, 0), cwd=root / "site0")  # fmt: skip
     assert done.returncode == 2 and "--rank" in done.stderr, done.stderr
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared")
 def test_sites_with_different_rosters_are_named(tmp_path):
     """Two sites whose rosters list the same keys under different run ids: neither can verify
@@ -148,6 +147,7 @@ def test_sites_with_different_rosters_are_named(tmp_path):
     assert "roster-run-a.json" in outputs[0][1] and "roster-run-b.json" in outputs[1][1]
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared")
 @pytest.mark.parametrize("rendezvous_has_roster", [False, True], ids=["plain-rdv", "roster-rdv"])
 def test_a_site_and_its_rendezvous_must_share_the_roster(tmp_path, rendezvous_has_roster):
@@ -177,6 +177,7 @@ def test_a_site_and_its_rendezvous_must_share_the_roster(tmp_path, rendezvous_ha
     assert expected in err, err
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared")
 def test_a_site_without_the_roster_is_named_by_both_sides(tmp_path):
     """Party 0 hosts the store (no 'slate rendezvous'), with the roster; party 1 has none. Party
@@ -198,6 +199,5 @@ def test_roster_show_prints_the_digest_every_site_compares(keys):
     from slate.security import Roster
 
     _, roster = keys
-    done = subprocess.run([sys.executable, "-m", "slate", "roster", "--show", str(roster)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = slate_here("roster", "--show", roster)
     assert done.returncode == 0 and f"sha256: {Roster.read(roster).digest}" in done.stdout

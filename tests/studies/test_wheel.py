@@ -77,6 +77,7 @@ def _python(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
     )  # fmt: skip
 
 
+@pytest.mark.processes
 def test_the_installed_package_holds_the_presets_of_the_checkout(installed, tmp_path):
     site, env = installed
     done = _python(["-c", PROBE], env, tmp_path)
@@ -93,6 +94,7 @@ def test_the_installed_package_holds_the_presets_of_the_checkout(installed, tmp_
     assert probe["w7a"]["dataset"] == "w7a"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("experiment", ["table2", "claims"])
 def test_reproduce_help_runs_from_the_wheel(installed, tmp_path, experiment):
     _, env = installed

@@ -126,6 +126,7 @@ def test_unknown_compile_value_is_a_config_error() -> None:
         Run(config(iterations=5, compile="yes"))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("algorithm", ["slate", "slate-m", "dpsgd", "coda"])
 def test_compiled_runs_match_eager_runs(algorithm) -> None:
     """Every algorithm's objective compiles, and 40 compiled steps stay within float rounding."""
@@ -142,6 +143,7 @@ def test_compiled_runs_match_eager_runs(algorithm) -> None:
         torch.testing.assert_close(runs["on"].algorithm.state[key], value, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.processes
 def test_compiled_run_resumes_bit_identically() -> None:
     """The compiled path is deterministic: stop, restore into a fresh run, finish; same bits."""
     import torch

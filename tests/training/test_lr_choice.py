@@ -141,6 +141,7 @@ def test_explicit_auto_is_refused_with_per_party_files(tables, tmp_path, capsys)
     assert "--lr auto scores step sizes on rows of the whole table" in capsys.readouterr().err
 
 
+@pytest.mark.processes
 def test_the_distributed_engine_uses_the_simulators_choice(tables, tmp_path) -> None:
     train_path, test, _ = tables
     assert main(run_flags(train_path, test, tmp_path / "sim")) == 0

@@ -1,8 +1,9 @@
 """Crash safety: a run killed (SIGKILL) or interrupted (SIGINT) and resumed ends bit-identical.
 
-Every run is a real ``python -m slate train`` process. The reference is the same command run
-without interruption; parameters (``model.pt``), history (all but wall times) and test AP must
-be exactly equal.
+Every interrupted run is a real ``python -m slate train`` process (signals are sent to it). The
+reference is the same command run without interruption; parameters (``model.pt``), history (all
+but wall times) and test AP must be exactly equal. Simulator runs that are not interrupted (the
+references, the resumes) and the refusals run ``slate`` in the test process.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from pathlib import Path
 import pytest
 import torch
 
-ITERATIONS = 1200
+from tests.sites import slate_here
+
+# Long enough that the kill (at most 0.4 s after the first checkpoint, at 50) comes before the
+# end on a fast machine too (0.6 ms an iteration: about iteration 720).
+ITERATIONS = 1000
 FLAGS = [
     "--dataset", "digits", "--nodes", "4", "--iterations", str(ITERATIONS),
-    "--eval-every", "100", "--checkpoint-every", "100", "--seed", "1", "--no-progress",
+    "--eval-every", "100", "--checkpoint-every", "50", "--seed", "1", "--no-progress",
 ]  # fmt: skip
 ALGORITHMS = {
     "slate": ["--algorithm", "slate", "--gradient-tracking"],
@@ -36,9 +41,9 @@ ALGORITHMS = {
         "slate",
         "--gradient-tracking",
         "--drop-party",
-        "1@150",
+        "1@100",
         "--drop-party",
-        "3@700",
+        "3@900",
     ],
     # Local steps, a time-varying graph and compressed gossip: CHOCO's public copies and the
     # round counter are part of the checkpoint.
@@ -80,8 +85,11 @@ def assert_identical(ours: Path, reference: Path) -> None:
         assert summary_a[key] == summary_b[key], key
 
 
-def interrupt_after_first_checkpoint(command: list[str], marker, sig: int, seed: int) -> int:
-    """Start ``command``, wait for its first checkpoint, wait a random moment, send ``sig``."""
+def interrupt_after_first_checkpoint(
+    command: list[str], marker, sig: int, seed: int
+) -> tuple[int, str]:
+    """Start ``command``, wait for its first checkpoint, wait a random moment, send ``sig``;
+    its exit code and standard error."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 120
@@ -89,83 +97,81 @@ def interrupt_after_first_checkpoint(command: list[str], marker, sig: int, seed:
         time.sleep(0.02)
     time.sleep(random.Random(seed).uniform(0.0, 0.4))
     os.killpg(process.pid, sig)  # the launcher and its workers, like a crash or a Ctrl-C
-    process.communicate(timeout=120)
-    return process.returncode
+    _, stderr = process.communicate(timeout=120)
+    return process.returncode, stderr
 
 
 @pytest.fixture(scope="module")
 def references(tmp_path_factory):
-    """Uninterrupted runs of each algorithm (simulator)."""
+    """Uninterrupted runs of each algorithm (simulator), in this process."""
     root = tmp_path_factory.mktemp("reference")
     for name, flags in ALGORITHMS.items():
-        done = slate("train", *FLAGS, *flags, "--out", str(root / name))
+        done = slate_here("train", *FLAGS, *flags, "--out", str(root / name))
         assert done.returncode == 0, done.stderr
     return root
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_simulator_resume_is_bit_identical(references, tmp_path, name, sig):
     out = tmp_path / "run"
     command = [sys.executable, "-m", "slate", "train", *FLAGS, *ALGORITHMS[name], "--out", str(out)]
-    code = interrupt_after_first_checkpoint(
+    code, stderr = interrupt_after_first_checkpoint(
         command, lambda: (out / "checkpoint.pt").exists(), sig, seed=hash(name) % 1000
     )
     assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
+    if sig == signal.SIGINT:  # Ctrl-C says how to go on, without a traceback
+        assert f"slate train --resume {out}" in stderr and "Traceback" not in stderr, stderr
     saved = torch.load(out / "checkpoint.pt", weights_only=True)
     assert 0 < saved["iteration"] < ITERATIONS
     assert not (out / "summary.json").exists()
-    done = slate("train", "--resume", str(out), "--no-progress")
+    done = slate_here("train", "--resume", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert f"resumed from iteration {saved['iteration']}" in done.stdout
     assert_identical(out, references / name)
 
 
-def test_sigint_prints_how_to_resume(tmp_path):
-    out = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "slate", "train", *FLAGS, "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    while not (out / "checkpoint.pt").exists() and process.poll() is None:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130
-    assert f"slate train --resume {out}" in stderr
-    assert "Traceback" not in stderr
+DISTRIBUTED = [*FLAGS[:3], "2", *FLAGS[4:], "--algorithm", "slate", "--engine", "distributed"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
-def test_distributed_resume_is_bit_identical(tmp_path, sig):
-    flags = [*FLAGS[:3], "2", *FLAGS[4:], "--algorithm", "slate", "--engine", "distributed"]
-    reference = tmp_path / "reference"
-    done = slate("train", *flags, "--out", str(reference))
+@pytest.fixture(scope="module")
+def distributed_reference(tmp_path_factory) -> Path:
+    """The uninterrupted distributed run (a launcher and two workers)."""
+    reference = tmp_path_factory.mktemp("distributed") / "reference"
+    done = slate("train", *DISTRIBUTED, "--out", str(reference))
     assert done.returncode == 0, done.stderr
+    return reference
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
+def test_distributed_resume_is_bit_identical(distributed_reference, tmp_path, sig):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "slate", "train", *flags, "--out", str(out)]
-    code = interrupt_after_first_checkpoint(
+    command = [sys.executable, "-m", "slate", "train", *DISTRIBUTED, "--out", str(out)]
+    code, _ = interrupt_after_first_checkpoint(
         command, lambda: len(list(out.glob("checkpoint-rank1-*.pt"))) > 0, sig, seed=7
     )
     assert code != 0
     assert not (out / "summary.json").exists()
     done = slate("train", "--resume", str(out), "--engine", "distributed", "--no-progress")
     assert done.returncode == 0, done.stderr
-    assert_identical(out, reference)
+    assert_identical(out, distributed_reference)
 
 
+@pytest.mark.processes
 def test_resume_refuses_a_changed_config(tmp_path):
     out = tmp_path / "run"
-    code = interrupt_after_first_checkpoint(
+    code, _ = interrupt_after_first_checkpoint(
         [sys.executable, "-m", "slate", "train", *FLAGS, "--out", str(out)],
         lambda: (out / "checkpoint.pt").exists(), signal.SIGKILL, seed=3,
     )  # fmt: skip
     assert code == -signal.SIGKILL
-    done = slate("train", "--resume", str(out), "--lr", "0.5", "--nodes", "3")
+    done = slate_here("train", "--resume", str(out), "--lr", "0.5", "--nodes", "3")
     assert done.returncode == 2
     assert "lr" in done.stderr and "nodes" in done.stderr and "Traceback" not in done.stderr
-    longer = slate("train", "--resume", str(out), "--iterations", str(ITERATIONS + 100),
-                   "--no-progress")  # fmt: skip
+    longer = slate_here("train", "--resume", str(out), "--iterations", str(ITERATIONS + 100),
+                        "--no-progress")  # fmt: skip
     assert longer.returncode == 0, longer.stderr
     assert json.loads((out / "summary.json").read_text())["iterations"] == ITERATIONS + 100
 
@@ -173,13 +179,13 @@ def test_resume_refuses_a_changed_config(tmp_path):
 @pytest.mark.parametrize("content", [b"", b"garbage", b"PK\x03\x04broken zip"])
 def test_resume_from_a_damaged_checkpoint_is_a_clear_error(tmp_path, content):
     (tmp_path / "checkpoint.pt").write_bytes(content)
-    done = slate("train", "--resume", str(tmp_path))
+    done = slate_here("train", "--resume", str(tmp_path))
     assert done.returncode == 2
     assert "not a readable slate checkpoint" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path):
-    done = slate("train", "--resume", str(tmp_path / "nothing"))
+    done = slate_here("train", "--resume", str(tmp_path / "nothing"))
     assert done.returncode == 2 and "no checkpoint" in done.stderr
     # It names both kinds of checkpoint a run folder can hold.
     assert "checkpoint.pt" in done.stderr and "checkpoint-rank<r>-<iteration>.pt" in done.stderr
@@ -207,8 +213,8 @@ def test_resume_keeps_the_progress_choice(tmp_path, hidden):
     out = tmp_path / "run"
     flags = ["--dataset", "digits", "--nodes", "2", "--iterations", "200", "--eval-every", "100",
              "--checkpoint-every", "100", "--out", str(out)]  # fmt: skip
-    first = slate("train", *flags, *(["--no-progress"] if hidden else []))
+    first = slate_here("train", *flags, *(["--no-progress"] if hidden else []))
     assert first.returncode == 0, first.stderr
-    resumed = slate("train", "--resume", str(out), "--iterations", "300")
+    resumed = slate_here("train", "--resume", str(out), "--iterations", "300")
     assert resumed.returncode == 0, resumed.stderr
     assert ("%|" in resumed.stderr) is not hidden, resumed.stderr

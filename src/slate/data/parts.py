@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from slate.data.declared import value_ranges
 from slate.data.schema import PartyCounts, Schema
@@ -56,6 +55,9 @@ def hold_out(
             f"at least one of each class. Give a larger file, another {flag}"
             + (", or --test FILE." if flag == "--test-fraction" else ".")
         )
+    # scikit-learn is imported on the first split: it takes seconds to load.
+    from sklearn.model_selection import train_test_split
+
     kept, held, _, _ = train_test_split(
         np.arange(len(y)), y, test_size=fraction, stratify=y, random_state=seed
     )

@@ -13,11 +13,12 @@ import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "ap_curves_figure",
@@ -41,16 +42,21 @@ PathLike = str | os.PathLike[str]
 MANY_LINES = 10  # more lines than the default colour cycle: a 20-colour palette, legend aside
 
 
+def _new_figure(figsize: tuple[float, float], canvas: bool = False) -> Figure:
+    """A figure of ``figsize`` inches, with an Agg canvas when ``canvas`` (to measure text).
+    matplotlib is imported here, on the first figure, not with this module."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    if canvas:
+        FigureCanvasAgg(fig)
+    return fig
+
+
 def _save(fig: Figure, path: PathLike) -> Path:
-    """Write ``fig`` as a PNG at :data:`DPI`, creating parent folders, then release it.
-
-    Args:
-        fig: the figure to write.
-        path: destination file.
-
-    Returns:
-        The destination as a :class:`~pathlib.Path`.
-    """
+    """Write ``fig`` as a PNG at :data:`DPI` to ``path`` (creating parent folders), release it,
+    and return the destination as a :class:`~pathlib.Path`."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -107,8 +113,7 @@ def pr_curves_figure(
         ValueError: ``curves`` is empty, or a precision and recall differ in length.
     """
     _require_nonempty(curves, "curves")
-    fig = Figure(figsize=(6.4, 4.8))
-    FigureCanvasAgg(fig)  # a renderer, to measure the labels
+    fig = _new_figure((6.4, 4.8), canvas=True)  # a renderer, to measure the labels
     ax = fig.add_subplot()
     for name, (precision, recall, ap) in curves.items():
         p = np.asarray(precision, dtype=float).ravel()
@@ -255,7 +260,7 @@ def reliability_figure(
         ValueError: ``curves`` is empty, or a curve's two sequences differ in length.
     """
     _require_nonempty(curves, "curves")
-    fig = Figure(figsize=(6.4, 6.4 if predictions else 4.8))
+    fig = _new_figure((6.4, 6.4 if predictions else 4.8))
     if predictions:
         ax, hist = fig.subplots(2, 1, height_ratios=(3, 1), sharex=True)
     else:
@@ -343,10 +348,12 @@ def ap_curves_figure(
         ValueError: ``histories`` is empty, or iterations and values differ in length.
     """
     _require_nonempty(histories, "histories")
-    fig = Figure(figsize=(6.4, 4.8) if len(histories) <= MANY_LINES else (9.6, 5.4))
+    fig = _new_figure((6.4, 4.8) if len(histories) <= MANY_LINES else (9.6, 5.4))
     ax = fig.add_subplot()
     if len(histories) > MANY_LINES:  # the default cycle repeats its 10 colours
-        palette = matplotlib.colormaps["tab20"]
+        from matplotlib import colormaps
+
+        palette = colormaps["tab20"]
         ax.set_prop_cycle(color=[palette(i) for i in range(20)])
     for name, (iterations, values) in histories.items():
         it = np.asarray(iterations, dtype=float).ravel()
@@ -445,7 +452,7 @@ def scaling_figure(
     """
     _require_nonempty(series, "series")
     sizes = np.asarray(x, dtype=float).ravel()
-    fig = Figure(figsize=(6.4, 4.8))
+    fig = _new_figure((6.4, 4.8))
     ax = fig.add_subplot()
     for name, (means, stds) in series.items():
         m = np.asarray(means, dtype=float).ravel()
@@ -542,7 +549,7 @@ def heatmap_figure(
             f"and {len(col_labels)} column labels"
         )
     n_rows, n_cols = v.shape
-    fig = Figure(figsize=(max(4.8, 1.1 * n_cols + 2.5), max(3.6, 0.6 * n_rows + 1.8)))
+    fig = _new_figure((max(4.8, 1.1 * n_cols + 2.5), max(3.6, 0.6 * n_rows + 1.8)))
     ax = fig.add_subplot()
     im = ax.imshow(v, cmap="viridis", aspect="auto")
     fig.colorbar(im, ax=ax)

@@ -14,7 +14,8 @@ def xavier_normal_init(module: nn.Module) -> None:
     Applies to every ``nn.Linear`` and ``nn.Conv2d`` in ``module`` (REFERENCE.md, Models).
     """
     for layer in module.modules():
-        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+        # A meta tensor has no values to set (and torch's meta kernels import torch._dynamo).
+        if isinstance(layer, (nn.Linear, nn.Conv2d)) and not layer.weight.is_meta:
             nn.init.xavier_normal_(layer.weight)
             if layer.bias is not None:
                 nn.init.constant_(layer.bias, 1.0 / layer.bias.numel())
