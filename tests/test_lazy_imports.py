@@ -28,7 +28,7 @@ def loaded():
 
 from slate.cli import main
 from slate.cli.parser import build_parser
-import slate.data.datasets, slate.data.readers.libsvm, slate.engines.launch
+import slate.data.datasets, slate.data.readers.libsvm, slate.engines.distributed.control.launch
 import slate.inference.predict, slate.training.loop, slate.training.outputs
 
 build_parser()

@@ -317,6 +317,8 @@ def held_run(root: Path, roster: Path | None, timeout: int, port: int) -> tuple[
 
 
 @real_sites
+@pytest.mark.processes
+@pytest.mark.xdist_group("timing")  # they time the wait against --timeout
 @pytest.mark.parametrize("with_roster", [False, True], ids=["plain", "roster"])
 def test_a_stranger_first_at_a_gloo_listener_is_named_within_the_timeout(tmp_path, with_roster):
     """The stranger connects to the listeners of parties 1 and 2 with the pair identifiers it
@@ -354,6 +356,8 @@ def test_a_stranger_first_at_a_gloo_listener_is_named_within_the_timeout(tmp_pat
 
 
 @real_sites
+@pytest.mark.processes
+@pytest.mark.xdist_group("timing")  # they time the wait against --timeout
 @pytest.mark.parametrize("with_roster", [False, True], ids=["plain", "roster"])
 def test_deleted_gloo_address_records_are_named_at_every_site(tmp_path, with_roster):
     """A stranger deletes every gloo address record as it appears. Before: every site blamed
@@ -415,6 +419,7 @@ def wait_until(condition, what: str, timeout: float = 180) -> None:
 
 
 @real_sites
+@pytest.mark.processes
 def test_an_earlier_runs_records_replayed_into_a_new_run_are_refused(tmp_path):
     """Run 1 (two sites, a roster) keeps its store here, as someone who read a store would.
     Run 2, with the same roster at a new 'slate rendezvous': before it starts, a stranger

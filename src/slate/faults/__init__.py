@@ -1,5 +1,5 @@
 """Faults injected for the tests, never in a real run: the ``SLATE_*`` environment hooks, read
-once into a :class:`FaultPlan` (:mod:`slate.faults.plan`) that the code which injects them
+once into a :class:`FaultPlan` (:mod:`slate.faults.fault_plan`) that the code which injects them
 receives as an argument.
 
 ``kills.py``: a party killed or frozen at a moment; ``attacks.py``: what a party sends its
@@ -9,6 +9,6 @@ flipped, replayed or relayed.
 
 from __future__ import annotations
 
-from slate.faults.plan import FaultPlan
+from slate.faults.fault_plan import FaultPlan
 
 __all__ = ["FaultPlan"]
