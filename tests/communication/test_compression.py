@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from slate.communication.compression import (
-    COMPRESSOR_NAMES,
     Compressor,
     Int8Compressor,
     NoCompressor,
     SignCompressor,
     TopKCompressor,
+    compressor_forms,
     parse_compressor,
 )
 from slate.errors import ConfigError
@@ -412,7 +412,7 @@ def test_property_topk_k_and_name(fraction: float, d: int) -> None:
 
 
 def test_names_parse_back() -> None:
-    assert COMPRESSOR_NAMES == ("none", "int8", "topk:FRACTION", "sign")
+    assert compressor_forms() == ("none", "int8", "topk:FRACTION", "sign")
     for spec, cls in [
         ("none", NoCompressor),
         ("int8", Int8Compressor),

@@ -21,12 +21,12 @@ from slate.faults.attacks import Attack, Attacker, corrupt, drift_message, parse
 from slate.models.cnn import MnistCNN
 from slate.models.mlp import MLP
 from slate.models.resnet import ResNet18
+from slate.security.guards import message_guard
 from slate.security.robust import (
     ClippingGuard,
     MessageGuard,
     accusation_lines,
     events_from_records,
-    message_guard,
 )
 from slate.topology import build_topology
 from slate.training.loop import train

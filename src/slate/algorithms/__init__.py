@@ -5,6 +5,9 @@ share (:class:`AlgorithmConfig`) these are the algorithms' flags of ``slate trai
 ``slate tune``: :func:`parameter_fields` lists them (name, type, default, help, whether the
 sites must agree, all from the dataclasses), :func:`parameter_defaults` gives their generic
 defaults, and :func:`configure` turns flag values into an algorithm's two dataclasses.
+
+An algorithm outside this package joins the registry with :func:`register_algorithm` (and
+leaves it with :func:`unregister_algorithm`): for this process only (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from slate.algorithms.coda import CODA, CodaParams
 from slate.algorithms.dpsgd import DPSGD, DPSGDParams
 from slate.algorithms.slate import SLATE, SlateParams
 from slate.algorithms.slate_m import SLATEM, SlateMParams
+from slate.config import TrainConfig, must_agree
 from slate.errors import ConfigError
 
 __all__ = [
@@ -41,9 +45,12 @@ __all__ = [
     "configure",
     "parameter_defaults",
     "parameter_fields",
+    "register_algorithm",
+    "unregister_algorithm",
 ]
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (SLATE, SLATEM, DPSGD, CODA)}
+_BUILT_IN = frozenset(ALGORITHMS)
 
 
 def build_algorithm(name: str, config: AlgorithmConfig, params: Any = None) -> Algorithm:
@@ -137,3 +144,57 @@ def configure(name: str, **values: Any) -> tuple[AlgorithmConfig, Any]:
         }
 
     return AlgorithmConfig(**given(shared)), ALGORITHMS[name].Params(**given(own))
+
+
+def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
+    """Add ``cls`` to :data:`ALGORITHMS` under ``cls.name`` (``--algorithm NAME``), for this
+    process; returns ``cls``, so that it may decorate the class.
+
+    Checked first, each a ``TypeError`` or ``ValueError`` naming the class: ``cls`` is an
+    :class:`Algorithm` with a ``name`` no algorithm has yet; its ``Params`` is a dataclass whose
+    every field is classified (:func:`slate.config.agreed` or :func:`slate.config.per_site`);
+    every field that is a flag (a ``help`` in its metadata) has its slot in
+    :class:`slate.config.TrainConfig` (where a run's flags live); and a flag another algorithm
+    declares too is declared the same way (:func:`parameter_fields`).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TypeError(f"register_algorithm takes a subclass of Algorithm, got {cls!r}")
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} has no name: set the class attribute name = '...'")
+    if cls.name in ALGORITHMS:
+        raise ValueError(
+            f"an algorithm named {cls.name!r} is registered already "
+            f"({ALGORITHMS[cls.name].__name__}); choose another name"
+        )
+    if not dataclasses.is_dataclass(cls.Params):
+        raise TypeError(f"{cls.__name__}.Params must be a dataclass, got {cls.Params!r}")
+    for f in dataclasses.fields(cls.Params):
+        must_agree(f)
+    slots = {f.name for f in dataclasses.fields(TrainConfig)}
+    missing = [p for p in _fields_of(cls.Params) if "help" in p.field.metadata]
+    missing = [p for p in missing if p.dest not in slots]
+    if missing:
+        raise TypeError(
+            f"{cls.__name__}.Params declares the flag(s) {', '.join(p.flag for p in missing)}, "
+            "but TrainConfig has no slot for them: add "
+            + ", ".join(f"{p.dest}: {p.kind.__name__} | None = agreed(None)" for p in missing)
+            + " to slate.config.TrainConfig, or leave help= out of the field (a parameter set "
+            "from Python only)"
+        )
+    ALGORITHMS[cls.name] = cls
+    try:
+        parameter_fields()
+    except TypeError:
+        del ALGORITHMS[cls.name]
+        raise
+    return cls
+
+
+def unregister_algorithm(name: str) -> None:
+    """Remove the algorithm :func:`register_algorithm` added under ``name``; the built-in ones
+    stay (a ``ValueError``), as does an unknown name (a ``KeyError``)."""
+    if name in _BUILT_IN:
+        raise ValueError(f"{name!r} is built in and cannot be unregistered")
+    if name not in ALGORITHMS:
+        raise KeyError(f"no algorithm named {name!r} is registered")
+    del ALGORITHMS[name]

@@ -36,6 +36,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     from slate.algorithms import ALGORITHMS, parameter_fields
     from slate.communication.compression import compress_help
     from slate.data.partition import PARTITIONS
+    from slate.security.guards import GUARDS
 
     data = p.add_argument_group("data")
     data.add_argument(
@@ -214,7 +215,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     talk.add_argument(
         "--robust",
-        choices=("none", "clip"),
+        choices=tuple(GUARDS),
         default="none",
         help="clip: each neighbour's difference clipped to twice this party's own recent step, "
         "non-finite messages dropped, a sender of messages over half a model away excluded "

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from fractions import Fraction
@@ -80,12 +81,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from slate.config import agreed
+from slate.config import agreed, must_agree
 from slate.errors import ConfigError
 
 __all__ = [
     "COMPRESSORS",
-    "COMPRESSOR_NAMES",
     "Compressor",
     "Int8Compressor",
     "NoCompressor",
@@ -94,7 +94,12 @@ __all__ = [
     "TopKCompressor",
     "TopKParams",
     "compress_help",
+    "compressor_forms",
+    "from_bytes",
     "parse_compressor",
+    "register_compressor",
+    "to_bytes",
+    "unregister_compressor",
 ]
 
 WIRE_DTYPE = torch.float32
@@ -147,11 +152,28 @@ class Compressor(ABC):
 
     @classmethod
     def parse_params(cls, text: str | None, spec: str) -> Any:
-        """:attr:`Params` from the text after the name in ``spec`` (None: no colon). An
-        operator without parameters takes no text."""
-        if text is not None:
-            raise ConfigError(f"Unknown compressor {spec!r}. Valid compressors: {_VALID_FORMS}.")
-        return cls.Params()
+        """:attr:`Params` from the text after the name in ``spec`` (None: no colon): one value
+        per field, in order, colon-separated, converted by the field's type; a missing, extra or
+        unconvertible value is a :class:`ConfigError` (ranges are ``__init__``'s to check)."""
+        fields = dataclasses.fields(cls.Params)
+        values = [] if text is None else text.split(":")
+        if not fields and text is not None:
+            raise ConfigError(f"Unknown compressor {spec!r}. Valid compressors: {_valid_forms()}.")
+        if len(values) != len(fields):
+            form = _form(spec.strip().lower().partition(":")[0])
+            raise ConfigError(f"Compressor {spec!r} takes {len(fields)} value(s): write {form}. "
+                              f"Valid compressors: {_valid_forms()}.")  # fmt: skip
+        hints = typing.get_type_hints(cls.Params)
+        given: dict[str, Any] = {}
+        for f, value in zip(fields, values, strict=True):
+            try:
+                given[f.name] = hints[f.name](value)
+            except ValueError:
+                raise ConfigError(
+                    f"Compressor {spec!r}: {f.name.upper()} must be {hints[f.name].__name__} "
+                    f"({f.metadata['help']}), got {value!r}. Valid compressors: {_valid_forms()}."
+                ) from None
+        return cls.Params(**given)
 
     @abstractmethod
     def payload_bytes(self, d: int) -> int:
@@ -226,10 +248,10 @@ class NoCompressor(Compressor):
         return 4 * _check_d(d)
 
     def _encode(self, rows: Tensor) -> Tensor:
-        return _to_bytes(rows)
+        return to_bytes(rows)
 
     def _decode(self, payload: Tensor, d: int, dtype: torch.dtype) -> Tensor:
-        return _from_bytes(payload, WIRE_DTYPE).to(dtype)
+        return from_bytes(payload, WIRE_DTYPE).to(dtype)
 
 
 class Int8Compressor(Compressor):
@@ -272,13 +294,13 @@ class Int8Compressor(Compressor):
         divisor = torch.where(scale > 0, scale, torch.ones_like(scale)).unsqueeze(2)
         codes = torch.round(blocks / divisor).clamp_(-INT8_LEVELS, INT8_LEVELS)
         codes = codes.to(torch.int8).view(r, n_blocks * INT8_BLOCK)[:, :d]
-        return torch.cat([_to_bytes(codes), _to_bytes(scale)], dim=1)
+        return torch.cat([to_bytes(codes), to_bytes(scale)], dim=1)
 
     def _decode(self, payload: Tensor, d: int, dtype: torch.dtype) -> Tensor:
         r = payload.shape[0]
         n_blocks = _ceil_div(d, INT8_BLOCK)
-        codes = _from_bytes(payload[:, :d], torch.int8).to(WIRE_DTYPE)
-        scale = _from_bytes(payload[:, d:], WIRE_DTYPE)
+        codes = from_bytes(payload[:, :d], torch.int8).to(WIRE_DTYPE)
+        scale = from_bytes(payload[:, d:], WIRE_DTYPE)
         codes = F.pad(codes, (0, n_blocks * INT8_BLOCK - d)).view(r, n_blocks, INT8_BLOCK)
         values = (codes * scale.unsqueeze(2)).view(r, n_blocks * INT8_BLOCK)[:, :d]
         return values.to(dtype)
@@ -316,7 +338,7 @@ class TopKCompressor(Compressor):
         if not text:
             raise ConfigError(
                 f"Compressor {spec!r} needs the fraction of entries to keep: write topk:FRACTION "
-                f"with 0 < FRACTION <= 1, e.g. topk:0.01. Valid compressors: {_VALID_FORMS}."
+                f"with 0 < FRACTION <= 1, e.g. topk:0.01. Valid compressors: {_valid_forms()}."
             )
         try:
             fraction = float(text)
@@ -326,7 +348,7 @@ class TopKCompressor(Compressor):
             raise ConfigError(
                 f"Compressor {spec!r}: the top-k fraction must be a number with "
                 f"0 < FRACTION <= 1 (the fraction of entries kept), got {text!r}. Valid "
-                f"compressors: {_VALID_FORMS}."
+                f"compressors: {_valid_forms()}."
             )
         return TopKParams(fraction)
 
@@ -335,7 +357,7 @@ class TopKCompressor(Compressor):
         if not 0.0 < fraction <= 1.0:
             raise ConfigError(
                 f"The top-k fraction must satisfy 0 < FRACTION <= 1 (the fraction of entries "
-                f"kept), got {fraction!r}. Valid compressors: {_VALID_FORMS}."
+                f"kept), got {fraction!r}. Valid compressors: {_valid_forms()}."
             )
         self.fraction = fraction
         self._exact_fraction = Fraction(repr(fraction))
@@ -368,13 +390,13 @@ class TopKCompressor(Compressor):
         indices = torch.empty((r, k + d), dtype=torch.int64, device=rows.device)
         indices = indices.scatter_(1, slot, columns)[:, :k]
         values = rows.gather(1, indices)
-        return torch.cat([_to_bytes(indices.to(torch.int32)), _to_bytes(values)], dim=1)
+        return torch.cat([to_bytes(indices.to(torch.int32)), to_bytes(values)], dim=1)
 
     def _decode(self, payload: Tensor, d: int, dtype: torch.dtype) -> Tensor:
         r = payload.shape[0]
         k = self.k(d)
-        indices = _from_bytes(payload[:, : 4 * k], torch.int32).to(torch.int64)
-        values = _from_bytes(payload[:, 4 * k :], WIRE_DTYPE).to(dtype)
+        indices = from_bytes(payload[:, : 4 * k], torch.int32).to(torch.int64)
+        values = from_bytes(payload[:, 4 * k :], WIRE_DTYPE).to(dtype)
         out = torch.zeros((r, d), dtype=dtype, device=payload.device)
         return out.scatter_(1, indices, values)
 
@@ -410,7 +432,7 @@ class SignCompressor(Compressor):
         total = _tree_sum(rows.abs().to(torch.float64))
         count = torch.full((), float(d), dtype=torch.float64, device=rows.device)
         scale = (total / count).to(WIRE_DTYPE).unsqueeze(1)
-        return torch.cat([packed, _to_bytes(scale)], dim=1)
+        return torch.cat([packed, to_bytes(scale)], dim=1)
 
     def _decode(self, payload: Tensor, d: int, dtype: torch.dtype) -> Tensor:
         r = payload.shape[0]
@@ -418,7 +440,7 @@ class SignCompressor(Compressor):
         shifts = torch.arange(8, dtype=torch.uint8, device=payload.device)
         bits = (payload[:, :n_bytes].unsqueeze(2) >> shifts) & 1
         positive = bits.view(r, 8 * n_bytes)[:, :d].bool()
-        scale = _from_bytes(payload[:, n_bytes:], WIRE_DTYPE).to(dtype)
+        scale = from_bytes(payload[:, n_bytes:], WIRE_DTYPE).to(dtype)
         return torch.where(positive, scale, -scale)
 
 
@@ -451,10 +473,47 @@ def _listed(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " or " + items[-1] if len(items) > 1 else items[0]
 
 
-COMPRESSOR_NAMES = tuple(_form(name) for name in COMPRESSORS)
-"""The forms :func:`parse_compressor` accepts (``FRACTION``: the fraction of entries kept)."""
+_BUILT_IN = frozenset(COMPRESSORS)
 
-_VALID_FORMS = _listed([_described(name, with_help=True) for name in COMPRESSORS])
+
+def compressor_forms() -> tuple[str, ...]:
+    """The forms :func:`parse_compressor` accepts (``topk:FRACTION``), registered ones included."""
+    return tuple(_form(name) for name in COMPRESSORS)
+
+
+def _valid_forms() -> str:
+    return _listed([_described(name, with_help=True) for name in COMPRESSORS])
+
+
+def register_compressor(name: str, cls: type[Compressor]) -> type[Compressor]:
+    """Add ``cls`` to :data:`COMPRESSORS` as ``--compress NAME[:VALUE...]``, for this process;
+    returns ``cls``. Checked first: ``name`` is new, lower case, without a colon; ``cls`` is a
+    :class:`Compressor` whose ``Params`` is a dataclass with every field classified
+    (:func:`slate.config.agreed`) and carrying the ``help`` and ``example`` that
+    ``--compress``'s help and errors show. A ``ValueError`` or ``TypeError`` otherwise."""
+    if not (isinstance(cls, type) and issubclass(cls, Compressor)):
+        raise TypeError(f"register_compressor takes a subclass of Compressor, got {cls!r}")
+    if not name or name != name.strip().lower() or ":" in name or name in COMPRESSORS:
+        raise ValueError(f"compressor name {name!r} is taken, empty, or not lower case without "
+                         "a colon")  # fmt: skip
+    if not dataclasses.is_dataclass(cls.Params):
+        raise TypeError(f"{cls.__name__}.Params must be a dataclass, got {cls.Params!r}")
+    for f in dataclasses.fields(cls.Params):
+        must_agree(f)
+        if "help" not in f.metadata or "example" not in f.metadata:
+            raise TypeError(f"{cls.__name__}.Params.{f.name} needs help= and example= (the "
+                            "help and errors of --compress show them)")  # fmt: skip
+    COMPRESSORS[name] = cls
+    return cls
+
+
+def unregister_compressor(name: str) -> None:
+    """Remove operator ``name`` that :func:`register_compressor` added (not a built-in one)."""
+    if name in _BUILT_IN:
+        raise ValueError(f"--compress {name} is built in and cannot be unregistered")
+    if name not in COMPRESSORS:
+        raise KeyError(f"no compressor named {name!r} is registered")
+    del COMPRESSORS[name]
 
 
 def compress_help() -> str:
@@ -479,11 +538,11 @@ def parse_compressor(spec: str) -> Compressor:
     """
     text = spec.strip().lower()
     if not text:
-        raise ConfigError(f"The compressor name is empty. Valid compressors: {_VALID_FORMS}.")
+        raise ConfigError(f"The compressor name is empty. Valid compressors: {_valid_forms()}.")
     name, colon, rest = text.partition(":")
     operator = COMPRESSORS.get(name)
     if operator is None:
-        raise ConfigError(f"Unknown compressor {spec!r}. Valid compressors: {_VALID_FORMS}.")
+        raise ConfigError(f"Unknown compressor {spec!r}. Valid compressors: {_valid_forms()}.")
     return operator.from_params(operator.parse_params(rest if colon else None, spec))
 
 
@@ -507,7 +566,7 @@ def _wire_rows(delta: Tensor) -> Tensor:
     return delta.to(WIRE_DTYPE).contiguous()
 
 
-def _to_bytes(values: Tensor) -> Tensor:
+def to_bytes(values: Tensor) -> Tensor:
     """The bytes of each row of a 2-D tensor, ``(R, m)`` -> ``(R, m * itemsize)`` uint8."""
     if values.numel() == 0:  # view refuses the zero strides of an empty tensor
         width = values.shape[1] * values.element_size()
@@ -515,7 +574,7 @@ def _to_bytes(values: Tensor) -> Tensor:
     return values.contiguous().view(torch.uint8)
 
 
-def _from_bytes(payload: Tensor, dtype: torch.dtype) -> Tensor:
+def from_bytes(payload: Tensor, dtype: torch.dtype) -> Tensor:
     """Reinterpret ``(R, m * itemsize)`` uint8 rows as ``(R, m)`` of ``dtype``.
 
     Copies first: a column slice of a payload is not contiguous (or, with ``R = 1``, may start

@@ -28,13 +28,15 @@ from slate.data.parts import ArrayPart
 from slate.data.spec import DataSpec
 
 __all__ = [
-    "DATASET_NAMES",
     "IMAGE_SETS",
     "NAMED_LOADERS",
     "Dataset",
+    "dataset_names",
     "find_file",
     "normalise_images",
     "read_named_dataset",
+    "register_dataset",
+    "unregister_dataset",
 ]
 
 
@@ -187,14 +189,46 @@ def _load_images(spec: DataSpec, name: str) -> Dataset:
     )
 
 
-NAMED_LOADERS = {
+#: The named datasets: ``--dataset NAME`` -> its loader, ``loader(spec) -> Dataset``.
+NAMED_LOADERS: dict[str, Callable[[DataSpec], Dataset]] = {
     "digits": _load_digits,
     "w7a": lambda spec: _load_w(spec, "w7a"),
     "w8a": lambda spec: _load_w(spec, "w8a"),
     **{name: (lambda spec, name=name: _load_images(spec, name)) for name in IMAGE_SETS},
 }
-#: Every ``--dataset``: the named sets above, and the user's own ``libsvm`` or ``csv`` files.
-DATASET_NAMES = (*NAMED_LOADERS, "libsvm", "csv")
+_BUILT_IN = frozenset(NAMED_LOADERS)
+_USER_FILES = ("libsvm", "csv")
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every ``--dataset``: the named sets (registered ones included), and the user's own
+    ``libsvm`` or ``csv`` files."""
+    return (*NAMED_LOADERS, *_USER_FILES)
+
+
+def register_dataset(name: str, loader: Callable[[DataSpec], Dataset]) -> None:
+    """Add ``loader`` to :data:`NAMED_LOADERS` as ``--dataset NAME``, for this process.
+
+    ``loader(spec)`` gets the run's :class:`~slate.data.spec.DataSpec` (``data_dir``,
+    ``test_fraction``, ``split_seed``, ...) and returns a :class:`Dataset`: float32 features,
+    int64 labels in {0, 1}, a training and a test part; the line after it (validation split,
+    standardisation, partition, sampler) is the one every named dataset takes. A name taken
+    already (or ``libsvm``/``csv``) is a ``ValueError``."""
+    if not name or name in NAMED_LOADERS or name in _USER_FILES:
+        raise ValueError(f"--dataset {name!r} is taken or empty; choose another name")
+    if not callable(loader):
+        raise TypeError(f"register_dataset takes a callable loader(spec), got {loader!r}")
+    NAMED_LOADERS[name] = loader
+
+
+def unregister_dataset(name: str) -> None:
+    """Remove the loader :func:`register_dataset` added as ``name``; the built-in datasets stay
+    (a ``ValueError``), an unknown name is a ``KeyError``."""
+    if name in _BUILT_IN:
+        raise ValueError(f"--dataset {name} is built in and cannot be unregistered")
+    if name not in NAMED_LOADERS:
+        raise KeyError(f"no dataset named {name!r} is registered")
+    del NAMED_LOADERS[name]
 
 
 def read_named_dataset(spec: DataSpec) -> Dataset:

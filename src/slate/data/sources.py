@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from slate.data.datasets import DATASET_NAMES, NAMED_LOADERS, Dataset, read_named_dataset
+from slate.data.datasets import NAMED_LOADERS, Dataset, dataset_names, read_named_dataset
 from slate.data.line import agree, local_data
 from slate.data.local_data import Exchange, LocalData
 from slate.data.options import TableOptions
@@ -198,7 +198,7 @@ def _read_whole(
         shard, options = _read_csv_files(spec, validation, validation_seed)
     else:
         raise ConfigError(
-            f"Unknown --dataset {spec.dataset!r}; expected one of {', '.join(DATASET_NAMES)}."
+            f"Unknown --dataset {spec.dataset!r}; expected one of {', '.join(dataset_names())}."
         )
     _check_both_classes(shard, spec)
     return shard, options

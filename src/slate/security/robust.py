@@ -1,7 +1,8 @@
 r"""Gossip with a misbehaving neighbour: watching what arrives, ``--robust clip``, and the
 accusations that exclusions are; the guard every communicator mixes through.
 
-**The guard.** A run builds its guard once from ``--robust`` (:func:`message_guard`) and gives it
+**The guard.** A run builds its guard once from ``--robust``
+(:func:`slate.security.guards.message_guard`, from the registry of guards) and gives it
 to its communicator, which hands it what arrives over each edge and mixes as it says:
 :class:`MessageGuard` mixes plainly and watches, :class:`ClippingGuard` (``--robust clip``) clips
 and excludes. No communicator knows which; the guard's class is the choice. What the local
@@ -118,7 +119,6 @@ __all__ = [
     "accusation_lines",
     "clipped_update",
     "events_from_records",
-    "message_guard",
 ]
 
 NEVER = 1 << 62  # "no non-finite message yet"
@@ -394,11 +394,13 @@ class MessageGuard:
         """The new rows ``(P, d)`` from the own rows ``own (P, d)`` and one row per edge
         (``theirs (E, d)``, from ``senders`` to the local rows ``receivers`` with ``weights``)."""
         self.sender.heard(own[receivers], theirs, receivers)
-        return self._combine(own, theirs, weights, receivers, senders, self_weight)
+        return self.combine(own, theirs, weights, receivers, senders, self_weight)
 
-    def _combine(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
-                 senders: Tensor, self_weight: Tensor) -> Tensor:  # fmt: skip
-        """:math:`w_{ii} x_i + \\sum_j w_{ij} x_j`, what arrived watched."""
+    def combine(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
+                senders: Tensor, self_weight: Tensor) -> Tensor:  # fmt: skip
+        """:math:`w_{ii} x_i + \\sum_j w_{ij} x_j`, what arrived watched: the rule a guard of
+        its own overrides (:class:`ClippingGuard`'s, docs/extending.md), with
+        :attr:`edge_by_edge` true so that the simulator mixes through it."""
         self.watch(theirs, senders, own[receivers])
         out = own * self_weight[:, None]
         return out.index_add(0, receivers, theirs * weights[:, None])
@@ -530,8 +532,8 @@ class ClippingGuard(MessageGuard):
         self._counts.view(COUNTS, -1).index_add_(1, receivers * self.n + senders, counted)
         return done.delta
 
-    def _combine(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
-                 senders: Tensor, self_weight: Tensor) -> Tensor:  # fmt: skip
+    def combine(self, own: Tensor, theirs: Tensor, weights: Tensor, receivers: Tensor,
+                senders: Tensor, self_weight: Tensor) -> Tensor:  # fmt: skip
         """:math:`x_i + \\sum_j w_{ij} \\mathrm{clip}(x_j - x_i, \\tau_i)`."""
         del self_weight
         delta = self.clipped_delta(own[receivers], theirs, weights, receivers, senders, own)
@@ -565,12 +567,3 @@ class ClippingGuard(MessageGuard):
             self._ensure(like)
             assert self._memory is not None
             self._memory.load_state_dict(state["memory"])
-
-
-def message_guard(robust: str, n: int, local_parties: list[int],
-                  sender: Sender | None = None) -> MessageGuard:  # fmt: skip
-    """The run's guard, built once from ``--robust`` (``clip`` or ``none``): a
-    :class:`ClippingGuard` or a plain :class:`MessageGuard`; ``sender``: what the local parties
-    send (the faults plan's attacker in a test; default their own rows)."""
-    guard = ClippingGuard if robust == "clip" else MessageGuard
-    return guard(n, local_parties, sender)

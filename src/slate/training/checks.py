@@ -20,6 +20,7 @@ from slate.communication.gossip import check_gossip_flags
 from slate.config import TrainConfig
 from slate.data.sampler import validate_batch_shape
 from slate.errors import ConfigError
+from slate.security.guards import check_robust
 
 __all__ = [
     "COMPILE_CHOICES",
@@ -202,6 +203,7 @@ def check_config(config: TrainConfig) -> None:
         check_out_dir(config.out)
     _check_party_loss(config)
     check_gossip_flags(config)
+    check_robust(config.robust)
     _check_validation(config)
     _check_positive_label(config)
 

@@ -40,8 +40,9 @@ from slate.engines.simulator import SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged
 from slate.faults import FaultPlan
 from slate.models import build_model
+from slate.security.guards import message_guard
 from slate.security.messages import as_received
-from slate.security.robust import RECORD_SHAPE, message_guard
+from slate.security.robust import RECORD_SHAPE
 from slate.topology import SurvivorGraph, build_topology, surviving_topology
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
 from slate.training.checks import should_compile
