@@ -1,4 +1,5 @@
-"""A user's own small file without ``--nodes``: N follows its positives (issue 22)."""
+"""A user's own small file without ``--nodes``: N follows its positives, the largest N <= 20
+whose stratified parties each hold ``b`` training positives (slate.training.plan)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import numpy as np
 import pytest
 
 from slate.cli import main
-from slate.config import TrainConfig, resolve_config
-from slate.data.sources import default_parties
-from slate.data.spec import DataSpec
+from slate.config import TrainConfig
+from slate.training.configuration import resolve_and_check
+from slate.training.plan import choose_parties, whole_rows
 
 
 def _write(path, rows: int, positives: int, seed: int = 0) -> None:
@@ -43,13 +44,17 @@ def test_a_table_with_17_positives_trains_with_its_default_flags(tmp_path, capsy
     ],
 )
 def test_the_default_applies_only_to_own_files_without_nodes(config, expected):
-    spec = DataSpec.from_config(resolve_config(config))
-    assert default_parties(spec, config.nodes) is expected
+    """No rows are read for N, and N is the flags' (4 given; the digits preset's 8)."""
+    resolved = resolve_and_check(config)
+    assert whole_rows(resolved, from_data=True) is expected
+    assert choose_parties(resolved, None, from_data=True) == resolved.flags.nodes
 
 
 def test_enough_positives_keep_twenty_parties_without_a_note(tmp_path):
     _write(tmp_path / "big.csv", 2000, 300)
     config = TrainConfig(dataset="csv", train=str(tmp_path / "big.csv"), label_column="y",
                          positive_label="1")  # fmt: skip
-    nodes, data, note = default_parties(DataSpec.from_config(resolve_config(config)))
-    assert nodes == 20 and note == "" and int(data.y_train.sum()) == 225
+    resolved = resolve_and_check(config)
+    data, notes = whole_rows(resolved, from_data=True), []
+    nodes = choose_parties(resolved, data, from_data=True, log=notes.append)
+    assert nodes == 20 and notes == [] and int(data.y_train.sum()) == 225

@@ -202,7 +202,7 @@ def test_the_load_time_counts_reading_the_file_when_n_is_chosen_from_it(tmp_path
     import time
 
     from slate.cli import main
-    from slate.data import sources
+    from slate.data import whole as sources
 
     read = sources._read_csv_files
 

@@ -35,9 +35,8 @@ from torch import nn
 
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
-from slate.data.partition import make_partition
+from slate.data.partition import make_partition, parties_for_positives
 from slate.data.preprocess import Standardizer
-from slate.data.sources import parties_for_positives
 from slate.errors import ConfigError, DataError, TopologyError, TrainingDiverged
 from slate.inference.scoring import logits_of
 from slate.models import build_model

@@ -161,13 +161,13 @@ def test_the_choice_reads_the_table_once(tables, monkeypatch) -> None:
     import slate.data.sources as sources
 
     reads = []
-    original = sources._read_whole
+    original = sources.read_whole
 
     def counted(*args, **kwargs):
         reads.append(args)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(sources, "_read_whole", counted)
+    monkeypatch.setattr(sources, "read_whole", counted)
     train_path, test, _ = tables
     config = TrainConfig(
         dataset="csv", train=str(train_path), test=str(test), nodes=2, label_column="label",

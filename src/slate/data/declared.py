@@ -128,6 +128,23 @@ class Declared:
 
     # ------------------------------------------------------------------ checks
 
+    def check_table(
+        self,
+        sums: Any,
+        columns: Sequence[str],
+        counts: dict[str, dict[str, int]],
+    ) -> None:
+        """A table's set-up totals against the declarations: per numeric column of ``columns``
+        the summed rows, non-missing cells and mean (``sums``: rows, non-missing cells and
+        value sums, one column each), and every text column's category ``counts``."""
+        if columns:
+            for rows in sums[0].tolist():
+                self.check_rows(rows, "rows of the column statistics")
+            self.check_present(sums[1].tolist(), columns)
+            present = sums[1].clamp(min=1)
+            self.check_means((sums[2] / present).tolist(), columns, "imputation sums")
+        self.check_category_counts(counts)
+
     def check_rows(self, found: float, what: str) -> None:
         """``found``, a sum of training rows, must equal the declared training rows."""
         expected = self.train_rows()

@@ -268,11 +268,12 @@ class TableEncoder:
         features = choice.features(first.columns, first.path)
         numeric = [c for c in features if c in first.numeric]
         text = [c for c in features if c in first.text]
-        means, missing_rate, imputed = _numeric_statistics(tables, numeric, total, declared)
-        indicators = [c for c in numeric if missing_rate[c] >= INDICATOR_RATE]
+        sums, imputed = _numeric_sums(tables, numeric, total)
         counts = _united_category_counts(tables, text, gather)
-        if declared is not None:
-            declared.check_category_counts(counts)
+        if declared is not None:  # the totals against what the sites declared, before any use
+            declared.check_table(sums, numeric, counts)
+        means, missing_rate = _numeric_statistics(sums, numeric)
+        indicators = [c for c in numeric if missing_rate[c] >= INDICATOR_RATE]
         limits = limits or CategoryLimits()
         categories = {c: limits.keep(counts[c]) for c in text}
         reduced = {
@@ -454,9 +455,9 @@ class TableEncoder:
         )
 
 
-def _numeric_statistics(tables, numeric: list[str], total: Total, declared: Declared | None):
-    """Global mean over non-missing cells, missing rate, and this process's imputed counts;
-    with ``declared``, the rows, non-missing cells and means are checked against it."""
+def _numeric_sums(tables, numeric: list[str], total: Total) -> tuple[Tensor, dict[str, int]]:
+    """Per numeric column the rows, non-missing cells and sum of values over all processes
+    (one column each), and this process's imputed (missing) cells per column."""
     sums = torch.zeros(3, len(numeric), dtype=torch.float64)  # rows, non-missing, sum
     imputed = {}
     for table in tables:
@@ -467,13 +468,12 @@ def _numeric_statistics(tables, numeric: list[str], total: Total, declared: Decl
             sums[1, j] += present.sum()
             sums[2, j] += values[present].sum()
             imputed[c] = imputed.get(c, 0) + int((~present).sum())
-    sums = total(sums, "column statistics")
-    if declared is not None and numeric:
-        for rows in sums[0].tolist():
-            declared.check_rows(rows, "rows of the column statistics")
-        declared.check_present(sums[1].tolist(), numeric)
-        present = sums[1].clamp(min=1)
-        declared.check_means((sums[2] / present).tolist(), numeric, "imputation sums")
+    return total(sums, "column statistics"), {c: n for c, n in imputed.items() if n}
+
+
+def _numeric_statistics(sums: Tensor, numeric: list[str]):
+    """Global mean over non-missing cells and missing rate per column, from the summed
+    :func:`_numeric_sums`."""
     means, rate = {}, {}
     for j, c in enumerate(numeric):
         rows, present, added = (float(v) for v in sums[:, j])
@@ -481,7 +481,7 @@ def _numeric_statistics(tables, numeric: list[str], total: Total, declared: Decl
             raise DataError(f"Column {c!r} holds no value at all in the training data.")
         means[c] = added / present
         rate[c] = 1.0 - present / rows
-    return means, rate, {c: n for c, n in imputed.items() if n}
+    return means, rate
 
 
 def _united_category_counts(tables, text: list[str], gather: Gather) -> dict[str, dict[str, int]]:

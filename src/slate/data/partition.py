@@ -12,14 +12,25 @@ import numpy as np
 from slate.errors import ConfigError, DataError
 
 __all__ = [
+    "MAX_DEFAULT_PARTIES",
     "PARTITIONS",
     "check_party_counts",
     "dirichlet_partition",
     "make_partition",
+    "parties_for_positives",
     "stratified_partition",
 ]
 
 PARTITIONS = ("stratified", "dirichlet")
+
+MAX_DEFAULT_PARTIES = 20  # the paper's N, and the default for a user's own file
+
+
+def parties_for_positives(positives: int, b: int) -> int:
+    """The default N for a table with ``positives`` training positives: the largest
+    ``N <= MAX_DEFAULT_PARTIES`` whose stratified parties each hold at least ``b`` of them
+    (at least 1)."""
+    return max(1, min(MAX_DEFAULT_PARTIES, positives // b))
 
 
 def stratified_partition(labels: np.ndarray, n_parties: int, seed: int) -> list[np.ndarray]:

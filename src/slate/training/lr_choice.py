@@ -47,8 +47,8 @@ from typing import Any, Protocol
 
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
+from slate.data.partition import parties_for_positives
 from slate.data.parts import hold_out
-from slate.data.sources import load_dataset, parties_for_positives
 from slate.errors import ConfigError, TrainingDiverged
 from slate.training.configuration import ResolvedConfig, resolve_and_check
 
@@ -219,15 +219,14 @@ def auto_lr(
     runner: CandidateRunner | None,
     log: Callable[[str], None],
     flags: TrainConfig | None = None,
-) -> tuple[float, LrChoice | None, Dataset | None]:
-    """``--lr auto``'s step size for a run of ``nodes`` parties, its record, and the dataset
-    read to choose it (for the run to reuse).
+) -> tuple[float, LrChoice | None]:
+    """``--lr auto``'s step size for a run of ``nodes`` parties, scored on the whole table's
+    rows ``data`` (read by the plan, :func:`slate.training.plan.whole_rows`), and its record.
 
     Per-party files cannot be scored here (module docstring): an explicit ``--lr auto`` is a
     :class:`ConfigError`, the default falls back to :data:`FALLBACK_LR` with a note.
     """
-    spec = settings.data
-    if spec.per_party:
+    if settings.data.per_party:
         if settings.given.lr == AUTO:
             raise ConfigError(
                 "--lr auto scores step sizes on rows of the whole table, which sites with their "
@@ -236,15 +235,13 @@ def auto_lr(
             )
         log(f"note: per-party files: lr {FALLBACK_LR} (the default --lr auto needs the whole "
             "table; give --lr to choose)")  # fmt: skip
-        return FALLBACK_LR, None, data
-    if runner is None:
+        return FALLBACK_LR, None
+    if runner is None or data is None:
         raise ConfigError(
             "--lr auto is chosen by short runs of candidate step sizes, which "
             "slate.training.loop.train makes before it builds the run: give --lr a number to "
             "build a run directly."
         )
-    if data is None:
-        data = load_dataset(spec, spec.validation_fraction, spec.split_seed)
     choice = choose_lr(settings, data, runner, nodes=nodes, flags=flags)
     log(choice.line())
-    return choice.lr, choice, data
+    return choice.lr, choice

@@ -43,14 +43,15 @@ def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
     from slate.training.configuration import check_inputs, resolve_and_check
     from slate.training.loop import run_candidates
     from slate.training.outputs import default_out_dir
-    from slate.training.plan import choose_parties, choose_step_size
+    from slate.training.plan import choose_parties, choose_step_size, whole_rows
 
     settings = resolve_and_check(config)
-    nodes, data = choose_parties(settings, from_data=True)
+    data = whole_rows(settings, from_data=True, runner=run_candidates)  # read once, if needed
+    nodes = choose_parties(settings, data, from_data=True)
     check_inputs(settings, nodes, data)  # the dataset read to choose N is not read again
     forwarded = list(argv)
     if settings.algorithm.config.lr == "auto":  # chosen once here, after the checks
-        lr, choice, data = choose_step_size(settings, nodes, data, runner=run_candidates)
+        lr, choice = choose_step_size(settings, nodes, data, runner=run_candidates)
         forwarded += ["--lr", repr(lr)]
         if choice is not None:
             forwarded += ["--lr-choice", json.dumps(choice.to_dict())]

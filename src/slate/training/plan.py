@@ -6,12 +6,13 @@ in two moments:
 
 1. **Before any party's rows are cut** (:func:`choose`, a :class:`Choices`): the number of
    parties N (fixed by the caller: the processes a launcher started; or, for a user's own file
-   without ``--nodes``, chosen from its positives by :func:`slate.data.sources.default_parties`;
-   else the flags'), then the step size of ``--lr auto``, scored by short simulator runs
+   without ``--nodes``, chosen from its positives by :func:`choose_parties`; else the flags'),
+   then the step size of ``--lr auto``, scored by short simulator runs
    (:mod:`slate.training.lr_choice`) through the runner that the caller passes down
    (:func:`slate.training.loop.run_candidates`: the loop owns both the plan and the runs). A
    launcher makes these choices once for all its parties and hands each ``--nodes``, ``--lr``
-   and the choice's record.
+   and the choice's record. Where either choice needs the whole table's rows, they are read
+   once, here (:func:`whole_rows`), and the run reuses them.
 2. **Once this process's rows are read** (:func:`plan`, a :class:`RunPlan`): the evaluation
    defaults (``eval_every``, ``party_ap``) from the test rows' count, ``--threads``' default from
    the model's size, the simulator's ``--drop-party`` schedule, and the process's
@@ -32,7 +33,8 @@ from slate.algorithms import AlgorithmConfig
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.local_data import LocalData
-from slate.data.sources import default_parties
+from slate.data.partition import MAX_DEFAULT_PARTIES, parties_for_positives
+from slate.data.sources import load_dataset
 from slate.data.spec import DataSpec
 from slate.training.checks import (
     parse_drops,
@@ -43,7 +45,16 @@ from slate.training.checks import (
 from slate.training.configuration import ResolvedConfig
 from slate.training.lr_choice import CandidateRunner, LrChoice, auto_lr
 
-__all__ = ["Choices", "Place", "RunPlan", "choose", "choose_parties", "choose_step_size", "plan"]
+__all__ = [
+    "Choices",
+    "Place",
+    "RunPlan",
+    "choose",
+    "choose_parties",
+    "choose_step_size",
+    "plan",
+    "whole_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,36 @@ class RunPlan:
     threads: int
 
 
+def _parties_from_rows(resolved: ResolvedConfig, nodes: int | None, from_data: bool) -> bool:
+    """Whether N follows the rows: a user's own whole file (``--dataset csv`` or ``libsvm``,
+    not per-party files) without ``--nodes``, where the caller asks for it and fixes no N."""
+    spec = resolved.data
+    return (
+        nodes is None and from_data and resolved.given.nodes is None
+        and spec.dataset in ("csv", "libsvm") and not spec.per_party
+    )  # fmt: skip
+
+
+def whole_rows(
+    resolved: ResolvedConfig,
+    data: Dataset | None = None,
+    *,
+    nodes: int | None = None,
+    from_data: bool = False,
+    runner: CandidateRunner | None = None,
+) -> Dataset | None:
+    """The whole table's rows where a choice needs them, read once (``data``, when the caller
+    read them already): N from a user's own file (:func:`choose_parties`), or ``--lr auto``
+    scored on them (a ``runner`` given, not per-party files); else None."""
+    if data is not None:
+        return data
+    spec = resolved.data
+    scores_lr = resolved.algorithm.config.lr == "auto" and runner is not None
+    if _parties_from_rows(resolved, nodes, from_data) or (scores_lr and not spec.per_party):
+        return load_dataset(spec, spec.validation_fraction, spec.split_seed)
+    return None
+
+
 def choose_parties(
     resolved: ResolvedConfig,
     data: Dataset | None = None,
@@ -130,21 +171,24 @@ def choose_parties(
     nodes: int | None = None,
     from_data: bool = False,
     log=print,
-) -> tuple[int, Dataset | None]:
-    """N, and the dataset read to choose it (else ``data`` as given): ``nodes`` where the
-    caller fixes it; with ``from_data`` (``slate train``, its launcher), a user's own file
-    without ``--nodes`` gets the largest N <= 20 whose parties each hold ``b`` training
-    positives, said in one line; else the flags' N."""
+) -> int:
+    """N: ``nodes`` where the caller fixes it; with ``from_data`` (``slate train``, its
+    launcher), a user's own file without ``--nodes`` (its rows ``data``, :func:`whole_rows`)
+    gets the largest N <= 20 whose stratified parties each hold ``b`` training positives, said
+    in one line; else the flags' N."""
     if nodes is not None:
-        return nodes, data
-    if from_data:
-        chosen = default_parties(resolved.data, resolved.given.nodes)
-        if chosen is not None:
-            nodes, data, note = chosen
-            if note:
-                log(note)
-            return nodes, data
-    return resolved.flags.nodes, data
+        return nodes
+    if not _parties_from_rows(resolved, nodes, from_data) or data is None:
+        return resolved.flags.nodes
+    positives, b = int(data.y_train.sum()), resolved.data.positives
+    chosen = parties_for_positives(positives, b)
+    if chosen < MAX_DEFAULT_PARTIES:
+        log(
+            f"note: {positives} training positives allow at most {positives // b} parties of "
+            f"b = {b} positives each: running N = {chosen} (not the default "
+            f"{MAX_DEFAULT_PARTIES}); --nodes N overrides."
+        )
+    return chosen
 
 
 def choose_step_size(
@@ -156,14 +200,14 @@ def choose_step_size(
     lr_choice: LrChoice | None = None,
     runner: CandidateRunner | None = None,
     log=print,
-) -> tuple[float, LrChoice | None, Dataset | None]:
-    """The step size, its record and the dataset read to choose it: ``--lr`` as given (with
-    ``lr_choice``, a launcher's record of its choice), or ``--lr auto`` chosen for ``nodes``
-    parties by :func:`slate.training.lr_choice.auto_lr` (its candidates run by ``runner``, in
-    this process's ``place``)."""
+) -> tuple[float, LrChoice | None]:
+    """The step size and its record: ``--lr`` as given (with ``lr_choice``, a launcher's record
+    of its choice), or ``--lr auto`` chosen for ``nodes`` parties on the whole table's rows
+    ``data`` (:func:`whole_rows`) by :func:`slate.training.lr_choice.auto_lr` (its candidates
+    run by ``runner``, in this process's ``place``)."""
     lr = resolved.algorithm.config.lr
     if lr != "auto":
-        return lr, lr_choice, data
+        return lr, lr_choice
     flags = (place or Place()).applied(resolved.flags)
     return auto_lr(resolved, nodes, data, runner, log, flags)
 
@@ -179,9 +223,11 @@ def choose(
     runner: CandidateRunner | None = None,
     log=print,
 ) -> Choices:
-    """N (:func:`choose_parties`), then the step size (:func:`choose_step_size`)."""
-    n, data = choose_parties(resolved, data, nodes=nodes, from_data=parties_from_data, log=log)
-    lr, record, data = choose_step_size(
+    """The rows both choices need, read once (:func:`whole_rows`), then N
+    (:func:`choose_parties`), then the step size (:func:`choose_step_size`)."""
+    data = whole_rows(resolved, data, nodes=nodes, from_data=parties_from_data, runner=runner)
+    n = choose_parties(resolved, data, nodes=nodes, from_data=parties_from_data, log=log)
+    lr, record = choose_step_size(
         resolved, n, data, place=place, lr_choice=lr_choice, runner=runner, log=log
     )
     spec = resolved.data
