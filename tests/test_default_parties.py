@@ -1,4 +1,5 @@
-"""A user's own small file without ``--nodes``: N follows its positives (issue 22)."""
+"""A user's own small file without ``--nodes``: N follows its positives (the largest N <= 20
+that leaves every party enough positives), so a small table trains without a flag."""
 
 from __future__ import annotations
 

@@ -219,8 +219,9 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
 @pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
-    """Issue 29: a lost site restarted with --resume after the others finished waited its whole
-    --timeout for a rendezvous that had exited, then said it "could not reach the store"."""
+    """A lost site restarted with --resume after the others finished learns at once that the run
+    is over, rather than waiting its whole --timeout for a rendezvous that has exited and then
+    saying it "could not reach the store"."""
     write_sites(tmp_path, parties=3, rows=300)
     port = free_port()
     server = subprocess.Popen(
@@ -266,7 +267,7 @@ def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp
 @pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(tmp_path):
-    """Issue 23: a site killed at step 20, long before the first checkpoint (100), restarts with
+    """A site killed at step 20, long before the first checkpoint (100), restarts with
     --resume on a folder that holds only its set-up record, and rejoins at a checkpoint. The
     run has a roster: no site unpickles anything through the loss and the rejoin there either."""
 
@@ -310,7 +311,7 @@ def run_three_sites(root: Path, kill_rendezvous: bool) -> list[tuple[str, str]]:
 @pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
-    """Issue 23: the store is needed only to agree on a change of the party set, so the parties
+    """The store is needed only to agree on a change of the party set, so the parties
     carry on without it, say so, and end with the model of a run whose rendezvous lived."""
     outputs = run_three_sites(tmp_path / "killed", kill_rendezvous=True)
     for out, _ in outputs:
@@ -329,8 +330,8 @@ def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
 @pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
-    """Issue 23: the others used to end with c10d's raw 'wait timeout after 60000ms, keys:
-    /slate/pg0/0//cpu//0/2'."""
+    """The sites that started name the one that never did, within --timeout, instead of ending
+    with c10d's raw 'wait timeout after 60000ms, keys: /slate/pg0/0//cpu//0/2'."""
     write_sites(tmp_path, parties=3, rows=100)
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
