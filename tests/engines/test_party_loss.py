@@ -75,7 +75,7 @@ def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     done, out = lost_run(tmp_path, f"{lost}@77")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
-    assert f"without parties [{lost}]" in done.stderr
+    assert f"without party {lost} (exit codes: party {lost}: " in done.stderr
     assert f"party {lost} lost at iteration 77" in done.stdout  # logged by the (new) main party
     result = summary(out)
     survivors = [p for p in range(4) if p != lost]
@@ -137,7 +137,7 @@ def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
     done = slate("train", "--resume", str(out), "--iterations", str(saved["iteration"] + 50),
                  "--engine", "distributed", "--no-progress")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert f"parties [1] return to the run at iteration {saved['iteration']}" in done.stdout
+    assert f"party 1 returns to the run at iteration {saved['iteration']}" in done.stdout
     result = summary(out)
     assert result["members"] == [0, 1, 2, 3]
     assert [(e["rank"], e["event"]) for e in result["party_events"]] == [
@@ -347,7 +347,7 @@ def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
         server.kill()
     for process, (_, err) in zip(parties, outputs, strict=True):
         assert process.returncode == 2, err
-        assert "parties [2] never reached the rendezvous" in err and "Traceback" not in err, err
+        assert "party 2 never reached the rendezvous" in err and "Traceback" not in err, err
         assert "keys:" not in err
     # --timeout 5, plus two interpreters starting (seen: 16 s on a loaded 2-core machine);
     # well below c10d's own 60 s that it used to wait.
