@@ -1,5 +1,5 @@
 """``python -m benchmarks.consensus_step_auto``: ``--consensus-step auto``'s choice against the
-operators' default gamma under SGD-like noise (issue 29, item 6; docs/engines.md).
+operators' default gamma under SGD-like noise (docs/engines.md, ``--consensus-step auto``).
 
 For each graph and compressor: the gamma picked by the noiseless tuning that ``auto`` used
 before (CHOCO average consensus from standard normal parameters, ``max(100, 50 x cycle)``
@@ -24,7 +24,7 @@ D, CHECK_ROUNDS, CHECK_SEED = 2048, 2000, 1
 
 
 def noiseless_auto(topology, compressor, d: int) -> float:
-    """The tuning of ``auto`` before issue 29: the grid value with the smallest noiseless error."""
+    """The earlier tuning of ``auto``: the grid value with the smallest noiseless error."""
     rounds = max(100, 50 * topology.cycle_length)
     errors = [
         choco.consensus_error_after(topology, compressor, g, d, rounds) for g in choco.GAMMA_GRID

@@ -144,7 +144,7 @@ def roster_cost(
     reference = plain[0]["model"]
     repeatable = all(same_model(reference, run["model"]) for run in plain)
     # Under --roster every exchange is sealed and every all-reduce sums in rank order instead of
-    # gloo's ring order: equal up to float summation order (issue 30), not bit for bit.
+    # gloo's ring order: equal up to float summation order, not bit for bit.
     identical = all(same_model(reference, run["model"], 1e-6) for run in signed)
     for field, label in (("wall", "whole run"), ("train_wall", "training (`wall_seconds`)")):
         a = statistics.median(run[field] for run in plain)

@@ -305,8 +305,10 @@ def test_import_slate_leaves_the_estimator_unloaded() -> None:
 
 
 def test_pos_label_ranks_the_named_class_first(imbalanced) -> None:
-    """Issue 32, item 2: with labels cancer/normal, classes_[1] = 'normal' (the majority) was
-    the positive class, silently. The reference: the same rows with cancer as 1."""
+    """``pos_label`` names the positive class: with labels cancer/normal the default,
+    classes_[1] = 'normal' (the majority), is the positive class and fit warns that it is the
+    majority; pos_label='cancer' ranks cancer first. The reference: the same rows with cancer
+    as 1."""
     X, y = imbalanced  # class 1 is the 10% minority
     names = np.where(y == 1, "cancer", "normal")
     small = dict(n_parties=4, iterations=200, threads=1)
@@ -328,8 +330,9 @@ def test_pos_label_ranks_the_named_class_first(imbalanced) -> None:
 
 
 def test_n_parties_is_chosen_from_the_positives_as_slate_train_chooses_it() -> None:
-    """Issue 32, item 9: the default of 20 parties made cross_val_score fail on small tables
-    ("Use 'n_parties' 11 or fewer"); slate train picks N from the positives."""
+    """Without n_parties, N is picked from the positives as slate train picks it, so
+    cross_val_score runs on small tables (a fixed 20 parties failed there with "Use 'n_parties'
+    11 or fewer")."""
     from sklearn.model_selection import cross_val_score
 
     rng = np.random.default_rng(5)
@@ -344,7 +347,7 @@ def test_n_parties_is_chosen_from_the_positives_as_slate_train_chooses_it() -> N
 
 
 def test_threads_default_to_the_cli_rule_for_the_fit_only(imbalanced) -> None:
-    """Issue 32, item 7: ``threads=None`` follows ``slate train``'s default (one thread for a
+    """``threads=None`` follows ``slate train``'s default (one thread for a
     small model) during ``fit``, then gives the process its own count back; an explicit count
     is set for the process, as ``--threads`` is. The model is the same either way."""
     import torch

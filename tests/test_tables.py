@@ -182,7 +182,8 @@ def test_summary_reports_load_time_and_one_party(tmp_path):
 
 
 def test_the_standardise_hint_is_not_given_to_a_standardised_run(tmp_path):
-    """Issue 32, item 10: "try --standardize" was printed when standardising was already on."""
+    """The not-learning warning never says "try --standardize" to a run that standardises
+    already; it suggests a lower --lr instead."""
     rng = np.random.default_rng(1)
     x = rng.normal(0, 1, (800, 3))
     y = (x[:, 0] + rng.normal(0, 0.5, 800) > 1.2).astype(int)
@@ -197,8 +198,8 @@ def test_the_standardise_hint_is_not_given_to_a_standardised_run(tmp_path):
 
 
 def test_the_load_time_counts_reading_the_file_when_n_is_chosen_from_it(tmp_path, monkeypatch):
-    """Issue 32, item 8: with N chosen from the positives, the table was read before the run's
-    timer started, and "data loaded in 0.0 s" was printed."""
+    """With N chosen from the positives, the table is read before the run starts; the load time
+    printed still counts that reading (not "data loaded in 0.0 s")."""
     import time
 
     from slate.cli import main

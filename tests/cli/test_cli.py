@@ -452,7 +452,7 @@ def test_train_default_out_dir(monkeypatch, tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# party losses (issue 12)
+# party losses: --drop-party's errors
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The data line (issue 21): a run's config reaches the data modules once, in one direction.
+"""The data line: a run's config reaches the data modules once, in one direction.
 
 The profiler records every call into a ``slate.data`` module that takes the run's ``config`` (or
 the :class:`~slate.data.spec.DataSpec` or ``options`` built from it) and comes from another

@@ -1,6 +1,7 @@
-"""``--positive-label`` with LIBSVM files (issue 32, item 3): it used to be ignored, so +1 stayed
-positive while summary.json recorded the flag's value. The reference is the file itself: the
-rows whose label is -1, counted and scored with scikit-learn."""
+"""``--positive-label`` with LIBSVM files: ``--positive-label -1`` makes the -1 rows the
+positives, as summary.json records (ignoring it would keep +1 positive under a record that says
+otherwise). The reference is the file itself: the rows whose label is -1, counted and scored with
+scikit-learn."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 22's acceptance on real data: a messy copy of w7a (an ID, an ISO date, a percent and a
-thousands-separated column, a 400-value text column, missing cells) trains with the default
-flags to the AP of the same table cleaned by hand, and each reduced or parsed column is named."""
+"""A user's table as it comes, on real data: a messy copy of w7a (an ID, an ISO date, a percent and
+a thousands-separated column, a 400-value text column, missing cells) trains with the default flags
+to the AP of the same table cleaned by hand, and each reduced or parsed column is named."""
 
 from __future__ import annotations
 

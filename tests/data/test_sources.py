@@ -179,7 +179,7 @@ def test_party_without_positives_stops_everyone_naming_it(tmp_path):
     path = tmp_path / "1" / "train.csv"
     lines = path.read_text().split()
     path.write_text("\n".join([lines[0]] + [r for r in lines[1:] if r.endswith(",0.0")]) + "\n")
-    with pytest.raises(DataError, match=r"Parties \[1\] hold no positive training example"):
+    with pytest.raises(DataError, match=r"No positive training example at party 1\."):
         load_local_data(csv_config(tmp_path), [0, 1, 2], SimulatorEngine(3))
 
 

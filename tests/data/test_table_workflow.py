@@ -1,5 +1,5 @@
-"""A user's table as it comes (issue 22): no leak from the held-out split, disguised numbers,
-capped one-hot columns, ID-like columns named.
+"""A user's table as it comes (IDs, text categories, missing cells, numbers written as text): no
+leak from the held-out split, disguised numbers, capped one-hot columns, ID-like columns named.
 
 References: the encoder fitted on a single file's training part must equal the one fitted on the
 same rows given as ``--train``/``--test`` files; parsed values are checked against Python's own

@@ -360,7 +360,8 @@ def test_one_report_covers_labels_and_columns(tmp_path: Path) -> None:
 
 
 def test_empty_label_cell_names_its_line(tmp_path: Path) -> None:
-    # Issue 15: an empty label used to be reported as "a third distinct value" further down.
+    # An empty label cell is named with its line, not reported as "a third distinct value"
+    # further down.
     path = _write(tmp_path / "lab.csv", "x,y\n1,a\n2, \n3,b\n4,NA\n")
     for reader in (read_table, read_csv):
         with pytest.raises(DataError) as info:

@@ -101,7 +101,7 @@ def test_a_party_lost_at_this_moment_leaves_the_others_finishing(tmp_path, kill,
 
 # 3 parties on base-2 (rounds 0-1, 0-2, 0-1; round r ends step 25 r + 24): party 2 talks to
 # party 0 only every third gossip round, so with --gossip-every 25 it runs up to 100 iterations
-# past a party blocked on the lost one before its own next exchange holds it (issue 29): killed
+# past a party blocked on the lost one before its own next exchange holds it: killed
 # at 130, party 1 leaves party 0 blocked at step 149 while party 2 reaches step 199.
 LOCAL_STEPS_FLAGS = ["--dataset", "digits", "--nodes", "3", "--topology", "base-2",
                      "--gossip-every", "25", "--iterations", "300", "--eval-every", "100",
@@ -122,7 +122,7 @@ LOCAL_STEPS = LOCAL_STEPS_FULL if FULL_MATRIX else LOCAL_STEPS_SUBSET
                          ids=[" ".join((c[0], *c[1])) for c in LOCAL_STEPS])  # fmt: skip
 @pytest.mark.processes
 def test_a_party_lost_under_local_steps_leaves_every_healthy_party_finishing(tmp_path, kill, extra):
-    """Issue 29, item 4: with H local steps between gossip rounds a party runs up to H
+    """With H local steps between gossip rounds a party runs up to H
     iterations per hop ahead of one blocked on the lost party; each survivor must still hold
     the state the survivors agree to roll back to (none stops), and all record one loss. With
     --compress int8 the rollback also restarts CHOCO's public copies on every survivor."""
@@ -152,7 +152,7 @@ SITE_KILLS = [(1, 1000, 5000), (2, 4000, 8000), (3, 16000, 20000)] if FULL_MATRI
 def test_a_site_killed_under_local_steps_rejoins_and_no_healthy_site_stops(
     tmp_path, lost, at, iterations
 ):
-    """Issue 29, item 4: every healthy site rolls back to the agreed iteration and goes on (none
+    """Under local steps every healthy site rolls back to the agreed iteration and goes on (none
     stops), the sites record the same events, and the killed site returns with --resume."""
     flags = ("--topology", "base-2", "--gossip-every", "25", "--eval-every", "1000")
     outputs, _ = kill_and_bring_back(tmp_path, lost, at, iterations, flags=flags, reach_s=600)

@@ -192,7 +192,7 @@ def test_rejoining_a_run_nobody_runs_any_more_is_refused(store_address):
 
 
 def test_a_process_restarted_under_the_same_rank_is_told_apart(store_address):
-    """Issue 23: a supervisor restarts a killed party at once; the new process bumps the same
+    """A supervisor may restart a killed party at once; the new process bumps the same
     heartbeat, but it is not the process that was in the run, so the others count it lost
     without waiting out --timeout."""
     a, b = (Membership(records(store_address), r, [0, 1], timeout_s=60) for r in (0, 1))
@@ -211,8 +211,8 @@ def test_a_process_restarted_under_the_same_rank_is_told_apart(store_address):
 
 
 def test_a_silent_member_is_named_on_the_heartbeat_timer_not_after_timeout(store_address):
-    """Issue 23: a wait ends once the member it waits for is silent for silence_s (here
-    min(10, 4 / 2) = 2 s), long before --timeout. Issue 29: the lookout thread finds it."""
+    """A wait ends once the member it waits for is silent for silence_s (here
+    min(10, 4 / 2) = 2 s), long before --timeout; the lookout thread, not the wait, finds it."""
     a = Membership(records(store_address), 0, [0, 1], timeout_s=4.0)
     Membership(records(store_address), 1, [0, 1], timeout_s=4.0)  # registers party 1 (alive)
     assert a.silence_s == 2.0
@@ -244,10 +244,10 @@ class _NoStore:
 
 
 def test_a_watched_wait_reads_the_lookouts_sighting_and_never_the_store(store_address):
-    """Issue 29: with --on-party-loss continue a wait longer than POLL_SECONDS made round trips
-    to the rendezvous on the training thread (63 calls, 38.7 s over an 80 ms link). Now it
-    reads what the lookout saw: with the training thread's store connection unusable, a wait
-    still ends, naming the party the lookout saw gone, and the flag another party raised."""
+    """With --on-party-loss continue a wait longer than POLL_SECONDS reads what the lookout saw and
+    makes no round trip to the rendezvous on the training thread (asking the store from the wait
+    cost 63 calls, 38.7 s over an 80 ms link): with the training thread's store connection unusable,
+    a wait still ends, naming the party the lookout saw gone, and the flag another party raised."""
     a = Membership(records(store_address), 0, [0, 1, 2], timeout_s=60.0)
     lookout = Lookout(lambda: client(store_address), a, records(store_address))
     waiter = Waiter(FailureGuard(0), lookout)
@@ -317,8 +317,9 @@ def test_the_heartbeat_reconnects_after_an_outage(store_address):
 
 @pytest.mark.processes
 def test_a_second_copy_of_a_running_party_is_refused(store_address):
-    """Issue 23: a second copy of site 1 started with --resume used to wait silently (and, once
-    registered, would have pushed the running process out)."""
+    """A second copy of site 1 started with --resume is refused at once ("already running"), rather
+    than waiting silently (and, once registered, pushing the running process out); the running
+    process's registration is untouched."""
     store = client(store_address)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

@@ -211,8 +211,8 @@ def test_a_flag_changed_at_one_site_stops_every_site_before_step_one(tmp_path, f
 @pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_every_site_shows_its_progress(tmp_path):
-    """Issue 29, item 10: with per-party files each site's console is its own, so every site
-    shows the progress bar (before, sites other than 0 printed nothing for minutes)."""
+    """With per-party files each site's console is its own, so every site shows the progress
+    bar; a site other than 0 that printed nothing would look hung for minutes."""
     write_sites(tmp_path, parties=2, rows=600)
     port = free_port()
     flags = ["--nodes", "2", "--train", "train.svm", "--test", "test.svm", "--dataset", "libsvm",

@@ -75,7 +75,7 @@ def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
     done, out = lost_run(tmp_path, f"{lost}@77")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
-    assert f"without parties [{lost}]" in done.stderr
+    assert f"without party {lost} (exit codes: party {lost}: " in done.stderr
     assert f"party {lost} lost at iteration 77" in done.stdout  # logged by the (new) main party
     result = summary(out)
     survivors = [p for p in range(4) if p != lost]
@@ -137,7 +137,7 @@ def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
     done = slate("train", "--resume", str(out), "--iterations", str(saved["iteration"] + 50),
                  "--engine", "distributed", "--no-progress")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert f"parties [1] return to the run at iteration {saved['iteration']}" in done.stdout
+    assert f"party 1 returns to the run at iteration {saved['iteration']}" in done.stdout
     result = summary(out)
     assert result["members"] == [0, 1, 2, 3]
     assert [(e["rank"], e["event"]) for e in result["party_events"]] == [
@@ -219,8 +219,9 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
 @pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
-    """Issue 29: a lost site restarted with --resume after the others finished waited its whole
-    --timeout for a rendezvous that had exited, then said it "could not reach the store"."""
+    """A lost site restarted with --resume after the others finished learns at once that the run
+    is over, rather than waiting its whole --timeout for a rendezvous that has exited and then
+    saying it "could not reach the store"."""
     write_sites(tmp_path, parties=3, rows=300)
     port = free_port()
     server = subprocess.Popen(
@@ -266,7 +267,7 @@ def test_losing_party_zero_that_hosts_the_store_stops_the_others_with_advice(tmp
 @pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(tmp_path):
-    """Issue 23: a site killed at step 20, long before the first checkpoint (100), restarts with
+    """A site killed at step 20, long before the first checkpoint (100), restarts with
     --resume on a folder that holds only its set-up record, and rejoins at a checkpoint. The
     run has a roster: no site unpickles anything through the loss and the rejoin there either."""
 
@@ -310,7 +311,7 @@ def run_three_sites(root: Path, kill_rendezvous: bool) -> list[tuple[str, str]]:
 @pytest.mark.processes
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
-    """Issue 23: the store is needed only to agree on a change of the party set, so the parties
+    """The store is needed only to agree on a change of the party set, so the parties
     carry on without it, say so, and end with the model of a run whose rendezvous lived."""
     outputs = run_three_sites(tmp_path / "killed", kill_rendezvous=True)
     for out, _ in outputs:
@@ -329,8 +330,8 @@ def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
 @pytest.mark.xdist_group("timing")
 @pytest.mark.skipif(not (SHARED / "w7a" / "w7a.t.gz").is_file(), reason="w7a not in shared")
 def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
-    """Issue 23: the others used to end with c10d's raw 'wait timeout after 60000ms, keys:
-    /slate/pg0/0//cpu//0/2'."""
+    """The sites that started name the one that never did, within --timeout, instead of ending
+    with c10d's raw 'wait timeout after 60000ms, keys: /slate/pg0/0//cpu//0/2'."""
     write_sites(tmp_path, parties=3, rows=100)
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
@@ -346,7 +347,7 @@ def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
         server.kill()
     for process, (_, err) in zip(parties, outputs, strict=True):
         assert process.returncode == 2, err
-        assert "parties [2] never reached the rendezvous" in err and "Traceback" not in err, err
+        assert "party 2 never reached the rendezvous" in err and "Traceback" not in err, err
         assert "keys:" not in err
     # --timeout 5, plus two interpreters starting (seen: 16 s on a loaded 2-core machine);
     # well below c10d's own 60 s that it used to wait.

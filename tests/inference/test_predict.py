@@ -1,6 +1,6 @@
 """Using a trained run: slate predict, slate evaluate, operating points, slate export.
 
-The acceptance checks of the issue on real runs: w7a trained for 500 iterations (4 parties, to
+Checked on real runs: w7a trained for 500 iterations (4 parties, to
 stay quick) and a Fashion-MNIST CNN trained for a few iterations. Every command runs through
 ``slate.cli.main`` in this process (no interpreter start-up per command); the exported programs
 are loaded in a fresh Python that cannot import slate.

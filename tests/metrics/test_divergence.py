@@ -26,7 +26,8 @@ def _history(last: list[float], rows: int = 21) -> list[float]:
 
 
 def test_a_diverging_run_warns_with_its_numbers():
-    # Issue 29's topk:0.01 run: consensus distance 0.59, party APs 0.434-0.595, average 0.604.
+    # A reported topk:0.01 run on non-IID w7a parties (docs/outputs.md): consensus distance
+    # 0.59, party APs 0.434-0.595, average 0.604.
     distances = _history([0.55, 0.57, 0.59])
     verdict = assess_divergence(distances, NORM, [0.434, 0.52, 0.595], 0.604, ["X"])
     assert verdict.tail_evaluations == TAIL_EVALUATIONS

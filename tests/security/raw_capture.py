@@ -1,5 +1,5 @@
 """What crosses the loopback interface during a run, as an eavesdropper with a raw socket sees it
-(issue 30's confidentiality acceptance): every TCP payload byte between the run's processes.
+(what ``--roster``'s sealing must hide): every TCP payload byte between the run's processes.
 
 :class:`LoopbackCapture` reads every frame on ``lo`` through an ``AF_PACKET`` raw socket (root,
 or ``CAP_NET_RAW``) in a thread, while a second thread notes which TCP ports the run's processes

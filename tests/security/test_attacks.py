@@ -1,4 +1,5 @@
-"""The attacks of issue 28, tried as an attacker would, on real processes: per-site w7a files,
+"""The attacks on a run by a stranger at the rendezvous or a participant (docs/security.md),
+tried as an attacker would, on real processes: per-site w7a files,
 a ``slate rendezvous``, one ``--rank`` process per site.
 
 * a participant sends a pickle instead of its schema: nothing runs, the sender is named;

@@ -1,4 +1,4 @@
-"""Confidentiality by capture (issue 30): a raw socket on ``lo`` records every TCP payload byte
+"""Confidentiality by capture: a raw socket on ``lo`` records every TCP payload byte
 between the processes of a 4-site run, as an eavesdropper on the network would. Without a
 roster the parameters, the schema's column names and each site's counts are all found in it;
 with ``--roster`` no float32 window has cosine above 0.5 with any party's parameters, and none of

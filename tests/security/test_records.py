@@ -272,7 +272,8 @@ def test_each_claimed_rank_is_named_once(sites):
 
 
 def test_without_a_roster_ranks_outside_the_run_are_ignored():
-    """The fake join of rank 7 in a run of 3 (the attack of issue 28) is never looked at."""
+    """A stranger's fake join of rank 7 in a run of 3 (``tests/security/test_attacks.py``) is
+    never looked at."""
     store = dist.HashStore()
     records = Records(store, 3, say=lambda _: None)
     store.set("slate/process/7", HOST)

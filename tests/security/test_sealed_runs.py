@@ -1,4 +1,4 @@
-"""Sealed gossip in real multi-process runs under ``--roster`` (issue 30): sealing changes no
+"""Sealed gossip in real multi-process runs under ``--roster``: sealing changes no
 number, a flipped byte is refused naming its sender, and nothing crosses in clear."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The settings derived before a run is built: the party-AP default of compressed runs, and
-``--threads``' default (issue 32, item 7)."""
+``--threads``' default (one thread for a small model, where more threads only add overhead)."""
 
 from __future__ import annotations
 

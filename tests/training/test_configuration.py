@@ -1,4 +1,5 @@
-"""The configuration resolved and checked once, in sections (issue 31)."""
+"""The configuration resolved and checked once, in sections: one ``ResolvedConfig`` per run,
+never changed after, which ``train()`` and ``Run`` take without checking anything again."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def torch_threads():
 
 
 def test_the_thread_default_is_resolved_recorded_and_changes_no_number(tmp_path, torch_threads):
-    """Issue 32, item 7: ``--threads`` unset resolves to one thread for a small model, recorded
+    """``--threads`` unset resolves to one thread for a small model, recorded
     in summary.json's config; the run's model.pt is byte-identical with 1 and 2 threads."""
     common = ["train", "--dataset", "digits", "--iterations", "60", "--nodes", "4",
               "--hidden", "64", "--no-progress", "--out"]  # fmt: skip

@@ -126,7 +126,8 @@ def test_early_stopping_keeps_the_best_validation_model(tmp_path):
 def test_on_few_validation_positives_early_stopping_smooths_and_never_keeps_iteration_0(
     tmp_path,
 ):
-    """Issue 32, item 4: on 4-6 validation positives a run kept its untrained model."""
+    """On 4-6 validation positives the validation AP is noisy enough that an unsmoothed choice
+    kept the untrained model; the choice is smoothed and never keeps iteration 0."""
     _write(tmp_path / "train.csv", 160, 3)  # about 6 validation positives
     _write(tmp_path / "test.csv", 300, 1)
     lines: list[str] = []
@@ -166,8 +167,8 @@ def test_early_stopping_without_validation_is_refused(capsys):
 
 
 def test_summary_describes_the_test_rows_not_the_validation_rows(tmp_path):
-    """Issue 32: with --validation-fraction, summary.json's test_split (and the PR curve's
-    title, made from it) described the validation split while the AP was the test set's."""
+    """With --validation-fraction, summary.json's test_split (and the PR curve's title, made
+    from it) describes the test rows the AP was computed on, never the validation split."""
     _write(tmp_path / "train.csv", 600, 0)
     _write(tmp_path / "test.csv", 300, 1)
     for rank in range(3):

@@ -210,7 +210,7 @@ def _worst_rollbacks(topology, every: int, iterations: int, ends: set[int]) -> t
 )
 def test_the_snapshot_depth_covers_every_drift_the_exchanges_allow(name, n, every, iterations,
                                                                    ends):  # fmt: skip
-    """Issue 29, item 4: a party is at most H iterations per hop ahead (H = --gossip-every),
+    """With local steps a party is at most H iterations per hop ahead (H = --gossip-every),
     2 H drift_rounds positions, reached when no chunk's end holds it back; and it never needs
     more snapshots than snapshot_depth to hold the slowest survivor's newest position."""
     topology = build_topology(name, n, fed_period=3)

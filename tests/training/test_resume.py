@@ -208,7 +208,7 @@ def test_every_torch_load_is_weights_only():
 
 @pytest.mark.parametrize("hidden", [True, False], ids=["no-progress", "bar"])
 def test_resume_keeps_the_progress_choice(tmp_path, hidden):
-    """Issue 23: a run started with --no-progress resumes without a bar (and one with a bar,
+    """A run started with --no-progress resumes without a bar (and one with a bar,
     with one), although --no-progress is no part of the run's config."""
     out = tmp_path / "run"
     flags = ["--dataset", "digits", "--nodes", "2", "--iterations", "200", "--eval-every", "100",

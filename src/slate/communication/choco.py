@@ -29,7 +29,8 @@ every survivor, which keeps both ends of each edge equal without an extra exchan
 and compressor over a grid of :math:`\gamma`, as the CHOCO authors do, but with every party
 adding SGD-like noise before each round (:func:`noisy_consensus_error`), and keeps the one with
 the smallest consensus error. Tuned on noiseless consensus, the choice was too large: with the
-noise that SGD steps add it gave 1.5-1.7x the error of the operators' defaults (issue 29).
+noise that SGD steps add it gave 1.5-1.7x the error of the operators' defaults
+(``benchmarks/consensus_step_auto.py`` measures both).
 """
 
 from __future__ import annotations

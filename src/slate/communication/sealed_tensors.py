@@ -2,7 +2,7 @@
 ``uint8`` tensor of the sealed bytes, and what they receive opens back into the tensor sent.
 
 The sealing itself (keys, nonces from the round counter, associated data binding run,
-generation, sender, receiver and round; issue 30) lives in :mod:`slate.security.sealing`, which
+generation, sender, receiver and round) lives in :mod:`slate.security.sealing`, which
 imports no torch. This module only moves a tensor's bytes in and out: any dtype, any shape, the
 bits unchanged (NaN payloads, infinities and negative zeros included). A sealed tensor has
 :func:`sealed_numel` elements, the plaintext's bytes plus the 16-byte tag, so a receiver can

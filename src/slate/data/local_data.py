@@ -13,7 +13,7 @@ from torch import Tensor
 from slate.data.declared import Declared
 from slate.data.schema import PartyCounts
 from slate.data.spec import RANK_PLACEHOLDER, party_path, uses_party_files
-from slate.errors import DataError
+from slate.errors import DataError, by_party_text
 
 __all__ = [
     "RANK_PLACEHOLDER",
@@ -131,4 +131,4 @@ def stop_on_errors(reports: list[list[Any]]) -> None:
     or ``None`` last) holds an error."""
     failed = [(report[0], report[-1]) for report in reports if report[-1] is not None]
     if failed:
-        raise DataError(" ".join(f"Party {rank}: {error}" for rank, error in failed))
+        raise DataError(by_party_text(failed))

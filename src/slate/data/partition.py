@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from slate.errors import ConfigError, DataError
+from slate.errors import ConfigError, DataError, parties_text, per_party_text
 
 __all__ = [
     "MAX_DEFAULT_PARTIES",
@@ -98,16 +98,12 @@ def check_party_counts(
             remedy += ", or the stratified --partition (a small --dirichlet-alpha starves parties)"
         raise DataError(
             f"Every party must hold at least b = {positives} positives (--positives), but "
-            f"{len(short)} of {len(parts)} parties hold fewer. Positives per party: "
-            f"{_listing(pos)}. {remedy}."
+            f"{len(short)} of {len(parts)} parties hold fewer ({parties_text(short, False)}). "
+            f"Positives per party: {per_party_text(pos)}. {remedy}."
         )
     if batch_size > positives and min(neg) < 1:
         empty = [n for n, k in enumerate(neg) if k < 1]
         raise DataError(
-            f"Parties {empty} hold no negative example, but each batch needs m - b = "
-            f"{batch_size - positives} negatives. Negatives per party: {_listing(neg)}."
+            f"No negative example at {parties_text(empty)}, but each batch needs m - b = "
+            f"{batch_size - positives} negatives. Negatives per party: {per_party_text(neg)}."
         )
-
-
-def _listing(counts: list[int]) -> str:
-    return ", ".join(f"party {n}: {k}" for n, k in enumerate(counts))

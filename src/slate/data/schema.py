@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slate.errors import DataError
+from slate.errors import DataError, by_party_text, parties_text, per_party_text
 from slate.security.messages import ListOf, MapOf
 
 __all__ = [
@@ -113,7 +113,10 @@ def check_agreement(schemas: list[Schema]) -> None:
     failed = [s for s in schemas if s.error is not None]
     if failed:
         raise SchemaMismatch(
-            " ".join(f"Party {s.rank} could not read its data: {s.error}" for s in failed)
+            by_party_text(
+                ((s.rank, str(s.error)) for s in failed),
+                (" could not read its data", " could not read their data"),
+            )
             + " Nothing was trained."
         )
     reference = schemas[0]
@@ -243,7 +246,7 @@ def check_party_files_counts(
     none = [n for n, c in enumerate(counts) if c.train_positives == 0]
     if none:
         raise DataError(
-            f"Parties {none} hold no positive training example. Every party needs at least one "
+            f"No positive training example at {parties_text(none)}. Every party needs at least one "
             "positive: the AP objective is an average over each batch's positives. Leave those "
             "parties out of the run (fewer --nodes), or give them data with positives."
         )
@@ -251,16 +254,20 @@ def check_party_files_counts(
         empty = [n for n, c in enumerate(counts) if c.train_negatives == 0]
         if empty:
             raise DataError(
-                f"Parties {empty} hold no negative training example, but each batch needs "
+                f"No negative training example at {parties_text(empty)}, but each batch needs "
                 f"m - b = {batch_size - positives} negatives."
             )
     check_both_test_classes([c.test for c in counts], [c.test_positives for c in counts])
-    short = [(n, c.train_positives) for n, c in enumerate(counts) if c.train_positives < positives]
+    short: dict[int, list[int]] = {}  # positives held -> the parties holding that many
+    for n, c in enumerate(counts):
+        if c.train_positives < positives:
+            short.setdefault(c.train_positives, []).append(n)
     return [
-        f"warning: party {n} holds {k} positive training example{'s' if k != 1 else ''}, "
-        f"fewer than b = {positives}: its batches draw them with replacement, so "
+        f"warning: {parties_text(ranks)} hold{'s' if len(ranks) == 1 else ''} {k} positive "
+        f"training example{'s' if k != 1 else ''}, fewer than b = {positives}: "
+        f"{'its' if len(ranks) == 1 else 'their'} batches draw them with replacement, so "
         "they repeat within a batch."
-        for n, k in short
+        for k, ranks in sorted(short.items())
     ]
 
 
@@ -270,5 +277,6 @@ def check_both_test_classes(rows: list[int], positives: list[int], what: str = "
         only = "negative" if sum(positives) == 0 else "positive"
         raise DataError(
             f"All parties' {what} rows together are {only}: AP needs both classes. "
-            f"{what.capitalize()} rows per party: {rows}, positives: {positives}."
+            f"{what.capitalize()} rows per party: {per_party_text(rows)}. Positives per party: "
+            f"{per_party_text(positives)}."
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from slate.errors import parties_text
+
 __all__ = ["RECORD_SHAPE", "accusation_lines", "current_record", "events_from_records"]
 
 #: One row of ``MessageGuard.records`` as the parties exchange it at the end of a run:
@@ -39,7 +41,7 @@ def events_from_records(records: list[list[int]], iteration: int) -> list[dict[s
         ]  # fmt: skip
         accusations = [report for report in reports if report["excluded_at"] is not None]
         seen_by = sorted({r[0] for r in rows})
-        receivers = f"part{'y' if len(seen_by) == 1 else 'ies'} {', '.join(map(str, seen_by))}"
+        receivers = parties_text(seen_by)
         reason = (
             f"{dropped} dropped (non-finite), {far} farther than half the receiver's own model "
             f"and {clipped} clipped of the {received} messages received from it by {receivers}"

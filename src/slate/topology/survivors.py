@@ -76,7 +76,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from slate.errors import TopologyError
+from slate.errors import GROUPS_SHOWN, RUNS_SHOWN, TopologyError, parties_text, ranges_text
 from slate.topology.cycles import rebuild_cycle
 from slate.topology.graph import averaging_matrix, connected_components, metropolis_hastings
 from slate.topology.matrix_checks import mixing_rate, validate
@@ -177,16 +177,16 @@ class SurvivorGraph:
 
     def describe(self) -> str:
         """What changed, one fact per line, in original ranks."""
-        survivors = ", ".join(map(str, self.ranks))
+        survivors = ranges_text(self.ranks)
         if self.unchanged:
             return f"no party lost: all {self.n} parties ({survivors}) keep the mixing matrix W"
         lines = [
-            f"parties lost: {', '.join(map(str, self.lost))} "
+            f"parties lost: {ranges_text(self.lost)} "
             f"(survivors: {survivors}; {self.n} of {self.n_before})",
             "edges removed with them: " + (_edge_list(self.removed_edges) or "none"),
         ]
         if len(self.components_before) > 1:
-            parts = ", ".join("{" + ", ".join(map(str, c)) + "}" for c in self.components_before)
+            parts = _components_text(self.components_before)
             lines.append(
                 f"without them the graph splits into {len(self.components_before)} "
                 f"components: {parts}"
@@ -220,7 +220,19 @@ class SurvivorGraph:
 
 
 def _edge_list(edges: Iterable[tuple[int, int]]) -> str:
-    return ", ".join(f"{i}-{j}" for i, j in edges)
+    """Edges as ``i-j``, the first :data:`~slate.errors.RUNS_SHOWN` of them and how many more."""
+    edges = list(edges)
+    text = ", ".join(f"{i}-{j}" for i, j in edges[:RUNS_SHOWN])
+    left = len(edges) - RUNS_SHOWN
+    return f"{text} and {left} more" if left > 0 else text
+
+
+def _components_text(components: Iterable[Iterable[int]]) -> str:
+    """Components as ``{0-3}, {5, 7}``: the first :data:`~slate.errors.GROUPS_SHOWN` of them."""
+    components = list(components)
+    text = ", ".join("{" + ranges_text(c) + "}" for c in components[:GROUPS_SHOWN])
+    left = len(components) - GROUPS_SHOWN
+    return f"{text} and {left} more" if left > 0 else text
 
 
 def _check_survivors(survivors: Iterable[int], n: int) -> tuple[int, ...]:
@@ -254,9 +266,7 @@ def _check_survivors(survivors: Iterable[int], n: int) -> tuple[int, ...]:
         )
     if len(set(ranks)) != len(ranks):
         repeated = sorted({r for r in ranks if ranks.count(r) > 1})
-        raise TopologyError(
-            f"Surviving ranks are listed more than once: {', '.join(map(str, repeated))}."
-        )
+        raise TopologyError(f"Surviving ranks are listed more than once: {ranges_text(repeated)}.")
     return tuple(sorted(ranks))
 
 
@@ -332,10 +342,9 @@ def surviving_graph(
     bridges: list[Bridge] = []
     if len(before) > 1:
         if on_disconnected == "raise":
-            parts = ", ".join("{" + ", ".join(map(str, c)) + "}" for c in components_before)
+            parts = _components_text(components_before)
             raise TopologyError(
-                f"Losing {'party' if len(lost) == 1 else 'parties'} "
-                f"{', '.join(map(str, lost))} disconnects the survivors into "
+                f"Losing {parties_text(lost)} disconnects the survivors into "
                 f"{len(before)} groups ({parts}) that can no longer reach consensus; reconnect "
                 "them with bridges or stop the run."
             )
@@ -395,11 +404,7 @@ def _bridge(
             ka, kb = local[a], local[b]
             if component_of[ka] == component_of[kb] or sub[ka, kb]:
                 continue
-            who = (
-                f"lost party {cluster[0]}"
-                if len(cluster) == 1
-                else f"lost parties {', '.join(map(str, cluster))}"
-            )
+            who = f"lost {parties_text(cluster)}"
             add(
                 a,
                 b,

@@ -30,7 +30,7 @@ import torch
 from slate.data.schema import PartyCounts, Schema
 from slate.engines.base import Engine
 from slate.engines.distributed.control.membership import Change
-from slate.errors import ConfigError
+from slate.errors import ConfigError, parties_text
 from slate.permissions import private_files, private_folder
 from slate.security.messages import ListOf, MapOf
 
@@ -231,7 +231,8 @@ def resume(run: Run, out: Path, say: Callable[[str], None]) -> float:
         change = Change(run.engine.generation, tuple(run.engine.members), joined=tuple(returning),
                         position=2 * latest + 1)  # fmt: skip
         run.party_set.admit(change, own if rank in returning else None)
-        say(f"parties {returning} return to the run at iteration {latest}")
+        verb = "returns" if len(returning) == 1 else "return"
+        say(f"{parties_text(returning)} {verb} to the run at iteration {latest}")
     return float(own["elapsed"]) if own is not None and rank in members else 0.0
 
 

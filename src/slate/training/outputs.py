@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from slate.errors import FEW, parties_text
 from slate.inference.model_file import describe_run, save_model
 from slate.metrics import plots
 from slate.metrics.operating_points import (
@@ -299,12 +300,27 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
         log(f"{prefix}{few}")
     own = summary.get("party_test_ap")
     if own:
-        listed = ", ".join(
-            f"party {n} {'n/a' if ap is None else f'{ap:.4f}'}" for n, ap in own.items()
-        )
-        log(f"{prefix}AP of the consensus model on each party's own test rows: {listed}")
+        log(f"{prefix}AP of the consensus model on each party's own test rows: {_own_aps(own)}")
     if out is not None:
         log(f"{prefix}results written to {out}")
+
+
+def _own_aps(own: dict[Any, float | None]) -> str:
+    """Each party's AP, or past :data:`~slate.errors.FEW` parties the lowest and the highest
+    (every party's is in ``summary.json``'s ``party_test_ap``)."""
+    if len(own) <= FEW:
+        return ", ".join(
+            f"party {n} {'n/a' if ap is None else f'{ap:.4f}'}" for n, ap in own.items()
+        )
+    scored = sorted((ap, int(n)) for n, ap in own.items() if ap is not None)
+    text = f"{len(own)} parties"
+    if scored:
+        (low, worst), (high, best) = scored[0], scored[-1]
+        text += f", lowest {low:.4f} (party {worst}), highest {high:.4f} (party {best})"
+    unscored = [int(n) for n, ap in own.items() if ap is None]
+    if unscored:
+        text += f", n/a at {parties_text(unscored)}"
+    return text + " (all in summary.json's party_test_ap)"
 
 
 def scored_test_rows(run: Run) -> int:

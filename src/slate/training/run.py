@@ -37,7 +37,7 @@ from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
 from slate.engines.base import Communicator, Engine, RecordedExchange
 from slate.engines.simulator import SimulatorEngine
-from slate.errors import ConfigError, TrainingDiverged
+from slate.errors import ConfigError, TrainingDiverged, parties_text
 from slate.faults import FaultPlan
 from slate.models import build_model
 from slate.security.guards import message_guard
@@ -420,8 +420,9 @@ class Run:
             self.party_set.change_parties(members)
         if state["parties"] != self.engine.local_parties:
             raise ConfigError(
-                f"The checkpoint holds parties {state['parties']}, this process runs "
-                f"{self.engine.local_parties}: resume with the same engine and --nodes."
+                f"The checkpoint holds {parties_text(state['parties'])}, this process runs "
+                f"{parties_text(self.engine.local_parties)}: resume with the same engine and "
+                "--nodes."
             )
         self.restore(TrainingState.from_checkpoint(state))
         self.evaluator.seconds = state.get("evaluation_seconds", 0.0)

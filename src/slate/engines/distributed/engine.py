@@ -63,6 +63,7 @@ from slate.engines.distributed.control.store_records import Records, SigningStor
 from slate.engines.distributed.wire import handshake, json_exchange
 from slate.engines.distributed.wire.sealed_wire import SealedWire
 from slate.engines.distributed.wire.transport import DistributedCommunicator
+from slate.errors import parties_text
 from slate.faults.tamper import Tamper
 from slate.security.robust import MessageGuard
 from slate.topology import Topology
@@ -274,10 +275,16 @@ class DistributedEngine(Engine):
         deadline = time.monotonic() + look_s
         try:
             while True:
-                gone = [(r, membership.liveness.gone(r)) for r in others]
-                found = [f"party {r} was lost ({why})" for r, why in gone if why is not None]
-                if found or time.monotonic() > deadline:
-                    return "; ".join(found)
+                gone: dict[str, list[int]] = {}  # why -> the parties lost for that reason
+                for r in others:
+                    why = membership.liveness.gone(r)
+                    if why is not None:
+                        gone.setdefault(why, []).append(r)
+                if gone or time.monotonic() > deadline:
+                    return "; ".join(
+                        f"{parties_text(ranks)} {'was' if len(ranks) == 1 else 'were'} lost ({why})"
+                        for why, ranks in gone.items()
+                    )
                 time.sleep(0.2)
         except (RuntimeError, dist.DistStoreError):
             return ""

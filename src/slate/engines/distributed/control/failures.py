@@ -25,6 +25,7 @@ from slate.engines.distributed.control.liveness import process_alive, registered
 from slate.engines.distributed.control.lookout import Lookout
 from slate.engines.distributed.control.membership import PartyLost
 from slate.engines.distributed.control.store_records import Records, parse_rank
+from slate.errors import ranges_text
 
 __all__ = ["ExchangeFailed", "FailureGuard", "Waiter", "default_store", "first_line"]
 
@@ -119,7 +120,7 @@ class FailureGuard:
 
 
 def describe_suspects(suspects: list[int]) -> int | str:
-    return suspects[0] if len(suspects) == 1 else f"one of {suspects}"
+    return suspects[0] if len(suspects) == 1 else f"one of {ranges_text(suspects)}"
 
 
 def default_store():

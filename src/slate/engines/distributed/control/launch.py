@@ -38,7 +38,7 @@ from slate.engines.distributed.control.liveness import (
 )
 from slate.engines.distributed.control.rendezvous import Rendezvous
 from slate.engines.distributed.control.store_records import Records
-from slate.errors import ConfigError
+from slate.errors import ConfigError, parties_text, per_party_text
 from slate.security.identity import SiteIdentity
 from slate.security.roster import Roster
 
@@ -137,8 +137,9 @@ def _exit_code(codes: list[int], finished: bool) -> int:
     lost = [rank for rank, code in enumerate(codes) if code != 0]
     if finished and lost and len(lost) < len(codes):
         print(
-            f"slate: the run finished without parties {lost} (exit codes "
-            f"{[codes[r] for r in lost]}); summary.json's party_events records when each left.",
+            f"slate: the run finished without {parties_text(lost)} (exit codes: "
+            f"{per_party_text({r: codes[r] for r in lost})}); summary.json's party_events "
+            "records when each left.",
             file=sys.stderr,
         )
         return 0

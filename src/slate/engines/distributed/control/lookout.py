@@ -1,16 +1,16 @@
 """Who is gone, found off the training thread: a daemon that reads the store and tells waits.
 
-A party waiting for a gossip message or a collective must give up as soon as another member
-raised the generation's *failed* flag or fell silent
-(:mod:`slate.engines.distributed.control.membership`). Asking the store from the wait itself puts
-round trips to the rendezvous on the training thread: over an 80 ms link, 63 such calls cost a 2
-000-iteration run 38.7 s (issue 29). The :class:`Lookout` asks instead, every ``LOOK_SECONDS`` on
-its own store connection: the failed flag of the current generation (one ``check``), then every
-other member's registered process and heartbeat together (``check`` and ``multi_get``: two round
-trips for all of them), and, while a party is out of the generation, its join request. A wait reads
-its last :class:`Sighting`, without touching the network: the lookout alone tells a wait who is
-gone. At a checkpoint boundary the parties agree on returning parties through the store only when
-some lookout saw a join request (one flag in the boundary's one exchange).
+A party waiting for a gossip message or a collective must give up as soon as another member raised
+the generation's *failed* flag or fell silent (:mod:`slate.engines.distributed.control.membership`).
+Asking the store from the wait itself puts round trips to the rendezvous on the training thread:
+over an 80 ms link (the testbed of ``docs/wan.md``), 63 such calls cost a 2000-iteration run 38.7 s.
+The :class:`Lookout` asks instead, every ``LOOK_SECONDS`` on its own store connection: the failed
+flag of the current generation (one ``check``), then every other member's registered process and
+heartbeat together (``check`` and ``multi_get``: two round trips for all of them), and, while a
+party is out of the generation, its join request. A wait reads its last :class:`Sighting`, without
+touching the network: the lookout alone tells a wait who is gone. At a checkpoint boundary the
+parties agree on returning parties through the store only when some lookout saw a join request (one
+flag in the boundary's one exchange).
 
 A sighting belongs to one generation, one member list and one set of member processes: one
 made before the party set changed is never applied to the next one.

@@ -34,6 +34,7 @@ from slate.engines.distributed.control.liveness import PREFIX, registered_proces
 from slate.engines.distributed.control.membership import PartyLost
 from slate.engines.distributed.control.store_records import Records
 from slate.engines.distributed.wire import handshake
+from slate.errors import parties_text
 
 __all__ = [
     "DELETING",
@@ -91,9 +92,10 @@ def session_failure(engine: Any, err: session.SessionNotAgreed) -> str:
                 return f"{waited}, but {other}"
             reached = [r for r in err.missing if records.store.check([f"{ROSTER_KEY}/{r}"])]
             if reached:
-                keys = ", ".join(session.nonce_key(r) for r in reached)
+                one = len(reached) == 1
+                keys = session.nonce_key(reached[0]) if one else f"{session.PREFIX}/nonce/R"
                 return (
-                    f"{waited}, but the session nonce records of parties {reached} ({keys}) "
+                    f"{waited}, but the session nonce records of {parties_text(reached)} ({keys}) "
                     "are not in the rendezvous store although those parties reached it "
                     f"(their {ROSTER_KEY}/R records are there): {DELETING} No step was taken; "
                     "restart every site."
@@ -229,8 +231,8 @@ def _reached(records: Records, rank: int) -> bool:
 
 def _never_reached(waited: str, missing: list[int]) -> str:
     return (
-        f"{waited}, but parties {missing} never reached the rendezvous. Start every site within "
-        "--timeout seconds of the others (or raise --timeout), with the same --nodes and "
+        f"{waited}, but {parties_text(missing)} never reached the rendezvous. Start every site "
+        "within --timeout seconds of the others (or raise --timeout), with the same --nodes and "
         "--rendezvous."
     )
 
@@ -246,7 +248,7 @@ def other_rosters(records: Records, missing: list[int]) -> str:
     """Which of ``missing`` registered with another roster (or without one), for a message."""
     identity = records.identity
     mine = identity.roster.digest if identity else "none"
-    found = []
+    holders: dict[str, list[int]] = {}  # the roster digest (or "none") -> its parties
     for rank in missing:
         key = f"{ROSTER_KEY}/{rank}"
         theirs = (
@@ -255,12 +257,15 @@ def other_rosters(records: Records, missing: list[int]) -> str:
             else None
         )
         if theirs is not None and theirs != mine:
-            found.append(
-                f"party {rank} " + ("runs without --roster" if theirs == "none"
-                                    else f"holds another roster (sha256 {theirs[:16]}...)")
-            )  # fmt: skip
-    if not found:
+            holders.setdefault(theirs, []).append(rank)
+    if not holders:
         return ""
+    found = [
+        f"{parties_text(ranks)} "
+        + (f"run{'s' if len(ranks) == 1 else ''} without --roster" if theirs == "none"
+           else f"hold{'s' if len(ranks) == 1 else ''} another roster (sha256 {theirs[:16]}...)")
+        for theirs, ranks in holders.items()
+    ]  # fmt: skip
     here = (
         f"this site's roster {identity.roster.path or ''} has sha256 {mine[:16]}..."
         if identity

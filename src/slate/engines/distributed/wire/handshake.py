@@ -52,6 +52,7 @@ import torch.distributed as dist
 from slate.engines.distributed.control.failures import ExchangeFailed, first_line
 from slate.engines.distributed.control.membership import PartyLost
 from slate.engines.distributed.control.store_records import Records
+from slate.errors import GROUPS_SHOWN, parties_text
 from slate.security.messages import ListOf, MalformedMessage, MapOf, decode
 from slate.security.sealing import SealedMessageRefused
 
@@ -339,7 +340,9 @@ class Hello:
     ) -> str:
         pairs = self._pairs(mine, reports, silent)
         keys = sorted({(min(a, b), max(a, b)) for a, b, _ in pairs})
-        heard = ", and ".join(f"parties {a} and {b}" for a, b in keys)
+        heard = ", and ".join(f"parties {a} and {b}" for a, b in keys[:GROUPS_SHOWN])
+        if len(keys) > GROUPS_SHOWN:
+            heard += f", and {len(keys) - GROUPS_SHOWN} more pairs"
         wrong = [f"party {a} got a hello from party {b} that {why}"
                  for a, b, why in pairs if why is not None]  # fmt: skip
         by_listener: dict[tuple[int, str], list[int]] = {}
@@ -354,7 +357,7 @@ class Hello:
             by_listener.setdefault((listener, where), []).append(b if listener == a else a)
         lines = [
             f"{'a connection' if len(c) == 1 else 'connections'} to party {listener}'s gloo "
-            f"listener ({where}) did not come from {_parties(c)}"
+            f"listener ({where}) did not come from {parties_text(c)}"
             for (listener, where), c in sorted(by_listener.items())
         ]
         if unknown:
@@ -367,13 +370,6 @@ class Hello:
             "identifier that the real party would send (gloo's connections are not "
             "authenticated), so the real party's own connection was left unused."
         )
-
-
-def _parties(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f"party {ranks[0]}"
-    return "parties " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
 def _timed_out(error: str) -> bool:

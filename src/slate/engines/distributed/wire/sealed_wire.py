@@ -1,4 +1,5 @@
-"""Sealed messages between the distributed engine's processes under ``--roster`` (issue 30).
+"""Sealed messages between the distributed engine's processes under ``--roster``: without them
+every parameter vector, count and flag would cross the network in clear.
 
 :class:`SealedWire` holds this party's :class:`~slate.security.sealing.SealedChannel` to every
 other member of one generation, and one round counter per channel and direction. Both sides of
