@@ -66,15 +66,17 @@ def start_party(
     program: list[str] | None = None,
     site: str | None = None,
     audit: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     """Party ``rank`` in ``root/site<rank>`` (``root/<site>`` when given); ``program`` replaces
     ``python -m slate``; with ``audit``, ``slate`` runs under the pickle audit hook of
-    :data:`AUDITED`, which logs to ``audit/unpickled.log`` (see :func:`unpickled`)."""
+    :data:`AUDITED`, which logs to ``audit/unpickled.log`` (see :func:`unpickled`); ``env``: test
+    hooks to set in its environment."""
     if audit is not None:
         program = [sys.executable, "-c", AUDITED]
     command = [*(program or [sys.executable, "-m", "slate"]), "train", "--rank", str(rank),
                "--rendezvous", f"127.0.0.1:{port}", *flags]  # fmt: skip
-    env = {**os.environ, "SLATE_KILL_AT": kill}
+    env = {**os.environ, "SLATE_KILL_AT": kill, **(env or {})}
     if audit is not None:
         env["SLATE_TEST_UNPICKLED"] = str(audit / "unpickled.log")
     return subprocess.Popen(command, cwd=root / (site or f"site{rank}"), env=env, text=True,

@@ -4,7 +4,8 @@ receives as an argument.
 
 ``kills.py``: a party killed or frozen at a moment; ``attacks.py``: what a party sends its
 neighbours, corrupted; ``lies.py``: an insider's lies in a sum; ``tamper.py``: a sealed message
-flipped, replayed or relayed.
+flipped, replayed or relayed; ``opened.py``: the sealed messages a party opens, recorded, and
+sums sent unmasked for comparison.
 """
 
 from __future__ import annotations

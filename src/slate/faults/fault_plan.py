@@ -6,12 +6,16 @@ The hooks, each documented with the code that acts on it:
 * ``SLATE_ATTACK``: a party corrupts what it sends its neighbours, or lies in a sum
   (:mod:`slate.faults.attacks`, :mod:`slate.faults.lies`);
 * ``SLATE_FLIP_SEALED``, ``SLATE_REPLAY_SEALED``, ``SLATE_RELAY_SEALED``: a party tampers with a
-  sealed message (:mod:`slate.faults.tamper`).
+  sealed message (:mod:`slate.faults.tamper`);
+* ``SLATE_RECORD_OPENED``: every sealed message a party opens written to a folder, and
+  ``SLATE_UNMASKED_SUMS``: sums under a roster sent unmasked, for comparison
+  (:mod:`slate.faults.opened`).
 
 A real run sets none of them. :meth:`FaultPlan.from_environment` is called once per process by
 the ``slate train`` command (and by a test that wants a hook in its own process); everything
 else receives the plan, or its part (:meth:`FaultPlan.kills`, :meth:`FaultPlan.lies`,
-:meth:`FaultPlan.attacker`, :meth:`FaultPlan.tamper`), as an argument and never reads the
+:meth:`FaultPlan.attacker`, :meth:`FaultPlan.tamper`, :meth:`FaultPlan.recorder`,
+:attr:`FaultPlan.masks`), as an argument and never reads the
 environment. ``FaultPlan()`` is the plan of no fault.
 """
 
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from slate.faults.attacks import ATTACK_ENV, Attack, Attacker, parse_attacks
 from slate.faults.kills import FAULT_ENV, Kill, Kills, parse_kills
 from slate.faults.lies import Lies
+from slate.faults.opened import RECORD_ENV, UNMASKED_ENV, OpenedRecorder
 from slate.faults.tamper import HOOKS, Tamper
 
 __all__ = ["FaultPlan"]
@@ -32,12 +37,15 @@ __all__ = ["FaultPlan"]
 @dataclass(frozen=True)
 class FaultPlan:
     """The faults to inject, of every rank: ``kills`` (``SLATE_KILL_AT``), ``attacks``
-    (``SLATE_ATTACK``: gossip attacks and lies) and ``tampers`` (hook name -> ``(rank, N)`` of
-    each sealed-message hook set)."""
+    (``SLATE_ATTACK``: gossip attacks and lies), ``tampers`` (hook name -> ``(rank, N)`` of
+    each sealed-message hook set), ``record_opened`` (``SLATE_RECORD_OPENED``'s folder, "" for
+    none) and ``unmasked`` (``SLATE_UNMASKED_SUMS=1``)."""
 
     kills: tuple[Kill, ...] = ()
     attacks: tuple[Attack, ...] = ()
     tampers: tuple[tuple[str, int, int], ...] = ()
+    record_opened: str = ""
+    unmasked: bool = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> FaultPlan:
@@ -55,6 +63,8 @@ class FaultPlan:
             kills=tuple(parse_kills(env.get(FAULT_ENV))),
             attacks=tuple(parse_attacks(env.get(ATTACK_ENV))),
             tampers=tuple(tampers),
+            record_opened=env.get(RECORD_ENV, "").strip(),
+            unmasked=env.get(UNMASKED_ENV, "").strip() == "1",
         )
 
     def kills_of(self, own_party: int | None) -> Kills:
@@ -82,3 +92,12 @@ class FaultPlan:
         when no hook names it: the normal case, which costs one ``is None`` per message."""
         due = {hook: at for hook, who, at in self.tampers if who == rank}
         return Tamper(due) if due else None
+
+    def recorder(self, rank: int) -> OpenedRecorder | None:
+        """Party ``rank``'s record of the sealed messages it opens, or None (a real run)."""
+        return OpenedRecorder(self.record_opened, rank) if self.record_opened else None
+
+    @property
+    def masks(self) -> bool:
+        """Whether sums under a roster are masked (always, unless a test says otherwise)."""
+        return not self.unmasked

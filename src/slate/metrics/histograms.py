@@ -1,9 +1,12 @@
 r"""AP, AUROC and the PR curve of the union of all parties' test sets, from summed histograms.
 
-No party shows another its scores. Each party sorts the scores of its own test rows into the same
+No party sends another its scores. Each party sorts the scores of its own test rows into the same
 fixed bins and counts, per bin, its negatives and positives: a ``(2, B)`` table. The tables are
-summed over the parties (one all-reduce), and every party computes the metrics of the union from
-the sum. This is the building block torchmetrics uses for fixed thresholds, applied here to AP.
+summed over the parties (one all-reduce; under ``--roster`` a masked sum, so that a party learns
+only the summed table, not another's), and every party computes the metrics of the union from
+the sum. The bitmap of the bins that hold a party's positives is OR-ed, not summed: under a
+roster every party sees every other's bitmap. This is the building block torchmetrics uses for
+fixed thresholds, applied here to AP.
 
 **Bins.** ``B`` equal bins of the logit on ``[-LOGIT_RANGE, LOGIT_RANGE]``; logits beyond fall
 into the end bins. A bin is a threshold: the metrics from the counts are *exactly* those of

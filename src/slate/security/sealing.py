@@ -67,6 +67,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from slate.errors import SlateError
+from slate.security.masking import mask_info, pair_seed
 
 __all__ = [
     "KEY_RECORD_FORMAT",
@@ -377,7 +378,7 @@ def _check_round(round: int) -> None:
 
 class SealedChannel:
     """Seals what this site sends to ``peer`` and opens what ``peer`` sends to it, for one
-    generation.
+    generation; also holds the pair's seed of masked sums (:attr:`mask_seed`).
 
     Built from this site's :class:`SealingKey` and the peer's X25519 public key (from its
     verified record, :func:`verify_sealing_key_record`, or :meth:`from_record`). The X25519
@@ -394,7 +395,7 @@ class SealedChannel:
     """
 
     __slots__ = ("_ad_in", "_ad_out", "_in", "_last_in", "_last_out", "_out", "_recent",
-                 "generation", "peer", "rank", "run_id")  # fmt: skip
+                 "generation", "mask_seed", "peer", "rank", "run_id")  # fmt: skip
 
     def __init__(self, own: SealingKey, peer: int, peer_public: bytes) -> None:
         _check_binding(own.run_id, own.generation, peer)
@@ -418,6 +419,11 @@ class SealedChannel:
         )
         self._out = AESGCM(direction_key(shared, out_info))
         self._in = AESGCM(direction_key(shared, in_info))
+        #: the pair's seed of masked sums (:mod:`slate.security.masking`): HKDF of the same
+        #: X25519 secret with the mask's own ``info``, the same on both sides
+        self.mask_seed = pair_seed(
+            shared, mask_info(self.run_id, session, self.generation, own.rank, peer)
+        )
         self._ad_out = _associated_prefix(self.run_id, self.generation, own.rank, peer)
         self._ad_in = _associated_prefix(self.run_id, self.generation, peer, own.rank)
         self._last_out: int | None = None  # the last round sealed

@@ -160,7 +160,7 @@ class PooledEvaluation(Evaluation):
         self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
         del union, tamper  # (every process holds every row: there are no counts to send)
-        return (logits, labels), (None if riders is None else total(riders))
+        return (logits, labels), (None if riders is None else total(riders, "evaluation"))
 
     def metrics(self, state: Any, is_main: bool) -> TestScores:
         logits, labels = state
@@ -198,7 +198,7 @@ class FederatedEvaluation(Evaluation):
         if tamper is not None:  # (a lying party's counts, slate.faults.lies)
             local = tamper(local)
         extra = riders if riders is not None else local.new_zeros(0)
-        summed = total(torch.cat([local.reshape(-1), extra.to(torch.float64)]))
+        summed = total(torch.cat([local.reshape(-1), extra.to(torch.float64)]), "evaluation")
         counts = summed[: local.numel()].view_as(local)
         return (table, counts), (summed[local.numel() :] if riders is not None else None)
 

@@ -95,7 +95,8 @@ def _resolved(config: TrainConfig) -> ResolvedConfig:
 
 def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float, faults: FaultPlan):
     """The distributed engine of this party: recovering from a lost party where it can (and
-    tampering with its sealed messages where a test says so)."""
+    tampering with its sealed messages, recording what it opens or sending its sums unmasked
+    where a test says so)."""
     from slate.engines.distributed.engine import DistributedEngine
     from slate.engines.distributed.wire.transport import backend_for
 
@@ -103,8 +104,11 @@ def _open_engine(settings: ResolvedConfig, rendezvous, timeout: float, faults: F
     if rendezvous is None:  # torchrun opened the default group; its agent handles failures
         return DistributedEngine(device)
     recover = settings.membership.on_party_loss == "continue"
-    tamper = faults.tamper(rendezvous.rank)
-    return DistributedEngine.open(device, rendezvous, timeout, recover, backend_for(device), tamper)
+    rank = rendezvous.rank
+    return DistributedEngine.open(
+        device, rendezvous, timeout, recover, backend_for(device), faults.tamper(rank),
+        recorder=faults.recorder(rank), masks=faults.masks,
+    )  # fmt: skip
 
 
 def _train_as_party(

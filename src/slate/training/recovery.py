@@ -428,4 +428,4 @@ class PartySet:
 
     def _staying_mean(self, value: Tensor, returning: bool, staying: int) -> Tensor:
         """The mean of ``value`` over the staying members (collective; returners add 0)."""
-        return self.run.engine.total(value * (0.0 if returning else 1.0)) / staying
+        return self.run.engine.total(value * (0.0 if returning else 1.0), "average") / staying

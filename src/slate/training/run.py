@@ -510,7 +510,7 @@ class Run:
         local = torch.tensor(self.comm.counters(), dtype=torch.float64, device=self.device)
         # Each process's counters are the means over its parties: their mean over the processes.
         processes = self.engine.n_parties // len(self.engine.local_parties)
-        local = self.engine.total(local) / processes
+        local = self.engine.total(local, "traffic") / processes
         names = ("comm_bytes_per_party", "messages_per_party", "rounds")
         return dict(zip(names, local.tolist(), strict=True))
 

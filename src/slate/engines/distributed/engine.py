@@ -64,6 +64,7 @@ from slate.engines.distributed.wire import handshake, json_exchange
 from slate.engines.distributed.wire.sealed_wire import SealedWire
 from slate.engines.distributed.wire.transport import DistributedCommunicator
 from slate.errors import parties_text
+from slate.faults.opened import OpenedRecorder
 from slate.faults.tamper import Tamper
 from slate.security.robust import MessageGuard
 from slate.topology import Topology
@@ -95,6 +96,8 @@ class DistributedEngine(Engine):
         self._communicator: DistributedCommunicator | None = None
         self._wire: SealedWire | None = None  # never sealed on a group opened outside slate
         self._tamper: Tamper | None = None
+        self._recorder: OpenedRecorder | None = None
+        self._masks = True
         self._heartbeat: Heartbeat | None = None
         self._lookout: Lookout | None = None
         self.store_out_of_reach = False  # the rendezvous store stopped answering mid-run
@@ -114,13 +117,16 @@ class DistributedEngine(Engine):
         recover: bool,
         backend: str,
         tamper: Tamper | None = None,
+        recorder: OpenedRecorder | None = None,
+        masks: bool = True,
     ) -> DistributedEngine:
         """Open the process group of all ``world`` parties at ``rendezvous``.
 
         With ``recover``, a party that finds a run in progress at the store is *returning*: it
         opens no group yet, and joins with :meth:`rejoin` once its run is built. ``tamper``:
         this party's sealed-message hooks (tests only, :meth:`slate.faults.FaultPlan.tamper`),
-        kept over every generation.
+        kept over every generation, as ``recorder`` (what it opens, recorded) and ``masks``
+        (False: sums under a roster unmasked, for a comparing test).
         """
         engine = cls.__new__(cls)
         engine.device = torch.device(device)
@@ -132,6 +138,7 @@ class DistributedEngine(Engine):
         engine._communicator = None
         engine._wire = None
         engine._tamper = tamper
+        engine._recorder, engine._masks = recorder, masks
         engine.members = tuple(range(rendezvous.world))
         engine.records = records = rendezvous.records()
         engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
@@ -231,8 +238,9 @@ class DistributedEngine(Engine):
         opened = time.monotonic()
         if key is not None:  # under a roster every exchange of this generation is sealed
             self._wire = SealedWire.establish(
-                self.records, key, self.members, self.timeout_s, self._tamper
-            )
+                self.records, key, self.members, self.timeout_s, self._tamper, self._recorder,
+                self._masks,
+            )  # fmt: skip
             self._wire.on_refused = self._note_refused
         handshake.Hello(
             self.records, generation, self.rank, self.members, self.timeout_s, hello,
@@ -392,30 +400,35 @@ class DistributedEngine(Engine):
         return comm
 
     def mean(self, x: Tensor) -> Tensor:
-        return self.total(x.sum(dim=0)) / self.n_parties
+        """The mean of every party's rows (under a roster a masked sum: only the average is
+        revealed)."""
+        return self.total(x.sum(dim=0), "average") / self.n_parties
 
     def total(self, value: Tensor, what: str = "") -> Tensor:
-        del what
-        return self._all_reduce(value.clone(), dist.ReduceOp.SUM)
+        """The sum over every member; under a roster a masked sum
+        (:meth:`SealedWire.masked_sum`: only the total is revealed), else gloo's all-reduce."""
+        return self._all_reduce(value.clone(), dist.ReduceOp.SUM, what)
 
     def minimum(self, value: Tensor) -> Tensor:
-        return self._all_reduce(value.to(self.device).clone(), dist.ReduceOp.MIN)
+        return self._all_reduce(value.to(self.device).clone(), dist.ReduceOp.MIN, "minimum")
 
     def union(self, words: Tensor) -> Tensor:
-        return self._all_reduce(words.clone(), dist.ReduceOp.BOR)
+        return self._all_reduce(words.clone(), dist.ReduceOp.BOR, "union")
 
-    def _all_reduce(self, out: Tensor, op: Any) -> Tensor:
+    def _all_reduce(self, out: Tensor, op: Any, what: str = "") -> Tensor:
         self.count_collective(out)
         if self._wire is not None:
-            return self._wire.reduce(self.waiter, out, _SEALED_OPS[op])
+            return self._wire.reduce(self.waiter, out, _SEALED_OPS[op], what)
         self.waiter.collective(lambda: dist.all_reduce(out, op=op, async_op=True), self._everyone())
         return out
 
     def any(self, flag: bool) -> bool:
-        return bool(self.total(torch.tensor(float(flag), device=self.device)) > 0)
+        """Whether any member's ``flag`` is set: a sum of 0/1 counts (masked under a roster:
+        only how many members set it is revealed)."""
+        return bool(self.total(torch.tensor(float(flag), device=self.device), "flags") > 0)
 
     def any_of(self, flags: list[bool]) -> list[bool]:
-        summed = self.total(torch.tensor([float(f) for f in flags], device=self.device))
+        summed = self.total(torch.tensor([float(f) for f in flags], device=self.device), "flags")
         return [bool(v > 0) for v in summed]
 
     def joins_requested(self) -> bool:
@@ -448,7 +461,8 @@ class DistributedEngine(Engine):
     def _all_gather(self, value: Tensor) -> list[Tensor]:
         self.count_all_gather(value)
         if self._wire is not None:
-            return self._wire.gather(self.waiter, value)
+            with self._wire.exchange("gathered"):
+                return self._wire.gather(self.waiter, value)
         parts = [torch.empty_like(value) for _ in range(self.n_parties)]
         self.waiter.collective(
             lambda: dist.all_gather(parts, value, async_op=True), self._everyone()
@@ -457,7 +471,8 @@ class DistributedEngine(Engine):
 
     def _broadcast(self, value: Tensor, src: int) -> None:
         if self._wire is not None:
-            self._wire.broadcast(self.waiter, value, src)
+            with self._wire.exchange("broadcast"):
+                self._wire.broadcast(self.waiter, value, src)
             return
         self.waiter.collective(
             lambda: dist.broadcast(value, src=src, async_op=True), self._everyone()

@@ -18,15 +18,29 @@ all-reduce, all-gather or broadcast is done here as sealed point-to-point steps,
 rank order so that every member gets the same bits (:meth:`reduce`, :meth:`gather`,
 :meth:`broadcast`). A message that does not open raises
 :class:`~slate.security.sealing.SealedMessageRefused` naming its sender; nothing of it is used.
+
+**Sums reveal only their total.** A sum (:meth:`reduce` with ``sum``) is masked
+(:mod:`slate.security.masking`): each member encodes its tensor (integers as ``int64``, floats
+in 40-bit fixed point over two words), adds its pairwise masks (each pair's seed from the
+X25519 secret of its sealed channel, the stream from the wire's counter of sums, so no stream
+is used twice in a generation), and sends the masked words to every member; each member adds
+every member's words modulo :math:`2^{64}` and decodes, so every member gets the same bits and
+no message holds a member's own value. A member lost during a sum fails the exchange as any
+other (:class:`PartyLost` or :class:`ExchangeFailed`): no total with a mask left in it is ever
+returned, and the next generation redoes the sum under new keys. ``min``, ``max`` and ``or``
+stay gathered: every member sees every member's value. ``masks=False`` (a test's or a
+benchmark's ``SLATE_UNMASKED_SUMS``) sends sums unmasked, for comparison.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -34,7 +48,9 @@ from torch import Tensor
 from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
 from slate.engines.distributed.control.failures import ExchangeFailed
 from slate.engines.distributed.control.membership import PartyLost
+from slate.faults.opened import OpenedRecorder
 from slate.faults.tamper import Tamper
+from slate.security.masking import MaskedSums, decode_sum, encode_sum
 from slate.security.sealing import (
     SealedChannel,
     SealedMessageRefused,
@@ -80,12 +96,19 @@ class SealedWire:
         members: tuple[int, ...],
         channels: dict[int, SealedChannel],
         tamper: Tamper | None = None,
+        recorder: OpenedRecorder | None = None,
+        masks: bool = True,
     ):
         self.rank, self.members, self.channels = rank, tuple(members), channels
         self.index = self.members.index(rank)
         self._out = dict.fromkeys(channels, 0)  # the next round sealed for each peer
         self._in = dict.fromkeys(channels, 0)  # the next round expected from each peer
         self._tamper = tamper  # tests only (slate.faults.tamper): None in a real run
+        self._recorder = recorder  # tests only (slate.faults.opened): None in a real run
+        self.masks = masks
+        #: this generation's masked sums: a seed per other member, one counter for them all
+        self.sums = MaskedSums(rank, {peer: ch.mask_seed for peer, ch in channels.items()})
+        self.kind = "gossip"  # the exchange under way, as the recorder names it
         #: called with the refused sender's global rank before the refusal is raised
         self.on_refused: Callable[[int, str], None] | None = None
 
@@ -108,12 +131,15 @@ class SealedWire:
         members: tuple[int, ...],
         timeout_s: float,
         tamper: Tamper | None = None,
+        recorder: OpenedRecorder | None = None,
+        masks: bool = True,
     ) -> SealedWire:
         """Read and verify every other member's record of ``key``'s generation (called once
         the group is open: every member published its record before); one channel each.
         Raises :class:`SealingKeyRefused` naming a member whose record does not verify, and
-        :class:`PartyLost` naming the record when it is gone from the store. ``tamper``: the
-        faults plan's for this party (tests only), kept over every generation."""
+        :class:`PartyLost` naming the record when it is gone from the store. ``tamper`` and
+        ``recorder``: the faults plan's for this party (tests only), kept over every
+        generation; ``masks``: whether sums are masked (always, but in a comparing test)."""
         roster = records.identity.roster
         channels = {}
         for peer in members:
@@ -132,7 +158,7 @@ class SealedWire:
             if record is None:
                 raise SealingKeyRefused(peer, "its record in the store is missing or unsigned")
             channels[peer] = SealedChannel.from_record(key, peer, record, roster.verifier(peer))
-        return cls(key.rank, members, channels, tamper)
+        return cls(key.rank, members, channels, tamper, recorder, masks)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -153,7 +179,19 @@ class SealedWire:
         if self._tamper is not None:
             self._tamper.received(sealed, rank)
         opened = open_tensor(self.channels[rank], sealed, round, like.dtype, like.shape)
+        if self._recorder is not None:
+            self._recorder.opened(rank, self.kind, opened.contiguous().view(-1).numpy().tobytes())
         return opened.to(like.device)
+
+    @contextlib.contextmanager
+    def exchange(self, kind: str) -> Iterator[None]:
+        """The messages opened within are of the exchange ``kind`` (for the test-only recorder;
+        outside any, ``gossip``)."""
+        before, self.kind = self.kind, kind or "sum"
+        try:
+            yield
+        finally:
+            self.kind = before
 
     def buffer(self, like: Tensor) -> Tensor:
         """An empty receive buffer for a sealed message of ``like``'s size."""
@@ -220,9 +258,32 @@ class SealedWire:
         parts[self.index] = value.clone()
         return [parts[i] for i in range(len(self.members))]
 
-    def reduce(self, waiter: Any, value: Tensor, op: str) -> Tensor:
-        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``, ``or``),
-        in rank order: every member gets the same bits."""
+    def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
+        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``, ``or``):
+        every member gets the same bits. A sum is masked (:meth:`masked_sum`, unless
+        :attr:`masks` is off); the others are gathered and combined in rank order. ``what``
+        names the quantity (in a refusal, and for the recorder)."""
+        with self.exchange(what or op):
+            if op == "sum" and self.masks:
+                return self.masked_sum(waiter, value, what or "sum")
+            return self._combined(waiter, value, op)
+
+    def masked_sum(self, waiter: Any, value: Tensor, what: str) -> Tensor:
+        """The sum of ``value`` over every member, each member's own value hidden by its
+        pairwise masks (:mod:`slate.security.masking`): integers exactly, floats to
+        :math:`2^{-40}` per term, in ``value``'s type and device. A value a member cannot
+        carry (not finite, or beyond the fixed point's range) makes every member raise
+        :class:`~slate.security.masking.MaskOverflow` naming ``what``."""
+        local = value.detach().cpu().numpy()
+        n = len(self.members)
+        words, bad = encode_sum(local, what, n)
+        masked = torch.from_numpy(self.sums.mask(words).view(np.int64)).to(value.device)
+        parts = self.gather(waiter, masked)
+        summed = MaskedSums.total([p.cpu().numpy() for p in parts])
+        total = decode_sum(summed, local, what, n, bad)
+        return torch.from_numpy(total).to(dtype=value.dtype, device=value.device)
+
+    def _combined(self, waiter: Any, value: Tensor, op: str) -> Tensor:
         parts = self.gather(waiter, value)
         out = parts[0]
         for part in parts[1:]:

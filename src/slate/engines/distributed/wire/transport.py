@@ -178,7 +178,7 @@ class DistributedCommunicator(Communicator):
     def average(self, x: Tensor) -> Tensor:
         if self.wire is not None:
             self._count_all_reduce(x, self.n)
-            return self.wire.reduce(self.waiter, x, "sum") / self.n
+            return self.wire.reduce(self.waiter, x, "sum", "gossip average") / self.n
         total = x.clone()
         self.waiter.collective(
             lambda: dist.all_reduce(total, group=self.group, async_op=True), list(range(self.n))
