@@ -158,7 +158,8 @@ def test_party_with_too_few_positives(capsys, small_csv: Path) -> None:
     argv = ["train", "--dataset", "csv", "--train", str(small_csv), "--label-column", "y"]
     err = _user_error(capsys, [*argv, "--positive-label", "1", "--nodes", "50", *FAST])
     # 15 training positives over 50 parties: parties 0..14 hold one each, the rest none
-    assert "party 0: 1" in err and "party 49: 0" in err
+    assert "50 of 50 parties hold fewer" in err
+    assert "35 parties (15-49): 0" in err and "15 parties (0-14): 1" in err
     assert "--positives" in err and "--nodes" in err
 
 

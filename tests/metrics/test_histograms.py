@@ -171,7 +171,7 @@ def _federated_scores(logits: np.ndarray, labels: np.ndarray):
 
     evaluation = FederatedEvaluation([np.arange(len(labels))])
     return evaluation.score(
-        torch.from_numpy(logits), torch.from_numpy(labels), lambda t: t, is_main=True
+        torch.from_numpy(logits), torch.from_numpy(labels), lambda t, what="": t, is_main=True
     )
 
 
@@ -210,6 +210,6 @@ def test_pooled_scores_are_exact_and_never_warned():
     labels = (np.arange(200) % 10 == 0).astype(np.int64)
     logits = 25.0 + labels * 5.0
     scores = PooledEvaluation().score(
-        torch.from_numpy(logits), torch.from_numpy(labels), lambda t: t, is_main=True
+        torch.from_numpy(logits), torch.from_numpy(labels), lambda t, what="": t, is_main=True
     )
     assert scores.values["test_ap"] == 1.0 and scores.warning is None

@@ -70,7 +70,7 @@ def test_the_point_that_flags_nothing_is_never_chosen():
 
 def test_table_rows_and_probability_thresholds():
     s, y = _case(7)
-    scores = PooledEvaluation().score(s, y, lambda t: t, True)
+    scores = PooledEvaluation().score(s, y, lambda t, what="": t, True)
     precision, recall = scores.pr_curve()
     assert scores.thresholds[-1] == np.inf and len(scores.thresholds) == len(precision)
     table = operating_points(precision, recall, scores.thresholds)
@@ -96,7 +96,7 @@ def test_federated_thresholds_are_the_bins_lower_edges():
         edge = bin_edges(np.array([k]), bins)[0]
         assert torch.equal(logits.double() >= edge, index >= k)
     scores = FederatedEvaluation([np.arange(3000)], bins=bins).score(
-        logits, labels, lambda t: t, True
+        logits, labels, lambda t, what="": t, True
     )
     precision, recall = scores.pr_curve()
     for p, r, t in zip(precision[:-1], recall[:-1], scores.thresholds[:-1], strict=True):
@@ -109,7 +109,7 @@ def test_federated_thresholds_are_the_bins_lower_edges():
 
 def test_pr_plot_marks_the_reachable_points():
     s, y = _case(1)
-    scores = PooledEvaluation().score(s, y, lambda t: t, True)
+    scores = PooledEvaluation().score(s, y, lambda t, what="": t, True)
     precision, recall = scores.pr_curve()
     table = operating_points(precision, recall, scores.thresholds, precisions=(0.5, 1.01))
     points = marks(table)
@@ -184,7 +184,7 @@ def test_a_threshold_on_a_histogram_curve_reads_the_edge_at_or_above_it():
     logits = torch.from_numpy(rng.normal(scale=4, size=2000).astype(np.float32))
     labels = torch.from_numpy((rng.random(2000) < 0.2).astype(np.int64))
     scores = FederatedEvaluation([np.arange(2000)], bins=64).score(
-        logits, labels, lambda t: t, True
+        logits, labels, lambda t, what="": t, True
     )
     precision, recall = scores.pr_curve()
     edges = scores.thresholds

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import slate.data.sources as sources
 import slate.training.configuration as configuration
+import slate.training.plan as run_plan
 from slate.cli import main
 from slate.config import TrainConfig
 from slate.data.spec import DataSpec
@@ -81,7 +81,7 @@ def test_the_launcher_reads_a_table_once_to_choose_n_and_check_it(tmp_path, monk
     _table(tmp_path / "t.csv")
     started = []
     monkeypatch.setattr(launch_module, "launch_local", lambda *args: started.append(args) or 0)
-    reads = _count(monkeypatch, sources, "load_dataset")
+    reads = _count(monkeypatch, run_plan, "load_dataset")  # (plan.whole_rows)
     checks = _count(monkeypatch, configuration, "load_dataset")
     config = TrainConfig(dataset="csv", train=str(tmp_path / "t.csv"), label_column="y",
                          positive_label="1", out=str(tmp_path / "run"))  # fmt: skip
