@@ -133,6 +133,7 @@ class TrainConfig:
     categorical_columns: tuple[str, ...] = per_site(())
     na_values: tuple[str, ...] = per_site(())
     missing: str = per_site("impute")
+    schema: str | None = per_site(None)  # its path; its sha256 is agreed (training.agreement)
     max_categories: int | None = agreed(50)
     min_frequency: int = agreed(1)
     validation_fraction: float | None = agreed(None)
