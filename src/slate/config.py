@@ -183,6 +183,8 @@ class TrainConfig:
         values = dataclasses.asdict(self)
         if values["robust"] == "none":  # recorded only when set: older outputs stay the same
             del values["robust"]
+        if values["schema"] is None:  # likewise
+            del values["schema"]
         return values
 
 
