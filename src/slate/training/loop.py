@@ -59,6 +59,7 @@ from slate.training.outputs import (
     write_run_folder,
 )
 from slate.training.plan import Choices, Place, choose
+from slate.training.privacy import console_line as privacy_line
 from slate.training.run import Run
 
 __all__ = ["RunResult", "run_candidates", "train"]
@@ -501,6 +502,7 @@ def _drive(
     elif resume and out is not None:
         offset = checkpoint.resume(run, out, say)
         say(f"resumed from iteration {run.iteration} of {out}")
+    run.open_ledger(out)  # --dp-epsilon: the folder's ledger, read back where it exists
     bar = _Progress(run, progress)
     loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
     loop.joined_at = run.iteration if returning else None
@@ -535,10 +537,14 @@ def _drive(
     summary["divergence"] = _divergence(run, history, final).to_dict()
     if plan.lr_choice is not None:
         summary["lr_choice"] = plan.lr_choice.to_dict()
+    if run.ledger is not None:
+        summary["privacy"] = run.ledger.summary()
     if out is not None:
         write_run_folder(run, summary, history, out, final.model, final.validation)
         summary["out_dir"] = str(out)
     report(run, summary, final.wall, out, log)
+    if run.ledger is not None:
+        log(privacy_line(summary["privacy"]))
     message = final.average_check.message(out) if refused and final.average_check else None
     return RunResult(summary, history, out, run.x, message)
 
