@@ -17,7 +17,7 @@ surrogate unchanged inside a group, 0 for a group without a positive:
 number of groups that contribute (:func:`expected_contributors`). One row sits in one group, so
 adding or removing it moves the clipped sum by at most ``2C`` (its group's clipped gradient can
 flip from one vector of norm ``C`` to another), and the noise's standard deviation is ``2C``
-times the noise multiplier ``z`` the accountant calibrated (:mod:`slate.training.privacy`).
+times the noise multiplier ``z`` the accountant calibrated (:mod:`slate.training.accountant`).
 Losses that are sums over rows (D-PSGD's cross-entropy, CODA's) use groups of one row: standard
 DP-SGD, with the same ``2C`` bound (a row's slot may displace another row).
 

@@ -10,7 +10,8 @@ Sampling is uniform with replacement from the party's own examples of each class
 Under ``--dp-epsilon``, :class:`PoissonGroupSampler` replaces it (docs/privacy.md): every row is
 taken independently with its class's public rate (``q+`` for positives, ``q-`` for negatives),
 each taken row falls into one of ``G`` groups uniformly at random, and each group is cut or
-padded to a fixed number of slots (padding: index ``-1``). Its randomness is the site's secret
+padded to a fixed number of slots (padding: an index the caller names, a row of its table
+with label -1). Its randomness is the site's secret
 (:class:`slate.security.secret_random.SecretStream`), never the run's seed.
 """
 
@@ -25,10 +26,7 @@ import torch
 from slate.errors import ConfigError
 from slate.security.secret_random import SecretStream
 
-__all__ = ["PAD", "PartySampler", "PoissonGroupSampler", "slots_for", "validate_batch_shape"]
-
-#: The index of an empty slot in :class:`PoissonGroupSampler`'s draws.
-PAD = -1
+__all__ = ["PartySampler", "PoissonGroupSampler", "slots_for", "validate_batch_shape"]
 
 
 def validate_batch_shape(batch_size: int, positives: int) -> None:
@@ -123,7 +121,7 @@ class PoissonGroupSampler:
     positive) or ``rates[k][1]`` (a negative), independently; each taken row falls into one of
     ``groups`` groups uniformly at random, in random order within it, and each group keeps its
     first ``group_size`` rows. A draw is ``(steps, P, groups * group_size)`` global indices,
-    group-major within a party, :data:`PAD` in an empty slot. Adding or removing one row
+    group-major within a party, ``pad`` in an empty slot. Adding or removing one row
     changes one group only (its own; the others' rows and order are drawn independently of it).
 
     Args:
@@ -131,6 +129,7 @@ class PoissonGroupSampler:
         rates: ``(q+, q-)`` per local party, each in ``(0, 1]``.
         groups: ``G``; group_size: the slots per group.
         streams: one secret stream per local party (:class:`SecretStream`).
+        pad: the index of an empty slot (a row whose label the caller sets to -1).
         parties: the global indices of the local parties.
     """
 
@@ -142,8 +141,10 @@ class PoissonGroupSampler:
         groups: int,
         group_size: int,
         streams: list[SecretStream],
+        pad: int,
         parties: list[int] | None = None,
     ) -> None:
+        self.pad = pad
         self.parties = list(range(len(parts))) if parties is None else list(parties)
         self.groups, self.group_size = groups, group_size
         self.ids = [np.asarray(p) for p in parts]
@@ -159,8 +160,8 @@ class PoissonGroupSampler:
         return self.groups * self.group_size
 
     def draw(self, steps: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Indices for the next ``steps`` iterations, :data:`PAD` where a slot is empty."""
-        out = np.full((steps, len(self.parties), self.width), PAD, dtype=np.int64)
+        """Indices for the next ``steps`` iterations, ``pad`` where a slot is empty."""
+        out = np.empty((steps, len(self.parties), self.width), dtype=np.int64)
         for k, stream in enumerate(self.streams):
             out[:, k] = self._draw_party(k, stream, steps)
         return torch.from_numpy(out).to(device)
@@ -180,7 +181,7 @@ class PoissonGroupSampler:
         first = np.maximum.accumulate(np.where(starts, position, 0), axis=1)
         rank = position - first
         keep = (group_of < groups) & (rank < size)
-        result = np.full((steps, groups * size), PAD, dtype=np.int64)
+        result = np.full((steps, groups * size), self.pad, dtype=np.int64)
         rows, cols = np.nonzero(keep)
         result[rows, group_of[rows, cols] * size + rank[rows, cols]] = ids[order[rows, cols]]
         return result

@@ -29,6 +29,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slate.errors import ConfigError
 from slate.faults.attacks import ATTACK_ENV, Attack, Attacker, parse_attacks
 from slate.faults.kills import FAULT_ENV, Kill, Kills, parse_kills
 from slate.faults.lies import Lies
@@ -106,6 +107,17 @@ class FaultPlan:
     def recorder(self, rank: int) -> OpenedRecorder | None:
         """Party ``rank``'s record of the sealed messages it opens, or None (a real run)."""
         return OpenedRecorder(self.record_opened, rank) if self.record_opened else None
+
+    def privacy_seed(self, under_roster: bool) -> int | None:
+        """``SLATE_DP_TEST_SEED``'s seed for ``--dp-epsilon``'s streams (None: secret ones);
+        a run ``under_roster`` refuses it, in one paragraph."""
+        if self.dp_test_seed is not None and under_roster:
+            raise ConfigError(
+                f"{DP_SEED_ENV} is set: it makes --dp-epsilon's sample and noise reproducible "
+                "for tests, and a run under --roster refuses it (the sites' randomness must "
+                f"stay secret). Unset {DP_SEED_ENV}."
+            )
+        return self.dp_test_seed
 
     @property
     def masks(self) -> bool:

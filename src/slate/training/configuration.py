@@ -124,7 +124,7 @@ class OutputsSection:
 class PrivacySection:
     """``--dp-epsilon`` E at ``--dp-delta``, the clip C (``--dp-clip``) and the groups G
     (``--dp-groups``) of the mechanism (:mod:`slate.algorithms.privacy`,
-    :mod:`slate.training.privacy`)."""
+    :mod:`slate.training.accountant`)."""
 
     epsilon: float
     delta: float

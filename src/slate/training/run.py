@@ -27,14 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from slate.algorithms import ALGORITHMS, Algorithm, build_algorithm
+from slate.algorithms import Algorithm, build_algorithm
 from slate.algorithms.compute import Batch, PartyCompute
-from slate.algorithms.privacy import PrivateCompute, PrivateGroups, expected_contributors
 from slate.communication.gossip import gossip_settings
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.local_data import LocalData
-from slate.data.sampler import PAD, PartySampler, PoissonGroupSampler, slots_for
+from slate.data.sampler import PartySampler
 from slate.data.sources import load_local_data
 from slate.engines.base import Communicator, Engine, RecordedExchange
 from slate.engines.simulator import SimulatorEngine
@@ -44,20 +43,14 @@ from slate.models import build_model
 from slate.security.guards import message_guard
 from slate.security.messages import as_received
 from slate.security.robust import RECORD_SHAPE
-from slate.security.secret_random import SecretStream
 from slate.topology import SurvivorGraph, build_topology, surviving_topology
+from slate.training import private_run
+from slate.training.accountant import PrivacyBudgetExhausted, PrivacyLedger
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
 from slate.training.checks import should_compile
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
 from slate.training.plan import Choices, Place, RunPlan, choose, plan
-from slate.training.privacy import (
-    PrivacyBudgetExhausted,
-    PrivacyLedger,
-    PrivacyPlan,
-    plan_privacy,
-    sampling_rates,
-)
 from slate.training.recovery import PartySet
 from slate.training.state import TrainingState
 
@@ -163,64 +156,21 @@ class Run:
         )
 
     def _build_sampler(self) -> None:
-        """The local parties' training rows on the device, and their sampling streams (under
-        ``--dp-epsilon``: Poisson sampling into groups, from secret streams)."""
+        """The local parties' training rows on the device, and their sampling streams."""
         section = self.settings.algorithm
         self.n_local = len(self.engine.local_parties)
         self.features = torch.from_numpy(self.data.x_train).to(self.device)
         self.labels = torch.from_numpy(self.data.y_train).to(self.device)
         self.private = self.settings.privacy is not None
-        if self.private:
-            self._build_private_sampler()
+        if self.private:  # slate.training.private_run; an empty slot is the added last row
+            self.private_sampling = private_run.sampling(self.settings, self.data, self.engine,
+                                                         self.fault_plan)  # fmt: skip
+            self.sampler: Any = self.private_sampling.sampler
+            self.features, self.labels = private_run.with_empty_row(self.features, self.labels)
             return
         self.sampler = PartySampler(
             self.data.parts, self.data.y_train, section.batch_size, section.positives,
             section.seed, parties=self.engine.local_parties,
-        )  # fmt: skip
-
-    def _streams(self, purpose: str) -> list[SecretStream]:
-        """One secret stream per local party; reproducible ones only where a test asked
-        (``SLATE_DP_TEST_SEED``), never under a roster."""
-        seed = self.fault_plan.dp_test_seed
-        if seed is None:
-            return [SecretStream() for _ in self.engine.local_parties]
-        if self.engine.roster_digest is not None:
-            raise ConfigError(
-                "SLATE_DP_TEST_SEED is set: it makes --dp-epsilon's sample and noise "
-                "reproducible for tests, and a run under --roster refuses it (the sites' "
-                "randomness must stay secret). Unset SLATE_DP_TEST_SEED."
-            )
-        return [SecretStream.for_test(seed, p, purpose) for p in self.engine.local_parties]
-
-    def _build_private_sampler(self) -> None:
-        """``--dp-epsilon``: each local party's class sizes (public once declared), its rates
-        ``q+ = G b / n+`` and ``q- = G (m - b) / n-``, and the groups' shape: ``G`` groups of
-        ``k`` slots for a loss over a batch (SLATE's), or groups of one row for a sum over rows
-        (D-PSGD's, CODA's), enough slots for the expected rows' rare highs (``slots_for``)."""
-        section, privacy = self.settings.algorithm, self.settings.privacy
-        labels = self.data.y_train
-        self.class_counts = [
-            (party, int((labels[rows] == 1).sum()), int((labels[rows] == 0).sum()))
-            for party, rows in zip(self.engine.local_parties, self.data.parts, strict=True)
-        ]
-        rates = [
-            sampling_rates(privacy.groups, section.batch_size, section.positives, n_pos, n_neg)
-            for _, n_pos, n_neg in self.class_counts
-        ]
-        expected = max(
-            q_pos * n_pos + q_neg * n_neg
-            for (q_pos, q_neg), (_, n_pos, n_neg) in zip(rates, self.class_counts, strict=True)
-        )
-        self.private_unit = ALGORITHMS[section.name].private_unit
-        if self.private_unit == "group":
-            groups, size = privacy.groups, slots_for(expected / privacy.groups)
-        else:
-            groups, size = slots_for(expected), 1
-        self.private_shape = (groups, size)
-        self.private_rates = rates
-        self.sampler = PoissonGroupSampler(
-            self.data.parts, labels, rates, groups, size, self._streams("sample"),
-            parties=self.engine.local_parties,
         )  # fmt: skip
 
     def _build_graph(self) -> None:
@@ -254,16 +204,11 @@ class Run:
         self.model = model.to(self.device)
         one_process = self.engine.own_party is None
         context = self.algorithm.context([self.labels[p] for p in self.data.parts])
-        if self.private:
-            _refuse_batch_norm(model, model_section.name)
-        objective = (
-            self.algorithm.masked_objective(context is not None)
-            if self.private
-            else self.algorithm.objective()
-        )
+        # --dp-epsilon: the loss of a group, its empty slots left out
+        objective = self.algorithm.masked_objective(context is not None) if self.private else None
         self.compute = PartyCompute(
             self.model,
-            objective,
+            objective or self.algorithm.objective(),
             self.algorithm.n_extra,
             n_parties=self.n_local,
             context=context,
@@ -271,9 +216,10 @@ class Run:
                 model_section.compile, section.iterations, one_process, self.device, model
             ),
         )
-        self.ledger: PrivacyLedger | None = None
+        self.ledger: PrivacyLedger | None = None  # --dp-epsilon's (in memory, or the folder's)
         if self.private:
-            self._privatise()
+            self.compute, self.ledger = private_run.privatise(self.private_sampling, self.compute,
+                self.algorithm, self.settings, self.engine, self.fault_plan)  # fmt: skip
         self.x = self.initial_parameters()
         comm = self.settings.communication
         self.gossip = gossip_settings(comm, self.topology, self.x.shape[1])
@@ -284,36 +230,6 @@ class Run:
         self.guard = message_guard(comm.robust, self.plan.nodes, local, attacker)
         self.guard.begin(self.x)
         self.comm: Communicator = self.make_communicator(self.x)
-
-    def _privatise(self) -> None:
-        """``--dp-epsilon``: the noise multiplier of each local party calibrated over the
-        run's releases (one per step), the compute wrapped in the mechanism, and an in-memory
-        ledger (a run with a folder keeps it there: :meth:`open_ledger`)."""
-        section, privacy = self.settings.algorithm, self.settings.privacy
-        groups, size = self.private_shape
-        releases = section.iterations + self.algorithm.initial_batches(section.positives)
-        self.privacy_plan: PrivacyPlan = plan_privacy(
-            privacy.epsilon, privacy.delta, privacy.clip, groups, size, self.private_unit,
-            releases, self.class_counts, section.batch_size, section.positives,
-        )  # fmt: skip
-        divisors = tuple(
-            expected_contributors(self.private_unit, groups, n_pos, n_neg, q_pos, q_neg)
-            for (_, n_pos, n_neg), (q_pos, q_neg) in zip(
-                self.class_counts, self.private_rates, strict=True
-            )
-        )
-        shape = PrivateGroups(groups, size, privacy.clip, self.privacy_plan.noise_std(), divisors)
-        self.compute = PrivateCompute(self.compute, shape, self._streams("noise"))
-        self.ledger = PrivacyLedger(self.privacy_plan)
-
-    def open_ledger(self, folder: Any) -> None:
-        """Keep the privacy ledger in the run folder ``folder`` from now on (read back where it
-        exists: a resumed or returning run continues its count)."""
-        if self.ledger is not None and folder is not None:
-            from slate.permissions import private_folder
-
-            private_folder(folder)
-            self.ledger = PrivacyLedger.open(self.privacy_plan, folder, self.engine.own_party)
 
     def _agree_on_the_run(self) -> None:
         """Every process's trajectory settings must equal the others'
@@ -343,13 +259,8 @@ class Run:
         return self.engine.communicator(self.topology, self.device, self.gossip, x0, self.guard)
 
     def batch(self, indices: Tensor) -> Batch:
-        """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several);
-        an empty slot (:data:`~slate.data.sampler.PAD`) gets row 0's features and label -1."""
-        if not self.private:
-            return Batch(_rows(self.features, indices), _rows(self.labels, indices))
-        empty = indices == PAD
-        safe = indices.clamp(min=0)
-        return Batch(_rows(self.features, safe), _rows(self.labels, safe).masked_fill(empty, -1))
+        """Gather every party's mini-batch from indices ``(..., P, m)`` (one step, or several)."""
+        return Batch(_rows(self.features, indices), _rows(self.labels, indices))
 
     @property
     def sampler_position(self) -> tuple[dict[str, Any], int]:
@@ -362,8 +273,7 @@ class Run:
         where they are), and start a new chunk there."""
         if start is not None:
             self.sampler.load_state_dict(start)
-        if not self.private:  # a private sampler's draws are fresh: nothing to skip
-            self.sampler.draw(used)
+        self.sampler.draw(used)
         self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
 
     def advance(self, steps: int) -> int:
@@ -372,11 +282,8 @@ class Run:
         The simulator stops early, between two iterations, when a stop was requested; the
         distributed engine finishes the chunk, so that all parties stop at the same iteration.
         """
-        exhausted_at = None
-        if self.ledger is not None:  # recorded before the releases it counts
-            allowed = self.ledger.reserve(self.iteration, steps)
-            if allowed < steps:
-                steps, exhausted_at = allowed, self.iteration + allowed
+        # --dp-epsilon: the ledger records the releases before they are made, within budget
+        steps, stop_at = self.ledger.admit(self.iteration, steps) if self.ledger else (steps, None)
         losses = torch.zeros(steps, self.n_local, device=self.device)
         done = 0
         positives = self.settings.algorithm.positives
@@ -402,8 +309,8 @@ class Run:
             done += 1
         self._guard_finite(losses[:done], self.iteration - done)
         self.party_set.snapshot(after_evaluation=False)
-        if exhausted_at is not None and self.ledger is not None:
-            raise PrivacyBudgetExhausted(self.ledger.exhausted_message(exhausted_at))
+        if stop_at is not None and self.ledger is not None:
+            raise PrivacyBudgetExhausted(self.ledger.exhausted_message(stop_at))
         return done
 
     def _add_loss(self, row: Tensor) -> None:
@@ -667,33 +574,18 @@ class Run:
         """The evaluation of this iteration, the mean training loss since the last one and the
         mean traffic: the loss and the counters ride in the evaluation's own exchange."""
         counters = [float(v) for v in self.comm.counters()]  # means over the local parties
-        # Under --dp-epsilon the training loss is a function of the rows that the accountant
-        # does not count: it is not sent (0 in its place), and the history shows NaN.
+        # --dp-epsilon: the training loss is not accounted: not sent (0), NaN in the history
         own_loss = 0.0 if self.private else float(self.loss_sum.sum())
         riders = torch.tensor([own_loss, *counters], dtype=torch.float64)
         values = self.evaluator.evaluate(self.x, self.iteration, riders)
         summed, n = self.evaluator.summed_riders, self.engine.n_parties
-        loss = float(summed[0]) / (max(self.loss_steps, 1) * n)
-        if self.private:
-            loss = math.nan
+        loss = math.nan if self.private else float(summed[0]) / (max(self.loss_steps, 1) * n)
         self.loss_sum = torch.zeros_like(self.loss_sum)  # not in place: snapshots hold it
         self.loss_steps = 0
         processes = n // len(self.engine.local_parties)  # each holds its parties' mean
         names = ("comm_bytes_per_party", "messages_per_party", "rounds")
         traffic = {name: float(v) / processes for name, v in zip(names, summed[1:], strict=True)}
         return values, loss, traffic
-
-
-def _refuse_batch_norm(model: torch.nn.Module, name: str) -> None:
-    """BatchNorm mixes the rows of a batch in its statistics and keeps running averages of
-    them, neither of which grouped clipping bounds: refused under ``--dp-epsilon``."""
-    if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise ConfigError(
-            f"Refused under --dp-epsilon: --model {name} uses BatchNorm, whose batch statistics "
-            "and running averages carry every row of a batch into every other row's output "
-            "and into the saved model, which the privacy accounting does not bound. Use a "
-            "model without BatchNorm (mlp, or the paper's CNNs)."
-        )
 
 
 def _rows(table: Tensor, indices: Tensor) -> Tensor:

@@ -331,6 +331,12 @@ class PrivacyLedger:
             self._append(entry)
         return allowed
 
+    def admit(self, iteration: int, steps: int) -> tuple[int, int | None]:
+        """:meth:`reserve` ``steps`` from ``iteration``: the steps to run, and the iteration
+        the run must stop before (None while the budget holds)."""
+        allowed = self.reserve(iteration, steps)
+        return allowed, (iteration + allowed if allowed < steps else None)
+
     def _append(self, entry: dict[str, Any]) -> None:
         if self.path is None:
             return
