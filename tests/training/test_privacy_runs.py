@@ -203,3 +203,32 @@ def test_dpsgd_and_coda_clip_per_row_and_the_estimator_reports_epsilon():
     assert model.privacy_["epsilon_positives"] <= 5.0 and model.privacy_["releases"] == 10
     with pytest.raises(ValueError, match="standardize=True"):
         SlateClassifier(n_parties=2, iterations=10, dp_epsilon=5.0, standardize=True).fit(X, y)
+
+
+@pytest.mark.processes
+def test_both_engines_compute_the_same_guarantee(tmp_path):
+    """The same run on the simulator and on two processes of the distributed engine: party
+    0's rates, z and epsilons are equal (the mechanism and the accountant are shared code),
+    and each process keeps its own ledger."""
+    import subprocess
+    import sys
+
+    flags = ["train", "--dataset", "digits", "--nodes", "2", "--iterations", "6", "--lr", "0.05",
+             "--dp-epsilon", "4", "--positives", "1", "--batch-size", "8", "--eval-every", "6",
+             "--no-progress", "--no-party-ap"]  # fmt: skip
+    assert slate_here(*flags, "--out", tmp_path / "sim").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "slate", *flags, "--out", str(tmp_path / "dist"), "--engine",
+         "distributed", "--timeout", "30"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    simulated = json.loads((tmp_path / "sim" / "summary.json").read_text())["privacy"]
+    distributed = json.loads((tmp_path / "dist" / "summary.json").read_text())["privacy"]
+    assert distributed["parties"][0]["party"] == 0 and len(distributed["parties"]) == 1
+    assert distributed["parties"][0] == simulated["parties"][0]
+    assert distributed["releases"] == simulated["releases"] == 6
+    assert sorted(p.name for p in (tmp_path / "dist").glob("privacy-ledger*")) == [
+        "privacy-ledger-rank0.jsonl",
+        "privacy-ledger-rank1.jsonl",
+    ]

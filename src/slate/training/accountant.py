@@ -252,6 +252,9 @@ class PrivacyLedger:
         in-memory one without a folder; a line records this opening."""
         if folder is None:
             return cls(plan)
+        from slate.permissions import private_folder
+
+        private_folder(Path(folder))
         name = LEDGER if rank is None else f"privacy-ledger-rank{rank}.jsonl"
         path = Path(folder) / name
         entries: list[dict[str, Any]] = []
@@ -340,7 +343,8 @@ class PrivacyLedger:
     def _append(self, entry: dict[str, Any]) -> None:
         if self.path is None:
             return
-        with open(self.path, "a") as handle:
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(descriptor, "a") as handle:  # (0600: the run folder's files are private)
             handle.write(json.dumps(entry) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
