@@ -178,6 +178,10 @@ class TrainConfig:
     on_party_loss: str | None = agreed(None)
     drop_party: tuple[str, ...] = per_site(())
     robust: str = agreed("none")
+    dp_epsilon: float | None = agreed(None)
+    dp_delta: float = agreed(1e-5)
+    dp_clip: float = agreed(1.0)
+    dp_groups: int = agreed(8)
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -185,6 +189,9 @@ class TrainConfig:
             del values["robust"]
         if values["schema"] is None:  # likewise
             del values["schema"]
+        if values["dp_epsilon"] is None:  # likewise the privacy flags (docs/privacy.md)
+            for key in ("dp_epsilon", "dp_delta", "dp_clip", "dp_groups"):
+                del values[key]
         return values
 
 
@@ -202,6 +209,8 @@ def resolve_config(config: TrainConfig, parameters: Mapping[str, Any] | None = N
     resolved = dataclasses.replace(config, **updates)
     if resolved.standardize is None:  # user tables arrive at raw scales; the paper's sets do not
         resolved.standardize = resolved.dataset == "csv"
+    if resolved.dp_epsilon is not None and config.momentum is None:
+        resolved.momentum = "ema"  # SLATE-M under --dp-epsilon: STORM is not accounted
     # eval_every and party_ap stay None here: their defaults depend on the test set's size,
     # which is known once the data is loaded (the run's plan, slate.training.plan).
     if resolved.checkpoint_every is None:

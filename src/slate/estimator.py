@@ -136,6 +136,12 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
             :data:`slate.training.checks.SMALL_STEP_WORK`), else torch's setting; the
             process's own count is restored after ``fit``. ``threads_`` is the count used.
         compile: ``torch.compile`` the parties' steps: ``auto``, ``on`` or ``off``.
+        dp_epsilon: train with record-level (epsilon, ``dp_delta``) differential privacy per
+            party against the other parties (``slate train --dp-epsilon``, docs/privacy.md);
+            ``None``: off. It refuses ``lr="auto"``, ``standardize=True`` and SLATE-M's
+            ``momentum="storm"``. The guarantee covers the model (``model_``); ``history_``
+            scores the training rows and is not private.
+        dp_delta, dp_clip, dp_groups: its delta, clip C and groups G.
         verbose: show the progress bar and ``slate train``'s console lines (their "test" rows
             are the training rows).
         pos_label: the class whose AP is maximised, as ``slate train --positive-label``
@@ -155,6 +161,9 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         model_: the averaged model, a torch module in eval mode that maps features to a logit.
         history_: the run's evaluations (iteration 0 and the last): ``test_ap`` and
             ``test_auroc`` there score the training rows.
+        privacy_: with ``dp_epsilon``, the guarantee reached (``summary.json``'s ``privacy``:
+            epsilon for positives and negatives, delta, z, C, G, the releases, the rates);
+            else ``None``.
     """
 
     def __init__(
@@ -186,6 +195,10 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         device: str = "cpu",
         threads: int | None = None,
         compile: str = "auto",
+        dp_epsilon: float | None = None,
+        dp_delta: float = 1e-5,
+        dp_clip: float = 1.0,
+        dp_groups: int = 8,
         verbose: bool = False,
         pos_label: Any = None,
     ) -> None:
@@ -216,6 +229,10 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         self.device = device
         self.threads = threads
         self.compile = compile
+        self.dp_epsilon = dp_epsilon
+        self.dp_delta = dp_delta
+        self.dp_clip = dp_clip
+        self.dp_groups = dp_groups
         self.verbose = verbose
         self.pos_label = pos_label
 
@@ -286,6 +303,12 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         labels = (y == positive).astype(np.int64)
         parts, ids = party_rows(parties, len(labels))
         features = _float32(X)
+        if self.standardize and self.dp_epsilon is not None:
+            raise ValueError(
+                f"Refused under dp_epsilon={self.dp_epsilon:g}: standardize=True computes means "
+                "and standard deviations from the private rows, which the privacy accounting "
+                "does not count. Scale X with public statistics and pass standardize=False."
+            )
         standardizer = Standardizer.fit([features]) if self.standardize else None
         if standardizer is not None:
             features = standardizer.apply(features)
@@ -325,6 +348,7 @@ class SlateClassifier(ClassifierMixin, BaseEstimator):
         self.threads_ = result.summary["config"]["threads"]
         self.lr_ = result.summary["config"]["lr"]
         self.lr_choice_ = result.summary.get("lr_choice")
+        self.privacy_ = result.summary.get("privacy")
         return self
 
     def _positive_class(self, classes: np.ndarray, y: np.ndarray) -> Any:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from slate.algorithms.compute import Batch, Objective, PartyCompute
+from slate.algorithms.privacy import row_objective
 from slate.config import agreed
 from slate.errors import ConfigError
 
@@ -87,6 +88,10 @@ class Algorithm(ABC):
     n_extra: int = 0
     #: The algorithm's own parameter dataclass (its fields: its flags, :mod:`slate.algorithms`).
     Params: ClassVar[type] = NoParams
+    #: Under ``--dp-epsilon`` (:mod:`slate.algorithms.privacy`): ``"row"``, a loss that is a
+    #: sum over rows, clipped per row (groups of one); ``"group"``, a loss over a whole batch
+    #: (SLATE's AP surrogate), clipped per group of rows.
+    private_unit: ClassVar[str] = "row"
 
     def __init__(self, config: AlgorithmConfig, params: Any = None) -> None:
         validate_positive("--lr", config.lr)
@@ -122,6 +127,12 @@ class Algorithm(ABC):
     @abstractmethod
     def objective(self) -> Objective:
         """The loss each party differentiates: ``(logits, labels, extra) -> scalar``."""
+
+    def masked_objective(self, with_context: bool) -> Objective:
+        """The loss of one group under ``--dp-epsilon``, empty slots (label -1) left out; by
+        default :meth:`objective` on a group of one row (``with_context``: it takes the
+        per-party context, as CODA's does)."""
+        return row_objective(self.objective(), with_context)
 
     def initial_extra(self, n_parties: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """Initial values of the algorithm's own variables, appended after the model's."""

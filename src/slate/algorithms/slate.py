@@ -22,7 +22,7 @@ from torch import Tensor
 
 from slate.algorithms.base import Algorithm, Mixer, validate_positive
 from slate.algorithms.compute import Batch, Objective, PartyCompute
-from slate.objectives.ap import sigmoid_ap_objective
+from slate.objectives.ap import masked_sigmoid_ap_objective, sigmoid_ap_objective
 
 __all__ = ["SLATE", "SlateParams", "tracked_direction"]
 
@@ -57,6 +57,12 @@ class SLATE(Algorithm):
 
     def objective(self) -> Objective:
         return sigmoid_ap_objective(self.config.margin)
+
+    private_unit = "group"
+
+    def masked_objective(self, with_context: bool) -> Objective:
+        del with_context
+        return masked_sigmoid_ap_objective(self.config.margin)
 
     def step(self, x: Tensor, batch: Batch, comm: Mixer, compute: PartyCompute):
         losses, u = compute(x, batch)  # line 7, eq. (6) by autograd

@@ -36,7 +36,7 @@ from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.algorithms.slate import tracked_direction
 from slate.config import agreed
 from slate.errors import ConfigError
-from slate.objectives.ap import sigmoid_ap_objective
+from slate.objectives.ap import masked_sigmoid_ap_objective, sigmoid_ap_objective
 
 __all__ = ["MOMENTUM_ESTIMATORS", "SLATEM", "SlateMParams"]
 
@@ -86,6 +86,12 @@ class SLATEM(Algorithm):
 
     def objective(self) -> Objective:
         return sigmoid_ap_objective(self.config.margin)
+
+    private_unit = "group"
+
+    def masked_objective(self, with_context: bool) -> Objective:
+        del with_context
+        return masked_sigmoid_ap_objective(self.config.margin)
 
     def initial_batches(self, positives: int) -> int:
         if self.params.momentum == "ema":

@@ -242,6 +242,36 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="estimate the wall time over a WAN link: compute + RTT per round + bytes/bandwidth",
     )
 
+    private = p.add_argument_group("differential privacy per site (docs/privacy.md)")
+    private.add_argument(
+        "--dp-epsilon",
+        type=float,
+        metavar="E",
+        help="train with record-level (epsilon, delta) differential privacy per site against "
+        "the other sites: Poisson sampling at public class rates, each group's gradient "
+        "clipped, Gaussian noise calibrated by dp-accounting (PLD) over the whole run, an "
+        "append-only ledger in the run folder; refuses --lr auto, --early-stopping, "
+        "--standardize and CSV tables",
+    )
+    private.add_argument(
+        "--dp-delta", type=float, default=1e-5, help="delta of --dp-epsilon (default 1e-5)"
+    )
+    private.add_argument(
+        "--dp-clip",
+        type=float,
+        default=1.0,
+        metavar="C",
+        help="each group's gradient is clipped to this L2 norm (default 1; noise std 2 C z)",
+    )
+    private.add_argument(
+        "--dp-groups",
+        type=int,
+        default=8,
+        metavar="G",
+        help="groups per step, each expecting b positives and m - b negatives, so that the "
+        "sampling rates are q+ = G b / n+ and q- = G (m - b) / n- (default 8)",
+    )
+
     run = p.add_argument_group("run")
     run.add_argument(
         "--eval-every",

@@ -6,18 +6,27 @@ therefore do not depend on N, on the other parties, or on how many steps are dra
 the distributed engine, which samples only its own party, draws exactly the simulator's indices.
 Indices are drawn in bulk (a chunk of steps at a time) and moved to the device once per chunk.
 Sampling is uniform with replacement from the party's own examples of each class.
+
+Under ``--dp-epsilon``, :class:`PoissonGroupSampler` replaces it (docs/privacy.md): every row is
+taken independently with its class's public rate (``q+`` for positives, ``q-`` for negatives),
+each taken row falls into one of ``G`` groups uniformly at random, and each group is cut or
+padded to a fixed number of slots (padding: an index the caller names, a row of its table
+with label -1). Its randomness is the site's secret
+(:class:`slate.security.secret_random.SecretStream`), never the run's seed.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
 from slate.errors import ConfigError
+from slate.security.secret_random import SecretStream
 
-__all__ = ["PartySampler", "validate_batch_shape"]
+__all__ = ["PartySampler", "PoissonGroupSampler", "slots_for", "validate_batch_shape"]
 
 
 def validate_batch_shape(batch_size: int, positives: int) -> None:
@@ -96,3 +105,98 @@ class PartySampler:
         for pair, saved in zip(self.streams, state["streams"], strict=True):
             for gen, st in zip(pair, saved, strict=True):
                 gen.bit_generator.state = st
+
+
+def slots_for(expected: float) -> int:
+    """Slots for a count of mean ``expected`` (a sum of independent Bernoulli draws, whose
+    variance is below its mean): ``ceil(mu + 4 sqrt(mu)) + 1``. A count past it loses its last
+    rows (in random order), which only lowers a row's influence."""
+    return math.ceil(expected + 4.0 * math.sqrt(expected)) + 1
+
+
+class PoissonGroupSampler:
+    """Poisson sampling with public per-class rates, dealt into groups (``--dp-epsilon``).
+
+    At every step each row of party ``k`` is taken with probability ``rates[k][0]`` (a
+    positive) or ``rates[k][1]`` (a negative), independently; each taken row falls into one of
+    ``groups`` groups uniformly at random, in random order within it, and each group keeps its
+    first ``group_size`` rows. A draw is ``(steps, P, groups * group_size)`` global indices,
+    group-major within a party, ``pad`` in an empty slot. Adding or removing one row
+    changes one group only (its own; the others' rows and order are drawn independently of it).
+
+    Args:
+        parts: one index array per local party; labels: the training labels (0/1).
+        rates: ``(q+, q-)`` per local party, each in ``(0, 1]``.
+        groups: ``G``; group_size: the slots per group.
+        streams: one secret stream per local party (:class:`SecretStream`).
+        pad: the index of an empty slot (a row whose label the caller sets to -1).
+        parties: the global indices of the local parties.
+    """
+
+    def __init__(
+        self,
+        parts: list[np.ndarray],
+        labels: np.ndarray,
+        rates: list[tuple[float, float]],
+        groups: int,
+        group_size: int,
+        streams: list[SecretStream],
+        pad: int,
+        parties: list[int] | None = None,
+    ) -> None:
+        self.pad = pad
+        self.parties = list(range(len(parts))) if parties is None else list(parties)
+        self.groups, self.group_size = groups, group_size
+        self.ids = [np.asarray(p) for p in parts]
+        self.row_rates = [
+            np.where(labels[p] == 1, q_pos, q_neg)
+            for p, (q_pos, q_neg) in zip(parts, rates, strict=True)
+        ]
+        self.streams = list(streams)
+
+    @property
+    def width(self) -> int:
+        """Slots per party per step: ``groups * group_size``."""
+        return self.groups * self.group_size
+
+    def draw(self, steps: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Indices for the next ``steps`` iterations, ``pad`` where a slot is empty."""
+        out = np.empty((steps, len(self.parties), self.width), dtype=np.int64)
+        for k, stream in enumerate(self.streams):
+            out[:, k] = self._draw_party(k, stream, steps)
+        return torch.from_numpy(out).to(device)
+
+    def _draw_party(self, k: int, stream: SecretStream, steps: int) -> np.ndarray:
+        ids, rates = self.ids[k], self.row_rates[k]
+        n, groups, size = len(ids), self.groups, self.group_size
+        taken = stream.uniform(steps, n) < rates
+        group = np.minimum((stream.uniform(steps, n) * groups).astype(np.int64), groups - 1)
+        key = np.where(taken, group + stream.uniform(steps, n), np.inf)  # group, then order
+        order = np.argsort(key, axis=1, kind="stable")
+        sorted_key = np.take_along_axis(key, order, axis=1)
+        group_of = np.where(np.isfinite(sorted_key), np.floor(sorted_key), groups).astype(np.int64)
+        position = np.broadcast_to(np.arange(n), (steps, n))
+        starts = np.ones((steps, n), dtype=bool)
+        starts[:, 1:] = group_of[:, 1:] != group_of[:, :-1]
+        first = np.maximum.accumulate(np.where(starts, position, 0), axis=1)
+        rank = position - first
+        keep = (group_of < groups) & (rank < size)
+        result = np.full((steps, groups * size), self.pad, dtype=np.int64)
+        rows, cols = np.nonzero(keep)
+        result[rows, group_of[rows, cols] * size + rank[rows, cols]] = ids[order[rows, cols]]
+        return result
+
+    def keep(self, rows: list[int]) -> None:
+        """Serve only the parties at these positions of ``parties`` (the others left the run)."""
+        self.parties = [self.parties[k] for k in rows]
+        self.ids = [self.ids[k] for k in rows]
+        self.row_rates = [self.row_rates[k] for k in rows]
+        self.streams = [self.streams[k] for k in rows]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing: the streams are secret and never stored; a resumed or rolled-back run
+        draws fresh samples (each a new release, counted by the ledger)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state

@@ -9,7 +9,11 @@ The hooks, each documented with the code that acts on it:
   sealed message (:mod:`slate.faults.tamper`);
 * ``SLATE_RECORD_OPENED``: every sealed message a party opens written to a folder, and
   ``SLATE_UNMASKED_SUMS``: sums under a roster sent unmasked, for comparison
-  (:mod:`slate.faults.opened`).
+  (:mod:`slate.faults.opened`);
+* ``SLATE_DP_TEST_SEED=INT``: under ``--dp-epsilon``, the sample and the noise drawn from
+  streams keyed by this seed (:meth:`slate.security.secret_random.SecretStream.for_test`) in
+  place of ``os.urandom``'s secret keys, so that a test can reproduce them; refused with
+  ``--roster`` (:attr:`FaultPlan.dp_test_seed`).
 
 A real run sets none of them. :meth:`FaultPlan.from_environment` is called once per process by
 the ``slate train`` command (and by a test that wants a hook in its own process); everything
@@ -25,13 +29,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slate.errors import ConfigError
 from slate.faults.attacks import ATTACK_ENV, Attack, Attacker, parse_attacks
 from slate.faults.kills import FAULT_ENV, Kill, Kills, parse_kills
 from slate.faults.lies import Lies
 from slate.faults.opened import RECORD_ENV, UNMASKED_ENV, OpenedRecorder
 from slate.faults.tamper import HOOKS, Tamper
 
-__all__ = ["FaultPlan"]
+__all__ = ["DP_SEED_ENV", "FaultPlan"]
+
+#: ``SLATE_DP_TEST_SEED=INT``: reproducible privacy randomness, for tests only.
+DP_SEED_ENV = "SLATE_DP_TEST_SEED"
 
 
 @dataclass(frozen=True)
@@ -39,13 +47,15 @@ class FaultPlan:
     """The faults to inject, of every rank: ``kills`` (``SLATE_KILL_AT``), ``attacks``
     (``SLATE_ATTACK``: gossip attacks and lies), ``tampers`` (hook name -> ``(rank, N)`` of
     each sealed-message hook set), ``record_opened`` (``SLATE_RECORD_OPENED``'s folder, "" for
-    none) and ``unmasked`` (``SLATE_UNMASKED_SUMS=1``)."""
+    none), ``unmasked`` (``SLATE_UNMASKED_SUMS=1``) and ``dp_test_seed``
+    (``SLATE_DP_TEST_SEED``: the privacy streams' test seed, None for secret ones)."""
 
     kills: tuple[Kill, ...] = ()
     attacks: tuple[Attack, ...] = ()
     tampers: tuple[tuple[str, int, int], ...] = ()
     record_opened: str = ""
     unmasked: bool = False
+    dp_test_seed: int | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> FaultPlan:
@@ -65,6 +75,7 @@ class FaultPlan:
             tampers=tuple(tampers),
             record_opened=env.get(RECORD_ENV, "").strip(),
             unmasked=env.get(UNMASKED_ENV, "").strip() == "1",
+            dp_test_seed=_integer(env.get(DP_SEED_ENV)),
         )
 
     def kills_of(self, own_party: int | None) -> Kills:
@@ -97,7 +108,24 @@ class FaultPlan:
         """Party ``rank``'s record of the sealed messages it opens, or None (a real run)."""
         return OpenedRecorder(self.record_opened, rank) if self.record_opened else None
 
+    def privacy_seed(self, under_roster: bool) -> int | None:
+        """``SLATE_DP_TEST_SEED``'s seed for ``--dp-epsilon``'s streams (None: secret ones);
+        a run ``under_roster`` refuses it, in one paragraph."""
+        if self.dp_test_seed is not None and under_roster:
+            raise ConfigError(
+                f"{DP_SEED_ENV} is set: it makes --dp-epsilon's sample and noise reproducible "
+                "for tests, and a run under --roster refuses it (the sites' randomness must "
+                f"stay secret). Unset {DP_SEED_ENV}."
+            )
+        return self.dp_test_seed
+
     @property
     def masks(self) -> bool:
         """Whether sums under a roster are masked (always, unless a test says otherwise)."""
         return not self.unmasked
+
+
+def _integer(text: str | None) -> int | None:
+    """An integer hook's value, None where it is unset or malformed."""
+    text = (text or "").strip()
+    return int(text) if text.lstrip("-").isdigit() else None

@@ -30,7 +30,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["APLoss", "ap_surrogate", "ap_surrogate_terms", "sigmoid_ap_objective"]
+__all__ = [
+    "APLoss",
+    "ap_surrogate",
+    "ap_surrogate_terms",
+    "masked_ap_surrogate",
+    "masked_sigmoid_ap_objective",
+    "sigmoid_ap_objective",
+]
 
 
 def ap_surrogate_terms(scores: Tensor, labels: Tensor, margin: float) -> tuple[Tensor, Tensor]:
@@ -69,6 +76,30 @@ def sigmoid_ap_objective(margin: float):
     def objective(logits: Tensor, labels: Tensor, extra: Tensor) -> Tensor:
         del extra  # SLATE has no variables besides the model's
         return ap_surrogate(torch.sigmoid(logits), labels, margin)
+
+    return objective
+
+
+def masked_ap_surrogate(scores: Tensor, labels: Tensor, margin: float) -> Tensor:
+    r""":func:`ap_surrogate` of the rows whose label is 0 or 1, the others (label -1, an empty
+    slot of a fixed-size group) left out: the same value as :func:`ap_surrogate` on the kept
+    rows alone (the :math:`1/m` of eq. 5 cancels in :math:`g^1_i / g^2_i`), and 0 for rows
+    without a positive. Written with masks, so it runs under ``torch.func.vmap``."""
+    valid = (labels >= 0).to(scores.dtype)
+    positive = (labels == 1).to(scores.dtype)
+    hinge = torch.clamp(margin - (scores.unsqueeze(-1) - scores.unsqueeze(-2)), min=0.0) ** 2
+    g_pos = hinge @ positive
+    g_all = hinge @ valid  # >= margin^2 for a kept positive (j = i is kept)
+    ratio = torch.where(positive > 0, g_pos / torch.where(positive > 0, g_all, 1.0), 0.0)
+    return -ratio.sum(dim=-1) / positive.sum(dim=-1).clamp(min=1.0)
+
+
+def masked_sigmoid_ap_objective(margin: float):
+    """:func:`sigmoid_ap_objective` on the kept rows of a group (:func:`masked_ap_surrogate`)."""
+
+    def objective(logits: Tensor, labels: Tensor, extra: Tensor) -> Tensor:
+        del extra
+        return masked_ap_surrogate(torch.sigmoid(logits), labels, margin)
 
     return objective
 

@@ -206,6 +206,58 @@ def check_config(config: TrainConfig) -> None:
     check_robust(config.robust)
     _check_validation(config)
     _check_positive_label(config)
+    check_privacy(config)
+
+
+def check_privacy(config: TrainConfig) -> None:
+    """``--dp-epsilon``'s values, and what it refuses: every choice made on the private rows
+    that the accountant does not count (docs/privacy.md, "Refused under --dp-epsilon")."""
+    epsilon = config.dp_epsilon
+    if epsilon is None:
+        return
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ConfigError(f"--dp-epsilon must be a positive number, got {epsilon!r}.")
+    if not 0 < config.dp_delta < 1:
+        raise ConfigError(f"--dp-delta must lie strictly between 0 and 1, got {config.dp_delta}.")
+    if not (config.dp_clip > 0 and math.isfinite(config.dp_clip)):
+        raise ConfigError(f"--dp-clip must be a positive number, got {config.dp_clip!r}.")
+    if config.dp_groups < 1:
+        raise ConfigError(f"--dp-groups must be at least 1, got {config.dp_groups}.")
+    refusals = [
+        (
+            config.lr == "auto",
+            "--lr auto chooses the step size from short runs on the private rows, which "
+            "--dp-epsilon does not account. Give the step size with --lr (chosen on public "
+            "data).",
+        ),
+        (
+            config.early_stopping is not None,
+            "--early-stopping chooses the kept model by its AP on private validation rows, "
+            "which --dp-epsilon does not account. Drop --early-stopping.",
+        ),
+        (
+            bool(config.standardize),
+            "--standardize computes means and standard deviations from the private rows, which "
+            "--dp-epsilon does not account. Scale the features with public or declared "
+            "statistics beforehand and pass --no-standardize.",
+        ),
+        (
+            config.dataset == "csv" and (config.train is not None or config.party_files),
+            "--dataset csv fits its table encoding (imputed values, category vocabularies, "
+            "column selection) on the private rows, which --dp-epsilon does not account. "
+            "Encode the table with public or declared statistics and give it as --dataset "
+            "libsvm.",
+        ),
+        (
+            config.algorithm == "slate-m" and config.momentum == "storm",
+            "--momentum storm needs its gradient difference privatised, with noise about 5x "
+            "larger at alpha 0.1; it is not accounted under --dp-epsilon. Use --momentum ema "
+            "(the default under --dp-epsilon).",
+        ),
+    ]
+    for refused, why in refusals:
+        if refused:
+            raise ConfigError(f"Refused under --dp-epsilon {epsilon:g}: {why}")
 
 
 def _check_positive_label(config: TrainConfig) -> None:

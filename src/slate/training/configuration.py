@@ -41,6 +41,7 @@ __all__ = [
     "MembershipSection",
     "ModelSection",
     "OutputsSection",
+    "PrivacySection",
     "ResolvedConfig",
     "as_resolved",
     "check_inputs",
@@ -122,6 +123,18 @@ class OutputsSection:
 
 
 @dataclass(frozen=True)
+class PrivacySection:
+    """``--dp-epsilon`` E at ``--dp-delta``, the clip C (``--dp-clip``) and the groups G
+    (``--dp-groups``) of the mechanism (:mod:`slate.algorithms.privacy`,
+    :mod:`slate.training.accountant`)."""
+
+    epsilon: float
+    delta: float
+    clip: float
+    groups: int
+
+
+@dataclass(frozen=True)
 class ResolvedConfig:
     """A run's configuration, resolved and checked (:func:`resolve_and_check`), in sections.
 
@@ -130,6 +143,7 @@ class ResolvedConfig:
         flags: the resolved flags, every default filled that needs no data; with the plan's
             fill-ins they are what ``summary.json`` stores (``RunPlan.flags``).
         data, model, algorithm, communication, membership, outputs: each stage's section.
+        privacy: ``--dp-epsilon``'s section, None without it.
     """
 
     given: TrainConfig
@@ -140,6 +154,7 @@ class ResolvedConfig:
     communication: CommunicationSection
     membership: MembershipSection
     outputs: OutputsSection
+    privacy: PrivacySection | None = None
 
 
 def resolve_and_check(config: TrainConfig) -> ResolvedConfig:
@@ -225,5 +240,9 @@ def _derive(given: TrainConfig, flags: TrainConfig) -> ResolvedConfig:
         outputs=OutputsSection(
             out=flags.out, eval_every=flags.eval_every, party_ap=flags.party_ap,
             checkpoint_every=flags.checkpoint_every, early_stopping=flags.early_stopping,
+        ),
+        privacy=None if flags.dp_epsilon is None else PrivacySection(
+            epsilon=flags.dp_epsilon, delta=flags.dp_delta, clip=flags.dp_clip,
+            groups=flags.dp_groups,
         ),
     )  # fmt: skip

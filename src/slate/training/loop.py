@@ -44,6 +44,8 @@ from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.faults import FaultPlan
 from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
+from slate.training.accountant import PrivacyLedger
+from slate.training.accountant import console_line as privacy_line
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.final_check import AverageCheck, check_average
@@ -501,6 +503,8 @@ def _drive(
     elif resume and out is not None:
         offset = checkpoint.resume(run, out, say)
         say(f"resumed from iteration {run.iteration} of {out}")
+    if run.ledger is not None and out is not None:  # --dp-epsilon: the folder's, read back
+        run.ledger = PrivacyLedger.open(run.ledger.plan, out, run.engine.own_party)
     bar = _Progress(run, progress)
     loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
     loop.joined_at = run.iteration if returning else None
@@ -535,10 +539,14 @@ def _drive(
     summary["divergence"] = _divergence(run, history, final).to_dict()
     if plan.lr_choice is not None:
         summary["lr_choice"] = plan.lr_choice.to_dict()
+    if run.ledger is not None:
+        summary["privacy"] = run.ledger.summary()
     if out is not None:
         write_run_folder(run, summary, history, out, final.model, final.validation)
         summary["out_dir"] = str(out)
     report(run, summary, final.wall, out, log)
+    if run.ledger is not None:
+        log(privacy_line(summary["privacy"]))
     message = final.average_check.message(out) if refused and final.average_check else None
     return RunResult(summary, history, out, run.x, message)
 

@@ -170,6 +170,8 @@ def _write_run_files(
         v_precision, v_recall = validation.scores.pr_curve()
         write_pr_curve(out / VALIDATION_CURVE, v_precision, v_recall, validation.scores.thresholds)
         description["validation_curve"] = validation.describe()
+    if "privacy" in summary:  # --dp-epsilon: the guarantee travels with the model
+        description["privacy"] = {k: v for k, v in summary["privacy"].items() if k != "ledger"}
     save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)

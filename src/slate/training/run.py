@@ -44,6 +44,8 @@ from slate.security.guards import message_guard
 from slate.security.messages import as_received
 from slate.security.robust import RECORD_SHAPE
 from slate.topology import SurvivorGraph, build_topology, surviving_topology
+from slate.training import private_run
+from slate.training.accountant import PrivacyBudgetExhausted, PrivacyLedger
 from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fingerprint
 from slate.training.checks import should_compile
 from slate.training.configuration import ResolvedConfig, as_resolved
@@ -159,6 +161,13 @@ class Run:
         self.n_local = len(self.engine.local_parties)
         self.features = torch.from_numpy(self.data.x_train).to(self.device)
         self.labels = torch.from_numpy(self.data.y_train).to(self.device)
+        self.private = self.settings.privacy is not None
+        if self.private:  # slate.training.private_run; an empty slot is the added last row
+            self.private_sampling = private_run.sampling(self.settings, self.data, self.engine,
+                                                         self.fault_plan)  # fmt: skip
+            self.sampler: Any = self.private_sampling.sampler
+            self.features, self.labels = private_run.with_empty_row(self.features, self.labels)
+            return
         self.sampler = PartySampler(
             self.data.parts, self.data.y_train, section.batch_size, section.positives,
             section.seed, parties=self.engine.local_parties,
@@ -194,16 +203,23 @@ class Run:
         )  # fmt: skip
         self.model = model.to(self.device)
         one_process = self.engine.own_party is None
+        context = self.algorithm.context([self.labels[p] for p in self.data.parts])
+        # --dp-epsilon: the loss of a group, its empty slots left out
+        objective = self.algorithm.masked_objective(context is not None) if self.private else None
         self.compute = PartyCompute(
             self.model,
-            self.algorithm.objective(),
+            objective or self.algorithm.objective(),
             self.algorithm.n_extra,
             n_parties=self.n_local,
-            context=self.algorithm.context([self.labels[p] for p in self.data.parts]),
+            context=context,
             compile=should_compile(
                 model_section.compile, section.iterations, one_process, self.device, model
             ),
         )
+        self.ledger: PrivacyLedger | None = None  # --dp-epsilon's (in memory, or the folder's)
+        if self.private:
+            self.compute, self.ledger = private_run.privatise(self.private_sampling, self.compute,
+                self.algorithm, self.settings, self.engine, self.fault_plan)  # fmt: skip
         self.x = self.initial_parameters()
         comm = self.settings.communication
         self.gossip = gossip_settings(comm, self.topology, self.x.shape[1])
@@ -268,6 +284,8 @@ class Run:
         The simulator stops early, between two iterations, when a stop was requested; the
         distributed engine finishes the chunk, so that all parties stop at the same iteration.
         """
+        # --dp-epsilon: the ledger records the releases before they are made, within budget
+        steps, stop_at = self.ledger.admit(self.iteration, steps) if self.ledger else (steps, None)
         losses = torch.zeros(steps, self.n_local, device=self.device)
         done = 0
         positives = self.settings.algorithm.positives
@@ -293,6 +311,8 @@ class Run:
             done += 1
         self._guard_finite(losses[:done], self.iteration - done)
         self.party_set.snapshot(after_evaluation=False)
+        if stop_at is not None and self.ledger is not None:
+            raise PrivacyBudgetExhausted(self.ledger.exhausted_message(stop_at))
         return done
 
     def _add_loss(self, row: Tensor) -> None:
@@ -556,10 +576,12 @@ class Run:
         """The evaluation of this iteration, the mean training loss since the last one and the
         mean traffic: the loss and the counters ride in the evaluation's own exchange."""
         counters = [float(v) for v in self.comm.counters()]  # means over the local parties
-        riders = torch.tensor([float(self.loss_sum.sum()), *counters], dtype=torch.float64)
+        # --dp-epsilon: the training loss is not accounted: not sent (0), NaN in the history
+        own_loss = 0.0 if self.private else float(self.loss_sum.sum())
+        riders = torch.tensor([own_loss, *counters], dtype=torch.float64)
         values = self.evaluator.evaluate(self.x, self.iteration, riders)
         summed, n = self.evaluator.summed_riders, self.engine.n_parties
-        loss = float(summed[0]) / (max(self.loss_steps, 1) * n)
+        loss = math.nan if self.private else float(summed[0]) / (max(self.loss_steps, 1) * n)
         self.loss_sum = torch.zeros_like(self.loss_sum)  # not in place: snapshots hold it
         self.loss_steps = 0
         processes = n // len(self.engine.local_parties)  # each holds its parties' mean

@@ -95,6 +95,13 @@ def tune(
     from slate.training.loop import train
 
     config = resolve_and_check(config).flags
+    if config.dp_epsilon is not None:
+        raise ConfigError(
+            f"Refused under --dp-epsilon {config.dp_epsilon:g}: slate tune trains every grid "
+            "point on the private rows and keeps the best by its AP on private validation "
+            "rows, a selection that the privacy accounting does not count. Choose the "
+            "hyperparameters on public data, then run slate train --dp-epsilon."
+        )
     grid = grid or PAPER_GRIDS[config.algorithm]
     data = tuning_data(config, validation_fraction, config.split_seed)
     log(f"tuning {config.algorithm} on {data.describe()}")

@@ -1,0 +1,187 @@
+r"""Differentially private gradients (``--dp-epsilon``): grouped clipping and Gaussian noise.
+
+SLATE's loss scores a whole batch: every row is a comparator in every positive's term, so
+clipping per example or per positive does not bound one row's influence (docs/privacy.md).
+Grouped clipping does. A party's Poisson sample (:class:`slate.data.sampler.PoissonGroupSampler`)
+is dealt at random into ``G`` groups of ``k`` slots; then
+
+.. math::
+
+    \tilde u = \frac{1}{D}\Big(\sum_{g=1}^{G} \mathrm{clip}_C\big(\nabla L(x; \mathcal G_g)\big)
+        + N\big(0, (2 C z)^2 I\big)\Big),
+    \qquad \mathrm{clip}_C(v) = v \min\big(1, C / \lVert v \rVert_2\big),
+
+where :math:`L(x; \mathcal G_g)` is the algorithm's loss on group ``g``'s rows alone (SLATE's AP
+surrogate unchanged inside a group, 0 for a group without a positive:
+:func:`slate.objectives.ap.masked_ap_surrogate`), and ``D`` a public constant, the expected
+number of groups that contribute (:func:`expected_contributors`). One row sits in one group, so
+adding or removing it moves the clipped sum by at most ``2C`` (its group's clipped gradient can
+flip from one vector of norm ``C`` to another), and the noise's standard deviation is ``2C``
+times the noise multiplier ``z`` the accountant calibrated (:mod:`slate.training.accountant`).
+Losses that are sums over rows (D-PSGD's cross-entropy, CODA's) use groups of one row: standard
+DP-SGD, with the same ``2C`` bound (a row's slot may displace another row).
+
+The sum is taken, and the noise drawn and added, in float64; the estimate is cast to the
+parameters' dtype only after. Everything the algorithm does with :math:`\tilde u` afterwards
+(gradient tracking, momentum, mixing, CHOCO, ``--robust clip``) is post-processing.
+
+:class:`PrivateCompute` has :class:`~slate.algorithms.compute.PartyCompute`'s call signature, so
+the algorithms run it unchanged on both engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from slate.algorithms.compute import Batch, Objective, PartyCompute
+from slate.errors import ConfigError
+
+__all__ = [
+    "NoiseSource",
+    "PrivateCompute",
+    "PrivateGroups",
+    "clip_groups",
+    "expected_contributors",
+    "row_objective",
+]
+
+
+class NoiseSource(Protocol):
+    """A party's secret source of Gaussian noise (:class:`slate.security.secret_random.
+    SecretStream`): ``normal(count, std)``, float64 draws of :math:`N(0, std^2)`."""
+
+    def normal(self, count: int, std: float = 1.0) -> Any: ...
+
+
+def row_objective(objective: Objective, with_context: bool) -> Objective:
+    """A per-row loss on a group of one slot: ``objective`` of the row, or 0 for an empty slot
+    (label -1)."""
+
+    def masked(logits: Tensor, labels: Tensor, extra: Tensor, *context: Tensor) -> Tensor:
+        loss = objective(logits, labels.clamp(min=0), extra, *context)
+        return torch.where(labels[0] >= 0, loss, torch.zeros_like(loss))
+
+    if with_context:
+        return masked
+
+    def plain(logits: Tensor, labels: Tensor, extra: Tensor) -> Tensor:
+        return masked(logits, labels, extra)
+
+    return plain
+
+
+def expected_contributors(
+    unit: str, groups: int, positives: int, negatives: int, q_pos: float, q_neg: float
+) -> float:
+    """The public divisor ``D``: for AP groups (``unit="group"``), the expected number of the
+    ``G`` groups holding a positive, :math:`G\\,(1 - (1 - q_+/G)^{n_+})`; for groups of one row
+    (``unit="row"``), the expected number of rows sampled, :math:`q_+ n_+ + q_- n_-`."""
+    if unit == "group":
+        return groups * (1.0 - (1.0 - q_pos / groups) ** positives)
+    return q_pos * positives + q_neg * negatives
+
+
+def clip_groups(grads: Tensor, clip: float) -> Tensor:
+    """Each group's gradient ``grads[g, p]`` (``(G, P, d)``) scaled to norm at most ``clip``,
+    in float64."""
+    wide = grads.double()
+    norms = wide.norm(dim=-1, keepdim=True)
+    return wide * (clip / norms).clamp(max=1.0)  # a zero gradient: clip / 0 = inf -> 1
+
+
+@dataclass(frozen=True)
+class PrivateGroups:
+    """The public shape of the mechanism: ``groups`` G, ``group_size`` slots per group,
+    ``clip`` C, and per local party the noise's standard deviation ``2 C z`` (``noise_std``)
+    and the divisor ``D`` (``divisor``)."""
+
+    groups: int
+    group_size: int
+    clip: float
+    noise_std: tuple[float, ...]
+    divisor: tuple[float, ...]
+
+
+class PrivateCompute:
+    """:class:`PartyCompute`'s call, privatised: ``(losses, noisy estimates)`` of the parties'
+    grouped batches (see the module docstring). ``inner`` computes the masked per-group loss
+    (built with the algorithm's masked objective); ``noise`` holds one secret source per local
+    party. Everything else (evaluation, layout, buffers) is the inner compute's.
+
+    The losses it returns are each party's own (the groups' losses summed, over ``D``), for its
+    own console; they are never sent to the other parties under ``--dp-epsilon``.
+    """
+
+    def __init__(
+        self, inner: PartyCompute, groups: PrivateGroups, noise: Sequence[NoiseSource]
+    ) -> None:
+        if len(noise) != inner.n_parties or len(groups.noise_std) != inner.n_parties:
+            raise ValueError("one noise source and one noise scale per local party")
+        self.inner = inner
+        self.groups = groups
+        self.noise = list(noise)
+        self.noise_std = torch.tensor(groups.noise_std, dtype=torch.float64)
+        self.divisor = torch.tensor(groups.divisor, dtype=torch.float64)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def buffers(self) -> dict[str, Tensor]:
+        """The inner compute's per-party buffers (read and replaced by snapshots)."""
+        return self.inner.buffers
+
+    @buffers.setter
+    def buffers(self, value: dict[str, Tensor]) -> None:
+        self.inner.buffers = value
+
+    def split_groups(self, batch: Batch) -> Batch:
+        """``(P, G k, ...)`` slots to ``(G P, k, ...)``: group-major blocks of the parties."""
+        g, k = self.groups.groups, self.groups.group_size
+        parties = batch.labels.shape[0]
+
+        def regroup(t: Tensor) -> Tensor:
+            t = t.reshape(parties, g, k, *t.shape[2:]).transpose(0, 1)
+            return t.reshape(g * parties, k, *t.shape[3:])
+
+        return Batch(regroup(batch.features), regroup(batch.labels))
+
+    def group_gradients(self, x: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Every group's loss ``(G, P)`` and unclipped gradient ``(G, P, d)`` at ``x (P, d)``."""
+        g = self.groups.groups
+        losses, grads = self.inner(x.repeat(g, 1), self.split_groups(batch))
+        return losses.view(g, x.shape[0]), grads.view(g, *x.shape)
+
+    def __call__(self, x: Tensor, batch: Batch, once: bool = False) -> tuple[Tensor, Tensor]:
+        del once
+        if x.shape[0] != self.inner.n_parties:
+            raise ConfigError(
+                "This algorithm evaluates its gradient on more than the parties' current "
+                "iterates (SLATE-M's STORM estimator), which --dp-epsilon does not account; use "
+                "--momentum ema."
+            )
+        losses, grads = self.group_gradients(x, batch)
+        total = clip_groups(grads, self.groups.clip).sum(dim=0)  # (P, d), float64
+        d = total.shape[1]
+        noise = torch.stack(
+            [
+                torch.as_tensor(source.normal(d, float(std)), dtype=torch.float64)
+                for source, std in zip(self.noise, self.noise_std, strict=True)
+            ]
+        ).to(total.device)
+        divisor = self.divisor.to(total.device)[:, None]
+        estimate = ((total + noise) / divisor).to(x.dtype)
+        return (losses.double().sum(dim=0) / divisor[:, 0]).to(x.dtype), estimate
+
+    def keep_parties(self, rows: Tensor) -> None:
+        """Compute only for the parties at positions ``rows`` from now on."""
+        self.inner.keep_parties(rows)
+        kept = rows.tolist()
+        self.noise = [self.noise[k] for k in kept]
+        self.noise_std = self.noise_std[kept]
+        self.divisor = self.divisor[kept]

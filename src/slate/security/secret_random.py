@@ -1,0 +1,75 @@
+r"""Secret randomness for differential privacy: each site's sample and noise, never ``--seed``.
+
+Every flag of a run is public, ``--seed`` included (every site holds it), so randomness drawn
+from it is known to the other sites: a known sample voids subsampling amplification, and known
+noise can be subtracted. :class:`SecretStream` draws instead from AES-256 in CTR mode (pyca
+``cryptography``) keyed by 32 bytes of ``os.urandom``, fresh for every stream and never stored.
+
+* **Uniforms** (:meth:`SecretStream.uniform`): 64-bit keystream words, their top 53 bits as
+  :math:`(w + \tfrac12)\,2^{-53}` in :math:`(0, 1)`, float64.
+* **Gaussians** (:meth:`SecretStream.normal`): Box-Muller in float64 on those uniforms, and, as
+  Opacus' secure mode does against floating-point attacks on a single sample (arXiv 2107.10138),
+  each released value is the sum of four independent draws divided by 2:
+  :math:`\tfrac12\sum_{i=1}^{4} N(0, \sigma^2) = N(0, \sigma^2)`.
+
+A test may fix the key (:meth:`SecretStream.for_test`: HKDF of a test seed, the party and the
+purpose), through the ``SLATE_DP_TEST_SEED`` hook of :mod:`slate.faults` only; a run under a
+roster refuses it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+__all__ = ["SecretStream"]
+
+_INFO = b"slate dp test stream v1"
+
+
+class SecretStream:
+    """A stream of secret random numbers: AES-256-CTR keyed by ``key`` (default: 32 fresh bytes
+    of ``os.urandom``), the counter starting at zero."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        key = os.urandom(32) if key is None else key
+        if len(key) != 32:
+            raise ValueError(f"a SecretStream key is 32 bytes, got {len(key)}")
+        self._encryptor = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+        self.seeded = False  # a test's stream (for_test), never a real run's
+
+    @classmethod
+    def for_test(cls, seed: int, party: int, purpose: str) -> SecretStream:
+        """A reproducible stream for tests: the key is HKDF-SHA256 of ``seed``, ``party`` and
+        ``purpose`` (``"sample"``, ``"noise"``), so that the streams of two parties or purposes
+        differ."""
+        material = f"{seed}:{party}:{purpose}".encode()
+        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(material)
+        stream = cls(key)
+        stream.seeded = True
+        return stream
+
+    def words(self, count: int) -> np.ndarray:
+        """``count`` uniform 64-bit words."""
+        raw = self._encryptor.update(bytes(8 * count))
+        return np.frombuffer(raw, dtype=np.uint64)
+
+    def uniform(self, *shape: int) -> np.ndarray:
+        """Uniforms in ``(0, 1)`` (never 0 or 1), float64, of ``shape``."""
+        count = int(np.prod(shape)) if shape else 1
+        top = (self.words(count) >> np.uint64(11)).astype(np.float64)
+        return ((top + 0.5) * 2.0**-53).reshape(shape)
+
+    def normal(self, count: int, std: float = 1.0) -> np.ndarray:
+        """``count`` draws of :math:`N(0, \\mathrm{std}^2)` in float64: each the sum of four
+        Box-Muller draws, halved."""
+        pairs = 2 * count  # four draws per value, two per pair of uniforms
+        u1, u2 = self.uniform(pairs), self.uniform(pairs)
+        radius = np.sqrt(-2.0 * np.log(u1))
+        angle = 2.0 * np.pi * u2
+        draws = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])
+        return draws.reshape(4, count).sum(axis=0) * (0.5 * std)

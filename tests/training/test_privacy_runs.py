@@ -1,0 +1,234 @@
+"""``--dp-epsilon`` runs (:mod:`slate.training.accountant`, :mod:`slate.training.private_run`):
+the noise multiplier against ``dp-accounting`` computed here, the ledger across a resume, the
+budget's stop, the refusals, and what the run folder records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dp_accounting as dpa
+import pytest
+import torch
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from slate import SlateClassifier
+from slate.config import TrainConfig
+from slate.errors import ConfigError
+from slate.faults import FaultPlan
+from slate.training.accountant import (
+    LEDGER,
+    PrivacyBudgetExhausted,
+    PrivacyLedger,
+    calibrate,
+    epsilon_pld,
+    epsilon_rdp,
+    plan_privacy,
+    sampling_rates,
+)
+from slate.training.configuration import resolve_and_check
+from slate.training.loop import train
+from slate.training.private_run import refuse_batch_norm
+from slate.training.run import Run
+from tests.sites import slate_here
+
+
+def _event(q: float, z: float, steps: int):
+    return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), steps)
+
+
+def _pld(q: float, z: float, steps: int, delta: float = 1e-5) -> float:
+    """dp-accounting's PLD accountant at its finest default discretisation (not slate's)."""
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(_event(q, z, steps))
+    return accountant.get_epsilon(delta)
+
+
+def test_the_noise_multiplier_meets_epsilon_by_an_independent_pld_accountant():
+    """The design's schedule (G = 8, T = 500, q+ = 0.217): z = 3.03 for epsilon 8; slate's z
+    gives epsilon <= 8 by dp-accounting's own PLD accountant, and 1% less noise would not."""
+    z = calibrate(0.217, 500, 8.0, 1e-5)
+    assert z == pytest.approx(3.03, abs=0.01)
+    assert _pld(0.217, z, 500) <= 8.0
+    assert _pld(0.217, 0.99 * z, 500) > 8.0
+    # The paper's schedule (b = 2, T = 10 000, q+ = 0.054, z = 3.54): PLD 7.40, RDP 7.97.
+    assert epsilon_pld(((0.054, 3.54, 10_000),), 1e-5) == pytest.approx(7.40, abs=0.01)
+    assert epsilon_rdp(((0.054, 3.54, 10_000),), 1e-5) == pytest.approx(7.97, abs=0.01)
+    rdp = rdp_privacy_accountant.RdpAccountant()
+    rdp.compose(_event(0.054, 3.54, 10_000))
+    assert epsilon_rdp(((0.054, 3.54, 10_000),), 1e-5) == pytest.approx(rdp.get_epsilon(1e-5))
+
+
+def test_rates_come_from_the_declared_class_sizes():
+    assert sampling_rates(8, 16, 1, 37, 1198) == pytest.approx((8 / 37, 8 * 15 / 1198))
+    assert sampling_rates(8, 20, 2, 10, 50) == (1.0, 1.0)  # capped at every row
+
+
+def _plan(epsilon: float = 8.0, releases: int = 30):
+    return plan_privacy(epsilon, 1e-5, 1.0, 8, 10, "group", releases, [(0, 40, 900)], 16, 1)
+
+
+def test_the_ledger_stops_at_the_last_release_within_the_budget(tmp_path):
+    """Past the planned releases, the ledger admits exactly the releases whose epsilon stays
+    within the budget (dp-accounting's PLD here, at slate's discretisation), recorded in the
+    file before they are made, and read back by a new opening."""
+    plan = _plan()
+    ledger = PrivacyLedger.open(plan, tmp_path, None)
+    assert ledger.admit(0, 30) == (30, None)
+    q, z = plan.parties[0].q, plan.parties[0].z
+    steps, stop_at = ledger.admit(30, 200)
+    assert stop_at == 30 + steps
+    total = 30 + steps
+    assert epsilon_pld(((q, z, total),), 1e-5) <= 8.0 < epsilon_pld(((q, z, total + 1),), 1e-5)
+    again = PrivacyLedger.open(plan, tmp_path, None)
+    assert again.released == total
+    assert again.admit(total, 5) == (0, total)
+    lines = [json.loads(line) for line in (tmp_path / LEDGER).read_text().splitlines()]
+    assert sum(e.get("steps", 0) for e in lines) == total
+    assert len([e for e in lines if "opened" in e]) == 2
+    message = again.exhausted_message(total)
+    assert f"counts {total} releases" in message and str(tmp_path / LEDGER) in message
+
+
+def _digits(tmp_path: Path | None, **flags) -> TrainConfig:
+    values = dict(dataset="digits", nodes=2, iterations=20, lr=0.05,
+                  dp_epsilon=8.0, positives=1, batch_size=16, checkpoint_every=10,
+                  eval_every=10, party_ap=False, compile="off")  # fmt: skip
+    if tmp_path is not None:
+        values["out"] = str(tmp_path)
+    return TrainConfig(**{**values, **flags})
+
+
+def test_a_run_records_its_guarantee_and_a_resume_counts_from_the_ledger(tmp_path):
+    """A finished run's folder: the ledger, summary.json's and model.json's privacy (epsilon
+    for positives and negatives as dp-accounting computes them here). Its checkpoint is that
+    of iteration 10: resuming re-runs steps 10-19, already released; the ledger, not the
+    checkpoint, counts them, and the run stops before the first release past the budget."""
+    result = train(_digits(tmp_path), progress=False, log=lambda _: None)
+    privacy = result.summary["privacy"]
+    party = privacy["parties"][0]
+    assert privacy["releases"] == 20 and privacy["planned_releases"] == 20
+    assert party["q_positives"] == pytest.approx(8 / party["positives"])
+    assert privacy["epsilon_positives"] <= 8.0
+    for key, q in (("epsilon_positives", party["q_positives"]),
+                   ("epsilon_negatives", party["q_negatives"])):  # fmt: skip
+        assert party[key] == pytest.approx(_pld(q, party["z"], 20), abs=0.01)
+    # z is calibrated on the larger rate (here the negatives': digits is half positive)
+    assert 7.9 < max(privacy["epsilon_negatives"], privacy["epsilon_positives"]) <= 8.0
+    saved = json.loads((tmp_path / "model.json").read_text())["privacy"]
+    assert saved["epsilon_positives"] == privacy["epsilon_positives"]
+    assert all(row["train_loss"] != row["train_loss"] for row in result.history)  # NaN: unsent
+    with pytest.raises(PrivacyBudgetExhausted) as stopped:
+        train(_digits(tmp_path), progress=False, resume=True, log=lambda _: None)
+    ledger = PrivacyLedger.open(_plan(), tmp_path, None)  # (its plan only names the parties)
+    released = ledger.released
+    assert released >= 20 and "counts 20 releases" in str(stopped.value)
+    z, q = party["z"], max(party["q_positives"], party["q_negatives"])
+    assert (
+        epsilon_pld(((q, z, released),), 1e-5) <= 8.0 < epsilon_pld(((q, z, released + 1),), 1e-5)
+    )
+
+
+def test_the_test_seed_reproduces_sample_and_noise_and_secret_runs_differ():
+    config = resolve_and_check(_digits(None, iterations=4))
+    runs = [Run(config, faults=FaultPlan(dp_test_seed=s)) for s in (3, 3, None)]
+    for run in runs:
+        run.advance(2)
+    torch.testing.assert_close(runs[0].x, runs[1].x)
+    assert not torch.equal(runs[0].x, runs[2].x)
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"lr": "auto"}, "--lr auto"),
+        ({"early_stopping": 2, "validation_fraction": 0.2}, "--early-stopping"),
+        ({"standardize": True}, "--standardize"),
+        (
+            {"dataset": "csv", "train": "rows.csv", "label_column": "y", "standardize": False},
+            "--dataset csv",
+        ),
+        ({"algorithm": "slate-m", "momentum": "storm"}, "--momentum storm"),
+        ({"dp_epsilon": -1.0}, "--dp-epsilon must be a positive number"),
+        ({"dp_delta": 1.0}, "--dp-delta must lie"),
+        ({"dp_groups": 0}, "--dp-groups must be at least 1"),
+    ],
+)
+def test_refusals_under_dp_epsilon(flags, words):
+    with pytest.raises(ConfigError, match=words.replace("-", r"\-")) as refused:
+        resolve_and_check(_digits(None, **flags))
+    assert "\n" not in str(refused.value)
+
+
+def test_slate_m_takes_the_ema_estimator_by_default_under_dp():
+    assert resolve_and_check(_digits(None, algorithm="slate-m")).flags.momentum == "ema"
+
+
+def test_batch_norm_the_test_seed_under_a_roster_and_tune_are_refused():
+    with pytest.raises(ConfigError, match="BatchNorm"):
+        refuse_batch_norm(torch.nn.Sequential(torch.nn.BatchNorm1d(3)), "resnet18")
+    with pytest.raises(ConfigError, match="SLATE_DP_TEST_SEED"):
+        FaultPlan(dp_test_seed=1).privacy_seed(under_roster=True)
+    assert FaultPlan(dp_test_seed=1).privacy_seed(under_roster=False) == 1
+    from slate.training.tune import tune
+
+    with pytest.raises(ConfigError, match="slate tune"):
+        tune(_digits(None))
+
+
+def test_the_command_line_refuses_in_one_paragraph_with_exit_2(tmp_path):
+    done = slate_here("train", "--dataset", "digits", "--dp-epsilon", "4", "--lr", "auto",
+                      "--out", tmp_path / "run")  # fmt: skip
+    assert done.returncode == 2
+    assert "Refused under --dp-epsilon 4: --lr auto" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_dpsgd_and_coda_clip_per_row_and_the_estimator_reports_epsilon():
+    """D-PSGD's and CODA's losses are sums over rows: groups of one row, as many slots as the
+    expected rows' rare highs; the estimator carries the guarantee in privacy_."""
+    for algorithm in ("dpsgd", "coda"):
+        run = Run(resolve_and_check(_digits(None, algorithm=algorithm, iterations=2)))
+        groups, size = run.compute.groups.groups, run.compute.groups.group_size
+        assert size == 1 and groups > 8 * 16
+        assert run.advance(2) == 2 and bool(torch.isfinite(run.x).all())
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 5)).astype(np.float32)
+    y = (X[:, 0] + 0.5 * rng.normal(size=400) > 1.2).astype(int)
+    model = SlateClassifier(n_parties=2, iterations=10, positives=1, batch_size=8,
+                            dp_epsilon=5.0).fit(X, y)  # fmt: skip
+    assert model.privacy_["epsilon_positives"] <= 5.0 and model.privacy_["releases"] == 10
+    with pytest.raises(ValueError, match="standardize=True"):
+        SlateClassifier(n_parties=2, iterations=10, dp_epsilon=5.0, standardize=True).fit(X, y)
+
+
+@pytest.mark.processes
+def test_both_engines_compute_the_same_guarantee(tmp_path):
+    """The same run on the simulator and on two processes of the distributed engine: party
+    0's rates, z and epsilons are equal (the mechanism and the accountant are shared code),
+    and each process keeps its own ledger."""
+    import subprocess
+    import sys
+
+    flags = ["train", "--dataset", "digits", "--nodes", "2", "--iterations", "6", "--lr", "0.05",
+             "--dp-epsilon", "4", "--positives", "1", "--batch-size", "8", "--eval-every", "6",
+             "--no-progress", "--no-party-ap"]  # fmt: skip
+    assert slate_here(*flags, "--out", tmp_path / "sim").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "slate", *flags, "--out", str(tmp_path / "dist"), "--engine",
+         "distributed", "--timeout", "30"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    simulated = json.loads((tmp_path / "sim" / "summary.json").read_text())["privacy"]
+    distributed = json.loads((tmp_path / "dist" / "summary.json").read_text())["privacy"]
+    assert distributed["parties"][0]["party"] == 0 and len(distributed["parties"]) == 1
+    assert distributed["parties"][0] == simulated["parties"][0]
+    assert distributed["releases"] == simulated["releases"] == 6
+    assert sorted(p.name for p in (tmp_path / "dist").glob("privacy-ledger*")) == [
+        "privacy-ledger-rank0.jsonl",
+        "privacy-ledger-rank1.jsonl",
+    ]
