@@ -412,9 +412,6 @@ class DistributedEngine(Engine):
     def minimum(self, value: Tensor) -> Tensor:
         return self._all_reduce(value.to(self.device).clone(), dist.ReduceOp.MIN, "minimum")
 
-    def union(self, words: Tensor) -> Tensor:
-        return self._all_reduce(words.clone(), dist.ReduceOp.BOR, "union")
-
     def _all_reduce(self, out: Tensor, op: Any, what: str = "") -> Tensor:
         self.count_collective(out)
         if self._wire is not None:
@@ -501,8 +498,7 @@ class DistributedEngine(Engine):
                 pass  # the store's host is gone; the results are written
 
 
-_SEALED_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
-               dist.ReduceOp.BOR: "or"}  # fmt: skip
+_SEALED_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max"}
 
 _OPENED = False  # whether this process ever opened a process group (see opened_a_group)
 

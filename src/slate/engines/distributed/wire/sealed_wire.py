@@ -65,7 +65,6 @@ REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "sum": torch.add,
     "min": torch.minimum,
     "max": torch.maximum,
-    "or": torch.bitwise_or,
 }
 
 
@@ -259,7 +258,7 @@ class SealedWire:
         return [parts[i] for i in range(len(self.members))]
 
     def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
-        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``, ``or``):
+        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``):
         every member gets the same bits. A sum is masked (:meth:`masked_sum`, unless
         :attr:`masks` is off); the others are gathered and combined in rank order. ``what``
         names the quantity (in a refusal, and for the recorder)."""
