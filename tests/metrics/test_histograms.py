@@ -128,8 +128,9 @@ def test_one_sum_of_counts_on_the_public_grid_gives_the_pooled_metrics(case):
 
 
 def test_the_grid_is_fixed_symmetric_and_uniform_in_asinh():
-    """The public edges from their formula: ``e_k = sinh((2k/B - 1) asinh L)``, 0 in the
-    middle, +-inf at the ends; about 2.6e-3 wide at logit 0 and 0.26 at the range's end."""
+    """The public edges from their formula: ``e_k = c sinh((2k/B - 1) asinh(L / c))`` with
+    c = 0.5, L = 100; 0 in the middle, +-inf at the ends; about 1.5e-3 wide at logit 0 and 0.29
+    at the range's end."""
     edges = grid_edges()
     assert len(edges) == DEFAULT_BINS + 1 == 4097
     assert edges[0] == -np.inf and edges[-1] == np.inf and edges[DEFAULT_BINS // 2] == 0.0
@@ -137,10 +138,10 @@ def test_the_grid_is_fixed_symmetric_and_uniform_in_asinh():
     assert (np.diff(inner) > 0).all()
     np.testing.assert_array_equal(inner, -inner[::-1])
     k = np.array([1, 1000, 3000, 4095])
-    expected = np.sinh((2 * k / 4096 - 1) * np.arcsinh(100.0))
+    expected = 0.5 * np.sinh((2 * k / 4096 - 1) * np.arcsinh(200.0))
     np.testing.assert_allclose(edges[k], expected, rtol=1e-15)
-    assert inner[2048] - inner[2047] == pytest.approx(2 * np.arcsinh(100.0) / 4096, rel=1e-5)
-    assert 0.25 < inner[-1] - inner[-2] < 0.27
+    assert inner[2048] - inner[2047] == pytest.approx(np.arcsinh(200.0) / 4096, rel=1e-5)
+    assert 0.28 < inner[-1] - inner[-2] < 0.30
     assert inner[-1] < LOGIT_RANGE < inner[-1] + 0.3
 
 
