@@ -133,6 +133,7 @@ class TrainConfig:
     categorical_columns: tuple[str, ...] = per_site(())
     na_values: tuple[str, ...] = per_site(())
     missing: str = per_site("impute")
+    schema: str | None = per_site(None)  # its path; its sha256 is agreed (training.agreement)
     max_categories: int | None = agreed(50)
     min_frequency: int = agreed(1)
     validation_fraction: float | None = agreed(None)
@@ -182,6 +183,8 @@ class TrainConfig:
         values = dataclasses.asdict(self)
         if values["robust"] == "none":  # recorded only when set: older outputs stay the same
             del values["robust"]
+        if values["schema"] is None:  # likewise
+            del values["schema"]
         return values
 
 

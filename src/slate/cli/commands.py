@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slate.cli.parser import build_parser
+from slate.cli.train_flags import comma_items
 from slate.config import TrainConfig
 from slate.errors import ConfigError
 from slate.training.party_process import launch, run_party, run_worker
@@ -70,12 +71,6 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 LIST_FLAGS = ("id_columns", "drop_columns", "feature_columns", "categorical_columns", "na_values")
-
-
-def comma_items(values: list[str] | None) -> tuple[str, ...]:
-    """A repeatable comma-list flag's values, flattened and stripped."""
-    items = [item.strip() for value in values or () for item in value.split(",")]
-    return tuple(item for item in items if item)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -6,6 +6,7 @@ import argparse
 
 from slate.cli.identity_commands import add_identity_parsers
 from slate.cli.reproduce_command import add_reproduce_parser
+from slate.cli.schema_command import add_schema_parser
 from slate.cli.train_flags import add_train_arguments
 
 __all__ = ["build_parser"]
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_parsers(sub)
     add_calibrate_parser(sub)
     add_identity_parsers(sub)
+    add_schema_parser(sub)
     return parser
 
 

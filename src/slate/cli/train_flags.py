@@ -17,7 +17,13 @@ from slate.config import TrainConfig
 if TYPE_CHECKING:
     from slate.algorithms import ParameterField
 
-__all__ = ["add_train_arguments", "lr_value"]
+__all__ = ["add_train_arguments", "comma_items", "lr_value"]
+
+
+def comma_items(values: list[str] | None) -> tuple[str, ...]:
+    """A repeatable comma-list flag's values, flattened and stripped."""
+    items = [item.strip() for value in values or () for item in value.split(",")]
+    return tuple(item for item in items if item)
 
 
 def lr_value(text: str) -> float | str:
@@ -104,6 +110,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--delimiter",
         help="cell separator, or 'whitespace' for runs of spaces and tabs (UCI style); "
         "default: detected from the header: , ; or tab",
+    )
+    table.add_argument(
+        "--schema",
+        metavar="FILE",
+        help="a declared data dictionary every site holds (JSON: columns, kinds, categories, "
+        "optional means and stds, the label; docs/data.md; 'slate schema' writes one): the "
+        "one-hot columns come from it and no category is gathered from the sites; a value it "
+        "does not list goes to <other> with a warning. Every site's file must be the same "
+        "(its sha256 is compared before step 1)",
     )
     table.add_argument(
         "--max-categories",

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from slate.data.declared import Declared
+from slate.data.dictionary import DataDictionary
 from slate.data.preprocess import Standardizer
 from slate.errors import ConfigError, DataError
 from slate.security.messages import MapOf
@@ -143,6 +144,7 @@ def fit_features(
     total: Total = _local_total,
     gather: Gather = _local_gather,
     declared: Declared | None = None,
+    dictionary: DataDictionary | None = None,
 ) -> TableEncoder | Standardizer | None:
     """The one fit of a run's feature transform, on the training rows of this process's parties.
 
@@ -151,10 +153,14 @@ def fit_features(
     ``standardize``, else ``None``; ``centre=False`` only divides, for sparse LIBSVM rows).
     ``total`` and ``gather`` federate the statistics over processes (identity in one process);
     with the sites' ``declared`` facts every federated sum is checked against them
-    (:mod:`slate.data.declared`).
+    (:mod:`slate.data.declared`). With a ``dictionary`` (``--schema``) a table's categories,
+    and the statistics it declares, come from it: nothing is gathered
+    (:mod:`slate.data.dictionary`).
     """
     if choice is not None:
-        return TableEncoder.fit(train, choice, standardize, total, gather, limits, declared)
+        return TableEncoder.fit(
+            train, choice, standardize, total, gather, limits, declared, dictionary
+        )
     if not standardize:
         return None
     rows = [x.reshape(len(x), -1) for x in train]
@@ -258,12 +264,16 @@ class TableEncoder:
         gather: Gather = _local_gather,
         limits: CategoryLimits | None = None,
         declared: Declared | None = None,
+        dictionary: DataDictionary | None = None,
     ) -> TableEncoder:
         """Fit on the training tables of this process's parties; ``total`` sums a tensor over
         all processes and ``gather`` concatenates every process's list (both identity in one
         process). The column kinds must agree across tables (checked by schema agreement).
         ``limits`` caps the one-hot columns per text column (:class:`CategoryLimits`);
-        ``declared``: the sites' declarations the federated sums are checked against."""
+        ``declared``: the sites' declarations the federated sums are checked against; with a
+        ``dictionary`` the fit is :meth:`fit_declared`'s."""
+        if dictionary is not None:
+            return cls.fit_declared(tables, choice, standardize, dictionary, total, declared)
         first = tables[0]
         features = choice.features(first.columns, first.path)
         numeric = [c for c in features if c in first.numeric]
@@ -292,6 +302,68 @@ class TableEncoder:
         if standardize:  # only the numeric columns are scaled: fit on them alone
             blocks = [encoder._numeric_block(t) for t in tables]
             encoder.scaler = _masked_scaler(blocks, encoder.width, total, declared, numeric)
+        return encoder
+
+    @classmethod
+    def fit_declared(
+        cls,
+        tables: Sequence[Any],
+        choice: ColumnChoice,
+        standardize: bool,
+        dictionary: DataDictionary,
+        total: Total = _local_total,
+        declared: Declared | None = None,
+    ) -> TableEncoder:
+        """The fit with a declared data dictionary (``--schema``, :mod:`slate.data.dictionary`):
+        the features are the dictionary's columns in its order (less ``--id-column`` and
+        ``--drop-columns``, within ``--feature-columns``); a text column's one-hot columns are
+        its declared categories, then ``<missing>`` and ``<other>`` where declared, and no
+        category name or count is sent anywhere. A numeric column with a declared mean and
+        std is imputed and scaled with them; the others' statistics are summed through
+        ``total`` as in :meth:`fit` (nothing is summed when every column declares them)."""
+        first = tables[0]
+        chosen = set(choice.features(first.columns, first.path))  # the flags checked
+        features = [c for c in dictionary.names if c in chosen]
+        if not features:
+            raise ConfigError(
+                f"{first.path}: no column of the schema {dictionary.path} is left as a feature "
+                "after the column flags."
+            )
+        columns = {c.name: c for c in dictionary.columns}
+        numeric = [c for c in features if columns[c].kind == "numeric"]
+        text = [c for c in features if columns[c].kind == "text"]
+        summed = [c for c in numeric if columns[c].mean is None]
+        imputed = _imputed_cells(tables, numeric)
+        means: dict[str, float] = {c: columns[c].mean for c in numeric if c not in summed}
+        rate: dict[str, float] = {}
+        if summed:
+            sums, _ = _numeric_sums(tables, summed, total)
+            if declared is not None:
+                declared.check_table(sums, summed, {})
+            summed_means, rate = _numeric_statistics(sums, summed)
+            means.update(summed_means)
+        means = {c: means[c] for c in numeric}
+        indicators = [
+            c for c in numeric
+            if (columns[c].missing if columns[c].missing is not None
+                else rate.get(c, 0.0) >= INDICATOR_RATE)
+        ]  # fmt: skip
+        categories = {c: columns[c].one_hot for c in text}
+        encoder = cls(numeric, text, means, indicators, categories, choice, imputed=imputed)
+        encoder.seen = {c: set(columns[c].categories) for c in text}
+        if standardize:
+            blocks = [encoder._numeric_block(t) for t in tables]
+            mean, scale = np.zeros(encoder.width), np.ones(encoder.width)
+            if summed:
+                at = [numeric.index(c) for c in summed]
+                fitted = Standardizer.fit([b[:, at] for b in blocks], total, declared=declared,
+                                          columns=summed)  # fmt: skip
+                mean[at], scale[at] = fitted.mean, fitted.scale
+            for j, c in enumerate(numeric):
+                if c not in summed:
+                    std = columns[c].std
+                    mean[j], scale[j] = columns[c].mean, std if std > 0 else 1.0
+            encoder.scaler = Standardizer(mean, scale)
         return encoder
 
     # ------------------------------------------------------------------ applying
@@ -469,6 +541,12 @@ def _numeric_sums(tables, numeric: list[str], total: Total) -> tuple[Tensor, dic
             sums[2, j] += values[present].sum()
             imputed[c] = imputed.get(c, 0) + int((~present).sum())
     return total(sums, "column statistics"), {c: n for c, n in imputed.items() if n}
+
+
+def _imputed_cells(tables, numeric: list[str]) -> dict[str, int]:
+    """This process's missing (imputed) cells per numeric column, where there are any."""
+    imputed = {c: sum(int(np.isnan(t.numeric[c]).sum()) for t in tables) for c in numeric}
+    return {c: n for c, n in imputed.items() if n}
 
 
 def _numeric_statistics(sums: Tensor, numeric: list[str]):

@@ -51,13 +51,15 @@ class Agreement:
     """What the parties agreed on: the fitted transform (``None``: features as they are), the
     LIBSVM width of per-party files (``None`` otherwise), every party's row counts (per-party
     files), the notes for the console, and every site's declarations (per-party files:
-    :mod:`slate.data.declared`)."""
+    :mod:`slate.data.declared`), and the sha256 of the ``--schema`` file (``None`` without
+    one)."""
 
     transform: Any
     width: int | None = None
     counts: list[PartyCounts] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     declared: Declared | None = None
+    dictionary: str | None = None  # the sha256 of the --schema file, where one was given
 
 
 def local_data(
@@ -81,7 +83,7 @@ def agree(
     """Fit the feature transform once, on the training rows of ``shards``; with per-party
     files, first exchange and check the parties' schemas and counts, and fit with statistics
     summed through ``exchange``. ``options`` are the table options where the parts are CSV
-    tables, else ``None``.
+    tables, else ``None``; with their dictionary (``--schema``) no category is gathered.
 
     A whole dataset keeps the transform it came with (a preloaded table), or gets a table's
     encoder (imputation, one-hot, scaling), or the scaling ``--standardize`` asks for (LIBSVM
@@ -106,10 +108,12 @@ def agree(
         width = None if options else (spec.n_features or max(s.n_features for s in everyone))
         federated = {"total": exchange.total, "gather": exchange.gather_json,
                      "declared": declared}  # fmt: skip
+    dictionary = options.dictionary if options else None
     transform = fit_features(
         [s.train.pad(width).fit_input for s in shards],
         choice=options.choice if options else None, limits=options.limits if options else None,
-        standardize=standardize, centre=whole and spec.dataset != "libsvm", **federated,
+        standardize=standardize, centre=whole and spec.dataset != "libsvm",
+        dictionary=dictionary, **federated,
     )  # fmt: skip
     if options is not None:
         notes += [
@@ -119,7 +123,8 @@ def agree(
                 [s.train.fit_input, s.held.fit_input], transform, options.choice
             )
         ]
-    return Agreement(transform, width, counts, notes, declared)
+    digest = dictionary.digest if dictionary is not None else None
+    return Agreement(transform, width, counts, notes, declared, digest)
 
 
 def cut(
@@ -171,6 +176,7 @@ def cut(
             notes=[*first.notes, *agreement.notes],
             held_out=first.held_out,
             final_test=final,
+            dictionary=agreement.dictionary,
         )
     features, reports = [], []
     for s in shards:
@@ -210,6 +216,7 @@ def cut(
         declared=agreement.declared,
         held_out=held,
         final_test=final,
+        dictionary=agreement.dictionary,
     )
 
 

@@ -77,6 +77,8 @@ class LocalData:
         final_test: with ``--validation-fraction``, the test rows, read and transformed only when
             called, once training is over (every process calls it at the same point).
         test_positives: the test positives over all parties, once those rows were read.
+        dictionary: the sha256 of the ``--schema`` file (a declared data dictionary), ``None``
+            without one; compared by every site before step 1.
     """
 
     x_train: np.ndarray
@@ -96,6 +98,7 @@ class LocalData:
     held_out: str = "test"
     final_test: Callable[[], HeldOut] | None = None
     test_positives: int | None = None  # over all parties, once the final test rows are read
+    dictionary: str | None = None  # the sha256 of the --schema file, where one was given
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from slate.data.dictionary import DataDictionary, label_flags, read_dictionary
 from slate.data.encoding import CategoryLimits, ColumnChoice
 from slate.errors import ConfigError
 
@@ -31,6 +32,9 @@ class TableOptions:
         standardize: whether numeric columns are z-scored after encoding.
         limits: how many one-hot columns a text column may get (``--max-categories``,
             ``--min-frequency``).
+        dictionary: the declared data dictionary (``--schema``,
+            :mod:`slate.data.dictionary`): the label, the text columns and their categories;
+            every table read is checked against it. ``None`` without ``--schema``.
     """
 
     label_column: str | int | None
@@ -43,29 +47,40 @@ class TableOptions:
     choice: ColumnChoice = field(default_factory=ColumnChoice)
     standardize: bool = True
     limits: CategoryLimits = field(default_factory=CategoryLimits)
+    dictionary: DataDictionary | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> TableOptions:
         """The options of a :class:`~slate.data.spec.DataSpec` (or of the
         :class:`~slate.config.TrainConfig` it is built from), checked: the label is named, and
-        no column is named by two column flags."""
-        if config.label_column is None or config.positive_label is None:
+        no column is named by two column flags. With ``--schema FILE`` the file is read and
+        checked here; its label fills the label flags left out, and its text columns are read as
+        text."""
+        path = getattr(config, "schema", None)
+        dictionary = read_dictionary(path) if path else None
+        label_column, positive_label = config.label_column, config.positive_label
+        categorical = tuple(config.categorical_columns)
+        if dictionary is not None:
+            label_column, positive_label = label_flags(dictionary, label_column, positive_label)
+            categorical += tuple(c for c in dictionary.text_columns if c not in categorical)
+        if label_column is None or positive_label is None:
             raise ConfigError("--dataset csv needs --label-column C and --positive-label V.")
         choice = ColumnChoice(
             tuple(config.id_columns), tuple(config.drop_columns), tuple(config.feature_columns)
         )
-        _check_choice(choice, config.label_column)
+        _check_choice(choice, label_column)
         return cls(
-            label_column=config.label_column,
-            positive_label=config.positive_label,
+            label_column=label_column,
+            positive_label=positive_label,
             delimiter=config.delimiter,
             encoding=config.encoding,
             na_values=tuple(config.na_values),
-            categorical_columns=tuple(config.categorical_columns),
+            categorical_columns=categorical,
             missing=config.missing,
             choice=choice,
             standardize=True if config.standardize is None else bool(config.standardize),
             limits=_limits(config),
+            dictionary=dictionary,
         )
 
     @classmethod
@@ -84,10 +99,12 @@ class TableOptions:
     def read(self, path: str, labels: str = "required", empty_ok: bool = False) -> Any:
         """Read ``path`` as a :class:`~slate.data.readers.table.RawTable` with these options;
         ``labels`` is ``required``, ``single_class_ok`` or ``optional``; ``empty_ok`` accepts a
-        header without data rows."""
+        header without data rows. With a dictionary the table is checked against it (its
+        warnings about values encoded as ``<other>`` in the table's notes)."""
         from slate.data.readers.delimited import read_table
 
-        return read_table(path, **self._cells(labels), empty_ok=empty_ok)
+        table = read_table(path, **self._cells(labels), empty_ok=empty_ok)
+        return table if self.dictionary is None else self.dictionary.check_table(table)
 
     def read_chunks(
         self,

@@ -14,6 +14,8 @@ or taken (a held-out split) only by :attr:`LocalData.final_test`, once training 
 
 from __future__ import annotations
 
+import dataclasses
+
 from slate.data.options import TableOptions
 from slate.data.parts import Part, PartReader, Shard
 from slate.data.schema import PartyCounts, Schema
@@ -88,6 +90,8 @@ def _read_party(spec: DataSpec, reader: PartReader, rank: int) -> Shard:
     options = reader.options
     positive = str(options.positive_label).strip() if options is not None else ""
     schema = train.schema(rank, held, counts, positive)
+    if options is not None and options.dictionary is not None:  # compared first by everyone
+        schema = dataclasses.replace(schema, dictionary=options.dictionary.digest)
     return Shard(
         train, held, held_split, test_split, test_later, rank=rank, schema=schema,
         name=spec.dataset, held_out="validation" if validating else "test",

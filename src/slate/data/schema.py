@@ -1,11 +1,12 @@
 """Schema agreement between parties that each read their own files.
 
 Before the first step, every party sends the others a :class:`Schema`: its file format, its
-feature count or CSV column names (in order), its label column, the label values it saw, and its
-row and positive counts. No row, label or score leaves a party. Every party then runs the same
-:func:`check_agreement` on the same list, so either all go on or all stop with the same message,
-which names the party and the difference, for example ``party 2's column 5 is 'Age', party 0's
-is 'age'``.
+feature count or CSV column names (in order), its label column, the label values it saw, its
+row and positive counts, and the sha256 of its ``--schema`` file (a declared data dictionary,
+:mod:`slate.data.dictionary`), compared first. No row, label or score leaves a party. Every
+party then runs the same :func:`check_agreement` on the same list, so either all go on or all
+stop with the same message, which names the party and the difference, for example ``party 2's
+column 5 is 'Age', party 0's is 'age'``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ SCHEMA_SHAPE = {
     "label_column": str, "label_values": ListOf(str, 1_000_000), "positive_label": str,
     "text_columns": ListOf(str, 1_000_000), "error": (str, None),
     "counts": {"train": int, "train_positives": int, "test": int, "test_positives": int},
-    "ranges": RANGE_SHAPE,
+    "ranges": RANGE_SHAPE, "dictionary": str,
 }  # fmt: skip
 
 
@@ -73,6 +74,7 @@ class Schema:
         text_columns: CSV: the columns that hold text (one-hot encoded), sorted.
         counts: the party's row counts (declared: :mod:`slate.data.declared`).
         ranges: the party's declared value ranges (:func:`slate.data.declared.value_ranges`).
+        dictionary: the sha256 of the party's ``--schema`` file, ``""`` without one.
         error: why the party could not read its own files (then nothing else is set).
     """
 
@@ -86,6 +88,7 @@ class Schema:
     text_columns: tuple[str, ...] = ()
     counts: PartyCounts = field(default_factory=PartyCounts)
     ranges: dict[str, list[float] | None] = field(default_factory=dict)
+    dictionary: str = ""
     error: str | None = None
 
     @property
@@ -104,7 +107,7 @@ class Schema:
             header=tuple(raw["header"]), label_column=raw["label_column"],
             label_values=tuple(raw["label_values"]), positive_label=raw["positive_label"],
             text_columns=tuple(raw["text_columns"]), counts=PartyCounts(**raw["counts"]),
-            ranges=dict(raw["ranges"]), error=raw["error"],
+            ranges=dict(raw["ranges"]), dictionary=raw["dictionary"], error=raw["error"],
         )  # fmt: skip
 
 
@@ -134,6 +137,11 @@ def check_agreement(schemas: list[Schema]) -> None:
 
 def _difference(ref: Schema, other: Schema) -> str | None:
     r, n = ref.rank, other.rank
+    if other.dictionary != ref.dictionary:
+        return (
+            f"party {n}'s --schema file {_dictionary(other)}, party {r}'s {_dictionary(ref)} "
+            "(every site must hold the same data dictionary, byte for byte)"
+        )
     if other.format != ref.format:
         return f"party {n} reads {other.format} files, party {r} reads {ref.format} files"
     if ref.format != "csv":
@@ -149,6 +157,10 @@ def _difference(ref: Schema, other: Schema) -> str | None:
             f"{ref.positive_label!r}"
         )
     return _column_difference(ref, other) or _kind_difference(ref, other)
+
+
+def _dictionary(schema: Schema) -> str:
+    return f"has sha256 {schema.dictionary[:16]}..." if schema.dictionary else "is not given"
 
 
 def _kind_difference(ref: Schema, other: Schema) -> str | None:

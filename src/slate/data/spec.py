@@ -26,7 +26,8 @@ class DataSpec:
     The names and meanings are those of :class:`~slate.config.TrainConfig`'s fields of the same
     name: which dataset and files (``dataset`` ... ``download``), how a held-out part is made
     (``test_fraction``, ``split_seed``, ``validation_fraction``), how LIBSVM files and CSV tables
-    are read and encoded (``n_features`` ... ``min_frequency``), and how the training rows are
+    are read and encoded (``n_features`` ... ``min_frequency``, ``schema`` the declared data
+    dictionary), and how the training rows are
     cut into parties (``nodes`` ... ``batch_size``).
     """
 
@@ -52,6 +53,7 @@ class DataSpec:
     delimiter: str | None = None
     encoding: str = "utf-8"
     missing: str = "impute"
+    schema: str | None = None
     max_categories: int | None = 50
     min_frequency: int = 1
     nodes: int | None = None

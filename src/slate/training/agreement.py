@@ -52,17 +52,22 @@ def _slate_version() -> str:
 
 
 def run_fingerprint(
-    config: Any, roster: str | None = None, declarations: list[str] | None = None
+    config: Any,
+    roster: str | None = None,
+    declarations: list[str] | None = None,
+    dictionary: str | None = None,
 ) -> dict[str, Any]:
     """The settings of ``config`` (a run's flags, every value filled: ``RunPlan.flags``) that
     every site must share (its fields declared :func:`~slate.config.agreed`), the digest of the
     run's ``roster`` (None without one), the digests of every site's declarations as this site
     received them (:meth:`slate.data.declared.Declared.digests`; None without per-party files),
-    and the slate and torch versions."""
+    the sha256 of the ``--schema`` file (``dictionary``; None without one: the file's path is
+    the site's own, its content must be everyone's) and the slate and torch versions."""
     values = dataclasses.asdict(config)
     out = {name: values[name] for name in agreed_fields(type(config))}
     out["roster"] = roster
     out[DECLARATIONS] = declarations
+    out["schema"] = None if dictionary is None else f"sha256 {dictionary}"
     out["slate version"] = _slate_version()
     out["torch version"] = str(torch.__version__)  # TorchVersion does not load weights_only
     return out

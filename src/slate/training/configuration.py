@@ -26,9 +26,11 @@ from slate.algorithms import AlgorithmConfig, build_algorithm, parameter_default
 from slate.communication.gossip import WanLink, parse_wan
 from slate.config import TrainConfig, resolve_config
 from slate.data.datasets import Dataset
+from slate.data.dictionary import label_flags, read_dictionary
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.sources import load_dataset
 from slate.data.spec import DataSpec
+from slate.errors import ConfigError
 from slate.topology import build_topology
 from slate.training.checks import algorithm_config, algorithm_params, check_config, resolve_device
 
@@ -143,9 +145,26 @@ class ResolvedConfig:
 def resolve_and_check(config: TrainConfig) -> ResolvedConfig:
     """Fill ``config``'s defaults, check every flag that can be checked without data (``--out``
     first, before any data is read), and derive each stage's section."""
-    flags = resolve_config(config, parameter_defaults())
+    flags = _with_schema(resolve_config(config, parameter_defaults()))
     check_config(flags)
     return _derive(config, flags)  # the device is checked here, after the other flags
+
+
+def _with_schema(flags: TrainConfig) -> TrainConfig:
+    """With ``--schema FILE``: the file read and checked before anything else is (a bad file
+    stops here, naming the file and the key), and its label filling ``--label-column`` and
+    ``--positive-label`` where they are not given (recorded in ``summary.json`` and
+    ``model.json``)."""
+    if flags.schema is None:
+        return flags
+    if flags.dataset != "csv":
+        raise ConfigError(
+            f"--schema describes a table's columns: it needs --dataset csv, got --dataset "
+            f"{flags.dataset}."
+        )
+    dictionary = read_dictionary(flags.schema)
+    label, positive = label_flags(dictionary, flags.label_column, flags.positive_label)
+    return dataclasses.replace(flags, label_column=label, positive_label=positive)
 
 
 def as_resolved(config: TrainConfig | ResolvedConfig) -> ResolvedConfig:

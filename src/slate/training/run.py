@@ -224,7 +224,9 @@ class Run:
             return
         declared = self.data.declared
         digests = declared.digests() if declared is not None else None
-        fingerprint = run_fingerprint(self.flags, self.engine.roster_digest, digests)
+        fingerprint = run_fingerprint(
+            self.flags, self.engine.roster_digest, digests, self.data.dictionary
+        )
         mine = [[party, fingerprint] for party in self.engine.local_parties]
         everyone = self.exchange.gather_json(mine, FINGERPRINT_SHAPE, "run's settings", 1 << 20)
         if self.exchange.replaying:  # compared as it would have arrived

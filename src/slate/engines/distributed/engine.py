@@ -61,6 +61,7 @@ from slate.engines.distributed.control.membership import Change, Membership, Par
 from slate.engines.distributed.control.rendezvous import Rendezvous
 from slate.engines.distributed.control.store_records import Records, SigningStore
 from slate.engines.distributed.wire import handshake, json_exchange
+from slate.engines.distributed.wire.direct import DIRECT_BYTES, DirectWire
 from slate.engines.distributed.wire.sealed_wire import SealedWire
 from slate.engines.distributed.wire.transport import DistributedCommunicator
 from slate.errors import parties_text
@@ -412,10 +413,23 @@ class DistributedEngine(Engine):
     def minimum(self, value: Tensor) -> Tensor:
         return self._all_reduce(value.to(self.device).clone(), dist.ReduceOp.MIN, "minimum")
 
+    def _small_exchange(self, value: Tensor) -> DirectWire | None:
+        """The wire that carries an exchange of ``value``: every exchange of a sealed run
+        (its :class:`SealedWire`); in a plain run a message of at most
+        :data:`~slate.engines.distributed.wire.direct.DIRECT_BYTES` goes as one direct
+        exchange with every member (about one round trip, where gloo's ring takes 2(N - 1));
+        None: a larger one takes gloo's collective."""
+        if self._wire is not None:
+            return self._wire
+        if value.numel() * value.element_size() > DIRECT_BYTES or self.n_parties < 2:
+            return None
+        return DirectWire(self.rank, self.members)
+
     def _all_reduce(self, out: Tensor, op: Any, what: str = "") -> Tensor:
         self.count_collective(out)
-        if self._wire is not None:
-            return self._wire.reduce(self.waiter, out, _SEALED_OPS[op], what)
+        wire = self._small_exchange(out)
+        if wire is not None:
+            return wire.reduce(self.waiter, out, _SEALED_OPS[op], what)
         self.waiter.collective(lambda: dist.all_reduce(out, op=op, async_op=True), self._everyone())
         return out
 
@@ -460,6 +474,9 @@ class DistributedEngine(Engine):
         if self._wire is not None:
             with self._wire.exchange("gathered"):
                 return self._wire.gather(self.waiter, value)
+        direct = self._small_exchange(value)
+        if direct is not None:
+            return direct.gather(self.waiter, value)
         parts = [torch.empty_like(value) for _ in range(self.n_parties)]
         self.waiter.collective(
             lambda: dist.all_gather(parts, value, async_op=True), self._everyone()
@@ -470,6 +487,10 @@ class DistributedEngine(Engine):
         if self._wire is not None:
             with self._wire.exchange("broadcast"):
                 self._wire.broadcast(self.waiter, value, src)
+            return
+        direct = self._small_exchange(value)
+        if direct is not None:
+            direct.broadcast(self.waiter, value, src)
             return
         self.waiter.collective(
             lambda: dist.broadcast(value, src=src, async_op=True), self._everyone()

@@ -48,6 +48,7 @@ from torch import Tensor
 from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
 from slate.engines.distributed.control.failures import ExchangeFailed
 from slate.engines.distributed.control.membership import PartyLost
+from slate.engines.distributed.wire.direct import DirectWire
 from slate.faults.opened import OpenedRecorder
 from slate.faults.tamper import Tamper
 from slate.security.masking import MaskedSums, decode_sum, encode_sum
@@ -60,13 +61,6 @@ from slate.security.sealing import (
 )
 
 __all__ = ["SealedWire", "sealing_key_name"]
-
-REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "sum": torch.add,
-    "min": torch.minimum,
-    "max": torch.maximum,
-}
-
 
 GRACE_S = 5.0  # how long a member's sealing-key record may take to show once the group is open
 
@@ -85,9 +79,10 @@ def _deleted(rank: int, peer: int, name: str) -> str:
     )
 
 
-class SealedWire:
+class SealedWire(DirectWire):
     """Party ``rank``'s sealed channels to the other ``members`` (global ranks, in group
-    order) of one generation. Peers are named by their index in ``members`` (the group rank)."""
+    order) of one generation. Peers are named by their index in ``members`` (the group rank).
+    A :class:`DirectWire` whose messages are sealed and whose sums are masked."""
 
     def __init__(
         self,
@@ -98,8 +93,8 @@ class SealedWire:
         recorder: OpenedRecorder | None = None,
         masks: bool = True,
     ):
-        self.rank, self.members, self.channels = rank, tuple(members), channels
-        self.index = self.members.index(rank)
+        super().__init__(rank, members)
+        self.channels = channels
         self._out = dict.fromkeys(channels, 0)  # the next round sealed for each peer
         self._in = dict.fromkeys(channels, 0)  # the next round expected from each peer
         self._tamper = tamper  # tests only (slate.faults.tamper): None in a real run
@@ -197,65 +192,30 @@ class SealedWire:
         size = sealed_numel(like.numel(), like.dtype)
         return torch.empty(size, dtype=torch.uint8, device=like.device)
 
-    def swap(
-        self,
-        waiter: Any,
-        sends: list[tuple[int, Tensor]],
-        receives: list[tuple[int, Tensor]],
-        group: Any = None,
-        check: Callable[[int, Tensor], None] | None = None,
-    ) -> list[Tensor]:
-        """Send each ``(peer, tensor)`` of ``sends`` sealed, and receive one sealed message
-        like each ``(peer, like)`` of ``receives``, all at once; the opened messages, in order.
-        Receives are waited for (and opened, then ``check``-ed) before sends."""
-        sealed = [(p, self.seal(t, p)) for p, t in sends]
-        buffers = [(p, self.buffer(like)) for p, like in receives]
-        ops = [dist.P2POp(dist.isend, m, self._global(p, group), group) for p, m in sealed]
-        ops += [dist.P2POp(dist.irecv, b, self._global(p, group), group) for p, b in buffers]
-        if not ops:
-            return []
-        peers = sorted({p for p, _ in sends} | {p for p, _ in receives})
-        works = waiter.post(lambda: dist.batch_isend_irecv(ops), peers)
-        k = len(sealed)
-        out = []
-        for (p, buf), (_, like), work in zip(buffers, receives, works[k:], strict=True):
-            waiter.point_to_point(work, p)
-            try:
-                opened = self.open(buf, p, like)
-            except SealedMessageRefused as err:
-                raise self._refused(waiter, err) from None
-            if check is not None:
-                check(p, opened)
-            out.append(opened)
-        for (p, _), work in zip(sealed, works[:k], strict=True):
-            waiter.point_to_point(work, p)
-        return out
+    def outgoing(self, tensor: Tensor, peer: int) -> Tensor:
+        return self.seal(tensor, peer)
 
-    def _refused(self, waiter: Any, err: SealedMessageRefused) -> PartyLost:
+    def incoming(self, received: Tensor, peer: int, like: Tensor) -> Tensor:
+        return self.open(received, peer, like)
+
+    def _opened(self, waiter: Any, buf: Tensor, peer: int, like: Tensor) -> Tensor:
+        try:
+            return self.incoming(buf, peer, like)
+        except SealedMessageRefused as err:
+            raise self.refused(waiter, err) from None
+
+    def refused(self, waiter: Any, err: Exception) -> Exception:
         """A refused message, as the loss policy asks: with ``continue`` the sender is
         reported (:attr:`on_refused`) so the survivors count it as lost; with ``stop`` the run
         stops naming it."""
+        assert isinstance(err, SealedMessageRefused)
         if self.on_refused is not None:
             self.on_refused(err.sender, str(err))
         if waiter.watches:
             return ExchangeFailed(str(err))
         return PartyLost(str(err))
 
-    def _global(self, peer: int, group: Any) -> int:
-        return peer if group is None else dist.get_global_rank(group, peer)
-
     # -- what gloo's collectives did ------------------------------------------------------------
-
-    def _everyone_else(self) -> list[int]:
-        return [i for i in range(len(self.members)) if i != self.index]
-
-    def gather(self, waiter: Any, value: Tensor) -> list[Tensor]:
-        """Every member's ``value`` (all the same size and type), in rank order."""
-        others = self._everyone_else()
-        received = self.swap(waiter, [(p, value) for p in others], [(p, value) for p in others])
-        parts = dict(zip(others, received, strict=True))
-        parts[self.index] = value.clone()
-        return [parts[i] for i in range(len(self.members))]
 
     def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
         """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``):
@@ -265,7 +225,7 @@ class SealedWire:
         with self.exchange(what or op):
             if op == "sum" and self.masks:
                 return self.masked_sum(waiter, value, what or "sum")
-            return self._combined(waiter, value, op)
+            return self.combined(waiter, value, op)
 
     def masked_sum(self, waiter: Any, value: Tensor, what: str) -> Tensor:
         """The sum of ``value`` over every member, each member's own value hidden by its
@@ -281,17 +241,3 @@ class SealedWire:
         summed = MaskedSums.total([p.cpu().numpy() for p in parts])
         total = decode_sum(summed, local, what, n, bad)
         return torch.from_numpy(total).to(dtype=value.dtype, device=value.device)
-
-    def _combined(self, waiter: Any, value: Tensor, op: str) -> Tensor:
-        parts = self.gather(waiter, value)
-        out = parts[0]
-        for part in parts[1:]:
-            out = REDUCERS[op](out, part)
-        return out
-
-    def broadcast(self, waiter: Any, value: Tensor, src: int) -> None:
-        """Member ``src``'s ``value`` (index) written into ``value`` on every member."""
-        if self.index == src:
-            self.swap(waiter, [(p, value) for p in self._everyone_else()], [])
-        else:
-            value.copy_(self.swap(waiter, [], [(src, value)])[0])
