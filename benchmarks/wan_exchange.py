@@ -51,7 +51,7 @@ class Probe:
 
 PROBES = (
     Probe("all-reduce, 2 float32 (the stop and join flags)", "all-reduce", 8),
-    Probe("all-reduce, 16 KiB (an evaluation's bitmap)", "all-reduce", 16384),
+    Probe("all-reduce, 16 KiB", "all-reduce", 16384),
     Probe("all-reduce, 34 KB (the mean model)", "all-reduce", 33_828),
     Probe("all-reduce, 128 KiB", "all-reduce", 131_072),
     Probe("all-gather, 8 B", "all-gather", 8),

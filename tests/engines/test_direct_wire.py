@@ -1,5 +1,5 @@
 """Small collectives as one direct exchange (slate.engines.distributed.wire.direct): on 3 gloo
-processes, DirectWire's sum, min, max and or equal gloo's all_reduce, its gather gloo's
+processes, DirectWire's sum, min and max equal gloo's all_reduce, its gather gloo's
 all_gather and its broadcast gloo's, bit for bit (integers, and floats summed in rank order), with
 one batch_isend_irecv step per exchange; the engine sends messages up to DIRECT_BYTES directly and
 larger ones through gloo's ring."""
@@ -15,8 +15,7 @@ from slate.engines.distributed.control.failures import FailureGuard, Waiter
 from slate.engines.distributed.wire.direct import DIRECT_BYTES, REDUCERS, DirectWire
 
 WORLD = 3
-OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
-       "or": dist.ReduceOp.BOR}  # fmt: skip
+OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 
 
 def _values(rank: int) -> dict[str, torch.Tensor]:
@@ -43,7 +42,7 @@ def _party(rank: int, init: str, out) -> None:
     values = _values(rank)
     got = {}
     for name, value in values.items():
-        for op in ("sum", "min", "max", "or") if name != "floats" else ("sum", "min", "max"):
+        for op in ("sum", "min", "max"):
             got[f"{name}-{op}"] = wire.reduce(waiter, value.clone(), op)
         got[f"{name}-gather"] = torch.stack(wire.gather(waiter, value))
         shared = value.clone() if rank == 1 else torch.zeros_like(value)
@@ -53,7 +52,7 @@ def _party(rank: int, init: str, out) -> None:
     dist.batch_isend_irecv = real
     # gloo's own collectives on the same values (integers: any order gives the same bits)
     for name, value in values.items():
-        for op in ("sum", "min", "max", "or") if name != "floats" else ("min", "max"):
+        for op in ("sum", "min", "max") if name != "floats" else ("min", "max"):
             ring = value.clone()
             dist.all_reduce(ring, op=OPS[op])
             got[f"gloo-{name}-{op}"] = ring
@@ -95,10 +94,9 @@ def test_a_float_sum_is_the_rank_order_sum_with_the_same_bits_everywhere(results
 
 @pytest.mark.processes
 def test_each_exchange_is_one_step_of_one_message_each_way_per_peer(results):
-    # Two integer values with 4 reductions and a gather, the floats with 3 and a gather: each
-    # exchange is 2 sends and 2 receives; then 3 broadcasts: the source posts 2 sends, each
-    # other member 1 receive.
-    exchanges = 5 + 5 + 4
+    # Three values, each with 3 reductions and a gather: each exchange is 2 sends and 2
+    # receives; then 3 broadcasts: the source posts 2 sends, each other member 1 receive.
+    exchanges = 4 + 4 + 4
     for rank in range(WORLD):
         steps = results[rank][1]
         broadcasts = [2 if rank == 1 else 1] * 3

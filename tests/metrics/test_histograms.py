@@ -1,4 +1,5 @@
-"""Federated AP and AUROC from summed histograms against scikit-learn, on random cases."""
+"""Federated AP and AUROC from summed histograms on the public grid against scikit-learn, on
+random cases (ties, scores beyond the grid) and on w7a."""
 
 from __future__ import annotations
 
@@ -10,19 +11,24 @@ from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
 from slate.metrics.histograms import (
+    DEFAULT_BINS,
+    LOGIT_RANGE,
     BinnedMetrics,
-    SegmentTable,
     bin_index,
     binned_counts,
+    grid_edges,
+    lower_edges,
     metrics_from_counts,
-    positive_bins_bitmap,
 )
+from slate.training.evaluation import FederatedEvaluation
+from tests.sites import HAVE_W7A, SHARED
 
 
 @st.composite
 def scored_parties(draw):
-    """Scores and labels of 1-5 parties (both classes present overall), and a bin count."""
-    bins = draw(st.sampled_from([4, 16, 256, 1 << 17]))
+    """Scores and labels of 1-5 parties (both classes present overall), and a bin count; some
+    scores far beyond the grid's range (``+-LOGIT_RANGE``), some exactly tied."""
+    bins = draw(st.sampled_from([4, 16, 256, DEFAULT_BINS]))
     parties = draw(st.integers(1, 5))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
@@ -33,6 +39,8 @@ def scored_parties(draw):
         n = int(rng.integers(0, 40))
         y = (rng.random(n) < draw(st.floats(0.05, 0.6))).astype(np.int64)
         s = np.round(rng.normal(y * 1.5, 2.0 + 10 * (decimals == 0)), decimals)
+        far = rng.random(n) < draw(st.sampled_from([0.0, 0.1, 0.5]))  # beyond the grid
+        s[far] = np.sign(s[far] + 0.1) * rng.uniform(LOGIT_RANGE, 10 * LOGIT_RANGE, far.sum())
         blocks.append((s, y))
     y_all = np.concatenate([y for _, y in blocks])
     if y_all.sum() == 0 or y_all.sum() == len(y_all):
@@ -78,64 +86,100 @@ def test_binned_pr_curve_is_sklearns_on_the_bin_indices(case):
     np.testing.assert_array_equal(thresholds, expected[2])
 
 
-def _exchanged(case):
-    """What the parties' exchange gives: the OR of their bitmaps, then their summed counts."""
+def _one_exchange(case, riders=None):
+    """Each party's exchange as :class:`FederatedEvaluation` makes it, every call to ``total``
+    recorded; the recorded payloads summed over the parties are what the sum gives each."""
     bins, blocks = case
-    words = [positive_bins_bitmap(torch.tensor(s), torch.tensor(y), bins) for s, y in blocks]
-    union = words[0]
-    for w in words[1:]:
-        union = union | w
-    table = SegmentTable(union, bins)
-    counts = sum(table.counts(torch.tensor(s), torch.tensor(y)) for s, y in blocks)
-    return table, counts
+    evaluation = FederatedEvaluation([], bins=bins)
+    payloads: list[tuple[torch.Tensor, str]] = []
+
+    def total(value, what=""):
+        payloads.append((value.clone(), what))
+        return value
+
+    for s, y in blocks:
+        evaluation.exchange(torch.tensor(s), torch.tensor(y), total, riders)
+    assert len(payloads) == len(blocks)  # one sum per party, nothing else
+    assert {what for _, what in payloads} == {"evaluation"}
+    summed = sum(v for v, _ in payloads)
+    counts = summed[: 2 * bins].view(2, bins)
+    return evaluation, counts, summed[2 * bins :], [v for v, _ in payloads]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scored_parties())
-def test_the_segment_exchange_gives_the_dense_tables_metrics_exactly(case):
-    _, labels, index, dense = _pooled(case)
-    table, counts = _exchanged(case)
-    found = metrics_from_counts(counts, table.row_bins)
-    expected = metrics_from_counts(dense)
-    for key, value in expected.items():
-        assert found[key] == pytest.approx(value, abs=1e-12), key
+def test_one_sum_of_counts_on_the_public_grid_gives_the_pooled_metrics(case):
+    """A party sends its ``(2, bins)`` counts on the public grid and the riders, in one sum;
+    the metrics of the summed counts are those of all rows in one table, and scikit-learn's on
+    the bin indices; the raw scores' AP and AUROC lie within the bounds."""
+    scores, labels, index, dense = _pooled(case)
+    riders = torch.tensor([1.5, -2.0], dtype=torch.float64)
+    evaluation, counts, summed_riders, payloads = _one_exchange(case, riders)
+    for (s, y), payload in zip(case[1], payloads, strict=True):
+        own = binned_counts(torch.tensor(s), torch.tensor(y), case[0]).reshape(-1)
+        torch.testing.assert_close(payload, torch.cat([own, riders]), rtol=0, atol=0)
+    torch.testing.assert_close(counts, dense, rtol=0, atol=0)
+    torch.testing.assert_close(summed_riders, riders * len(payloads), rtol=0, atol=0)
+    found = evaluation.metrics(counts, True).values
     assert found["test_ap"] == pytest.approx(average_precision_score(labels, index), abs=1e-12)
-    # The end bins are rows of their own, with the dense table's counts.
-    np.testing.assert_array_equal(counts[:, 0].numpy(), dense[:, 0].numpy())
-    np.testing.assert_array_equal(counts[:, -1].numpy(), dense[:, -1].numpy())
-    assert int(counts.sum()) == len(labels)
+    assert found["test_auroc"] == pytest.approx(roc_auc_score(labels, index), abs=1e-12)
+    raw_ap = average_precision_score(labels, scores)
+    assert abs(raw_ap - found["test_ap"]) <= found["test_ap_error_bound"] + 1e-12
 
 
-@settings(max_examples=80, deadline=None)
-@given(scored_parties())
-def test_each_segment_curve_point_flags_the_rows_of_a_dense_curve_point(case):
-    """Every point of the exchanged curve is a point of scikit-learn's curve on the bin
-    indices: the rows at or above its threshold are those of one of sklearn's thresholds, with
-    its precision and recall. Only points of negatives between two positive bins are left
-    out, so every recall level is still there."""
-    _, labels, index, _ = _pooled(case)
-    table, counts = _exchanged(case)
-    precision, recall, thresholds = BinnedMetrics(counts, table.row_bins).precision_recall_curve()
-    ref_p, ref_r, ref_t = precision_recall_curve(labels, index)
-    for p, r, t in zip(precision[:-1], recall[:-1], thresholds, strict=True):
-        flagged = index >= t
-        # sklearn's point whose threshold flags the same rows: the lowest bin at or above t.
-        k = int(np.searchsorted(ref_t, index[flagged].min()))
-        assert ref_t[k] >= t and not ((index >= t) & (index < ref_t[k])).any()
-        assert p == pytest.approx(ref_p[k], abs=1e-12) and r == pytest.approx(ref_r[k], abs=1e-12)
-    assert set(np.round(recall, 12)) == set(np.round(ref_r, 12))
+def test_the_grid_is_fixed_symmetric_and_uniform_in_asinh():
+    """The public edges from their formula: ``e_k = c sinh((2k/B - 1) asinh(L / c))`` with
+    c = 0.5, L = 100; 0 in the middle, +-inf at the ends; about 1.5e-3 wide at logit 0 and 0.29
+    at the range's end."""
+    edges = grid_edges()
+    assert len(edges) == DEFAULT_BINS + 1 == 4097
+    assert edges[0] == -np.inf and edges[-1] == np.inf and edges[DEFAULT_BINS // 2] == 0.0
+    inner = edges[1:-1]
+    assert (np.diff(inner) > 0).all()
+    np.testing.assert_array_equal(inner, -inner[::-1])
+    k = np.array([1, 1000, 3000, 4095])
+    expected = 0.5 * np.sinh((2 * k / 4096 - 1) * np.arcsinh(200.0))
+    np.testing.assert_allclose(edges[k], expected, rtol=1e-15)
+    assert inner[2048] - inner[2047] == pytest.approx(np.arcsinh(200.0) / 4096, rel=1e-5)
+    assert 0.28 < inner[-1] - inner[-2] < 0.30
+    assert inner[-1] < LOGIT_RANGE < inner[-1] + 0.3
 
 
-def test_the_exchange_is_a_16_kib_bitmap_and_a_few_counts():
-    rng = np.random.default_rng(0)
-    labels = torch.from_numpy((rng.random(5000) < 0.03).astype(np.int64))
-    logits = torch.from_numpy(rng.normal(0, 3, 5000))
-    words = positive_bins_bitmap(logits, labels)
-    assert words.dtype == torch.int64 and words.numel() * 8 == 16 * 1024
-    table = SegmentTable(words)
-    counts = table.counts(logits, labels)
-    assert counts.shape[1] <= 2 * (int(labels.sum()) + 2) - 1
-    assert int(counts[1].sum()) == int(labels.sum()) and int(counts.sum()) == 5000
+@pytest.mark.parametrize("bins", [8, 64, DEFAULT_BINS])
+def test_a_logit_is_in_bin_k_or_above_exactly_when_it_reaches_bin_ks_lower_edge(bins):
+    """On the edges themselves, one float64 step below them, and random logits."""
+    edges = grid_edges(bins)[1:-1]
+    rng = np.random.default_rng(bins)
+    logits = np.concatenate([edges, np.nextafter(edges, -np.inf), rng.normal(0, 30, 2000),
+                             [-np.inf, np.inf, -1e300, 1e300]])  # fmt: skip
+    index = bin_index(torch.from_numpy(logits), bins).numpy()
+    for k in range(bins):
+        np.testing.assert_array_equal(logits >= lower_edges(np.array([k]), bins)[0], index >= k)
+    assert index.min() == 0 and index.max() == bins - 1
+
+
+@pytest.mark.skipif(not HAVE_W7A, reason="needs the w7a files in shared/data")
+def test_w7a_binned_ap_is_close_to_scikit_learns_raw_ap():
+    """A logistic regression fit on w7a (binary features: many exactly tied logits, and
+    logits past -30): the grid's AP is within 2e-4 of scikit-learn's AP of the raw logits,
+    which lies inside the bound; split over 4 parties the sum gives the same numbers."""
+    from sklearn.datasets import load_svmlight_file
+    from sklearn.linear_model import LogisticRegression
+
+    train_x, train_y = load_svmlight_file(str(SHARED / "w7a" / "w7a.gz"), n_features=300)
+    test_x, test_y = load_svmlight_file(str(SHARED / "w7a" / "w7a.t.gz"), n_features=300)
+    model = LogisticRegression(max_iter=2000).fit(train_x, train_y > 0)
+    logits = model.decision_function(test_x)
+    labels = (test_y > 0).astype(np.int64)
+    assert logits.min() < -30 and len(np.unique(logits)) < 0.9 * len(logits)
+    raw = average_precision_score(labels, logits)
+    blocks = [(logits[r::4], labels[r::4]) for r in range(4)]
+    evaluation, counts, _, _ = _one_exchange((DEFAULT_BINS, blocks))
+    found = evaluation.metrics(counts, True)
+    ap, bound = found.values["test_ap"], found.values["test_ap_error_bound"]
+    assert abs(ap - raw) <= 2e-4 and abs(ap - raw) <= bound
+    assert found.values["test_auroc"] == pytest.approx(roc_auc_score(labels, logits), abs=1e-4)
+    assert found.warning is None
 
 
 def test_bound_is_zero_when_every_bin_holds_one_class():
@@ -157,8 +201,11 @@ def test_one_bin_bound_covers_the_best_and_the_worst_order():
 
 
 def test_logits_beyond_the_range_fall_into_the_end_bins():
-    index = bin_index(torch.tensor([-1e9, -20.0, 0.0, 19.9999, 1e9]), 8)
-    assert index.tolist() == [0, 0, 4, 7, 7]
+    index = bin_index(torch.tensor([-1e9, -100.0, -99.0, 0.0, 99.0, 100.0, 1e9]), 8)
+    assert index.tolist() == [0, 0, 0, 4, 7, 7, 7]
+    edges = grid_edges()  # the end bins of the default grid begin just inside +-100
+    index = bin_index(torch.tensor([-1e9, edges[1] - 1e-9, edges[1], 0.0, edges[-2], 1e9]))
+    assert index.tolist() == [0, 0, 1, 2048, 4095, 4095]
 
 
 def test_no_positive_is_an_error():
@@ -167,8 +214,6 @@ def test_no_positive_is_an_error():
 
 
 def _federated_scores(logits: np.ndarray, labels: np.ndarray):
-    from slate.training.evaluation import FederatedEvaluation
-
     evaluation = FederatedEvaluation([np.arange(len(labels))])
     return evaluation.score(
         torch.from_numpy(logits), torch.from_numpy(labels), lambda t, what="": t, is_main=True
@@ -176,10 +221,10 @@ def _federated_scores(logits: np.ndarray, labels: np.ndarray):
 
 
 def test_scores_all_beyond_the_range_share_one_bin_and_the_run_is_warned():
-    """Every logit above +20: one bin, so the binned AP is the positive rate although the
+    """Every logit above +100: one bin, so the binned AP is the positive rate although the
     raw scores rank perfectly (scikit-learn AP 1.0); the scores carry a warning."""
     labels = (np.arange(200) % 10 == 0).astype(np.int64)
-    logits = 25.0 + labels * 5.0 + np.linspace(0, 1, 200)
+    logits = 125.0 + labels * 5.0 + np.linspace(0, 1, 200)
     assert average_precision_score(labels, logits) == 1.0
     scores = _federated_scores(logits, labels)
     assert scores.values["test_ap"] == pytest.approx(labels.mean())
@@ -192,11 +237,12 @@ def test_scores_all_beyond_the_range_share_one_bin_and_the_run_is_warned():
 
 @pytest.mark.parametrize(("beyond", "warned"), [(0, False), (2, False), (3, True), (40, True)])
 def test_the_warning_starts_above_one_percent_in_the_end_bins(beyond, warned):
-    """200 rows, ``beyond`` of them below -20 (counted by hand): 2 (1%) is no warning, 3 is."""
+    """200 rows, ``beyond`` of them below -100 (counted by hand): 2 (1%) is no warning, 3 is;
+    the rest spread over +-99 (well inside the grid's range) are never counted there."""
     rng = np.random.default_rng(3)
     labels = (np.arange(200) % 4 == 0).astype(np.int64)
-    logits = rng.uniform(-5, 5, 200)
-    logits[:beyond] = -20.5 - rng.uniform(0, 100, beyond)
+    logits = rng.uniform(-99, 99, 200)
+    logits[:beyond] = -100.5 - rng.uniform(0, 1000, beyond)
     scores = _federated_scores(logits, labels)
     assert (scores.warning is not None) == warned
     if warned:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from slate import metrics
-from slate.metrics.histograms import bin_index
+from slate.metrics.histograms import bin_index, lower_edges
 from slate.metrics.operating_points import (
     at_precision,
     at_recall,
@@ -18,7 +18,7 @@ from slate.metrics.operating_points import (
     probability,
 )
 from slate.metrics.plots import pr_curves_figure
-from slate.training.evaluation import FederatedEvaluation, PooledEvaluation, bin_edges
+from slate.training.evaluation import FederatedEvaluation, PooledEvaluation
 
 
 def _case(seed: int, n: int = 400):
@@ -93,7 +93,7 @@ def test_federated_thresholds_are_the_bins_lower_edges():
     bins = 64
     index = bin_index(logits, bins)
     for k in range(bins):
-        edge = bin_edges(np.array([k]), bins)[0]
+        edge = lower_edges(np.array([k]), bins)[0]
         assert torch.equal(logits.double() >= edge, index >= k)
     scores = FederatedEvaluation([np.arange(3000)], bins=bins).score(
         logits, labels, lambda t, what="": t, True
@@ -104,7 +104,7 @@ def test_federated_thresholds_are_the_bins_lower_edges():
         tp = int((flagged & (labels == 1)).sum())
         assert p == pytest.approx(tp / int(flagged.sum()))
         assert r == pytest.approx(tp / int(labels.sum()))
-    assert scores.thresholds[0] == -np.inf or scores.thresholds[0] > -20
+    assert scores.thresholds[0] == -np.inf or scores.thresholds[0] > -100
 
 
 def test_pr_plot_marks_the_reachable_points():

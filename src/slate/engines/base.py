@@ -325,11 +325,6 @@ class Engine(ABC):
         del iteration, asked
         return None
 
-    def union(self, words: Tensor) -> Tensor:
-        """The bitwise OR over all processes of local ``int64`` words (one process: itself)."""
-        self.count_collective(words)
-        return words
-
     #: Bytes this process sent in collectives besides gossip and exact averages (evaluations,
     #: stop checks, set-up facts): as a ring all-reduce of each tensor sends them, in both
     #: engines, so that the simulator reports what one process of a distributed run sends.

@@ -7,14 +7,16 @@ The choice of scoring follows the data source (:mod:`slate.data.sources`) and is
 * :class:`PooledEvaluation`: every process holds the whole test set (the paper's experiments).
   The main process computes AP and AUROC exactly (:mod:`slate.metrics`, equal to scikit-learn).
 * :class:`FederatedEvaluation`: each party holds only its own test rows. It counts them per
-  score bin and class, the counts are summed over all parties (one all-reduce), and every party
-  computes the AP and AUROC of the union of all test sets, with error bounds
-  (:mod:`slate.metrics.histograms`). No score leaves a party. Each party also scores its own test
-  rows exactly (``party_test_ap``).
+  bin of a fixed public grid of scores and per class, the counts are summed over all parties
+  (one all-reduce, masked under a roster: the only exchange), and every party computes the AP
+  and AUROC of the union of all test sets, with error bounds (:mod:`slate.metrics.histograms`).
+  No score leaves a party. Each party also scores its own test rows exactly (``party_test_ap``,
+  kept in its own folder).
 
-  Logits beyond :data:`~slate.metrics.histograms.LOGIT_RANGE` share the two end bins, where their
-  order is lost; when more than :data:`END_BIN_SHARE` of the test scores lie there, the scores
-  carry a warning (:func:`end_bin_warning`), printed by the run and kept in ``summary.json``.
+  Logits beyond about :data:`~slate.metrics.histograms.LOGIT_RANGE` share the two end bins,
+  where their order is lost; when more than :data:`END_BIN_SHARE` of the test scores lie there,
+  the scores carry a warning (:func:`end_bin_warning`), printed by the run and kept in
+  ``summary.json``.
 
 :class:`Evaluator` holds a run's test rows and scoring, and makes its evaluations: the averaged
 model's AP, AUROC and consensus distance (``history.csv``), each party's own AP, the final scores;
@@ -44,9 +46,9 @@ from slate.metrics.histograms import (
     DEFAULT_BINS,
     LOGIT_RANGE,
     BinnedMetrics,
-    SegmentTable,
+    binned_counts,
+    lower_edges,
     metrics_from_counts,
-    positive_bins_bitmap,
 )
 
 if TYPE_CHECKING:
@@ -63,7 +65,6 @@ __all__ = [
     "PooledEvaluation",
     "Scored",
     "TestScores",
-    "bin_edges",
     "end_bin_warning",
     "evaluation_for",
     "mean_buffers",
@@ -72,11 +73,6 @@ __all__ = [
 END_BIN_SHARE = 0.01  # warn when more of the test scores than this fall in an end bin
 SATURATED_LOGIT = 15.0  # float32 sigmoid(15) = 1 - 3e-7: its gradient is about zero
 REFUSED_VALUES = ("test_ap", "test_auroc")  # NaN in an evaluation whose counts were refused
-
-
-def _same(value: Tensor) -> Tensor:
-    """One process's reduction: the value itself."""
-    return value
 
 
 @dataclass
@@ -122,17 +118,14 @@ class Evaluation(ABC):
 
     name: str
 
-    def score(
-        self, logits: Tensor, labels: Tensor, total, is_main: bool, union=_same
-    ) -> TestScores:
-        """Metrics of the whole test set; ``total`` sums a tensor over all processes and
-        ``union`` ORs ``int64`` words over them."""
-        state, _ = self.exchange(logits, labels, total, union, None)
+    def score(self, logits: Tensor, labels: Tensor, total, is_main: bool) -> TestScores:
+        """Metrics of the whole test set; ``total`` sums a tensor over all processes."""
+        state, _ = self.exchange(logits, labels, total, None)
         return self.metrics(state, is_main)
 
     @abstractmethod
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None, tamper=None
+        self, logits: Tensor, labels: Tensor, total, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
         """``(state, summed riders)``: what :meth:`metrics` needs, and ``riders`` (``float64``)
         summed over all processes; ``tamper`` changes this process's counts before they are
@@ -157,9 +150,9 @@ class PooledEvaluation(Evaluation):
     name = "pooled"
 
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None, tamper=None
+        self, logits: Tensor, labels: Tensor, total, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
-        del union, tamper  # (every process holds every row: there are no counts to send)
+        del tamper  # (every process holds every row: there are no counts to send)
         return (logits, labels), (None if riders is None else total(riders, "evaluation"))
 
     def metrics(self, state: Any, is_main: bool) -> TestScores:
@@ -178,10 +171,10 @@ class PooledEvaluation(Evaluation):
 class FederatedEvaluation(Evaluation):
     """Metrics of the union of the parties' test sets from summed per-bin class counts.
 
-    Two exchanges (:class:`slate.metrics.histograms.SegmentTable`): the OR of the bitmaps of
-    the bins that hold positives (16 KiB), then the sum of the counts per such bin and per
-    segment between them, with the riders; the metrics are exactly those of the summed dense
-    table.
+    One exchange: this process's ``(2, bins)`` counts on the public grid
+    (:func:`slate.metrics.histograms.grid_edges`, fixed before the run and the same at every
+    site), with the riders, summed over all processes (masked under a roster). The metrics are
+    exactly those of the summed table; nothing else about a site's scores is sent.
     """
 
     name = "federated"
@@ -191,25 +184,22 @@ class FederatedEvaluation(Evaluation):
         self.bins = bins
 
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, union, riders: Tensor | None, tamper=None
+        self, logits: Tensor, labels: Tensor, total, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
-        table = SegmentTable(union(positive_bins_bitmap(logits, labels, self.bins)), self.bins)
-        local = table.counts(logits, labels).to(torch.float64)  # exact below 2^53 rows
+        local = binned_counts(logits, labels, self.bins)  # float64: exact below 2^53 rows
         if tamper is not None:  # (a lying party's counts, slate.faults.lies)
             local = tamper(local)
-        extra = riders if riders is not None else local.new_zeros(0)
-        summed = total(torch.cat([local.reshape(-1), extra.to(torch.float64)]), "evaluation")
+        extra = riders.to(torch.float64).cpu() if riders is not None else local.new_zeros(0)
+        summed = total(torch.cat([local.reshape(-1), extra]), "evaluation")
         counts = summed[: local.numel()].view_as(local)
-        return (table, counts), (summed[local.numel() :] if riders is not None else None)
+        return counts, (summed[local.numel() :] if riders is not None else None)
 
     def metrics(self, state: Any, is_main: bool) -> TestScores:
         del is_main
-        table, counts = state
-        rows = table.row_bins
-        binned = BinnedMetrics(counts, rows)
-        precision, recall, bins = binned.precision_recall_curve()
-        edges = np.append(bin_edges(bins, self.bins), np.inf)
-        values = metrics_from_counts(counts, rows)
+        counts = state
+        precision, recall, bins = BinnedMetrics(counts).precision_recall_curve()
+        edges = np.append(lower_edges(bins, self.bins), np.inf)
+        values = metrics_from_counts(counts)
         warning = end_bin_warning(counts, values["test_ap"], values["test_ap_error_bound"])
         return TestScores(values, (precision, recall), edges, warning)
 
@@ -224,25 +214,12 @@ class FederatedEvaluation(Evaluation):
         return {"evaluation": self.name, "evaluation_bins": self.bins}
 
 
-def bin_edges(bins: np.ndarray, n_bins: int, limit: float = LOGIT_RANGE) -> np.ndarray:
-    r"""The logit threshold of each bin: its lower edge :math:`-L + 2 L k / B`, and
-    :math:`-\infty` for bin 0, which also holds every logit below :math:`-L`.
-
-    A logit :math:`s` falls in a bin :math:`\ge k` when :math:`s \ge` the edge of :math:`k`
-    (:func:`slate.metrics.histograms.bin_index`; up to float64 rounding of a logit on the edge
-    itself), so "positive when logit >= edge" flags the rows counted in bins :math:`k` and
-    above: the precision and recall of bin :math:`k`'s point on the binned curve.
-    """
-    k = np.asarray(bins, dtype=np.float64)
-    edges = -limit + k * (2 * limit / n_bins)
-    return np.where(k == 0, -np.inf, edges)
-
-
 def end_bin_warning(
     counts: Tensor, ap: float, bound: float, limit: float = LOGIT_RANGE
 ) -> str | None:
     """A one-line warning when more than :data:`END_BIN_SHARE` of the rows counted in the
-    summed ``(2, bins)`` table lie in its end bins (logits beyond ``-limit`` or ``limit``).
+    summed ``(2, bins)`` table lie in its end bins (logits beyond about ``-limit`` or ``limit``,
+    :func:`slate.metrics.histograms.grid_edges`).
 
     Scores there are ties to the histogram: with every logit beyond the range, all rows share
     one bin and the binned AP is the positive rate, whatever the model's ranking. The exact AP
@@ -259,11 +236,11 @@ def end_bin_warning(
         return None
     return (
         f"warning: {share:.1%} of the test scores lie beyond the federated histogram's logit "
-        f"range +-{limit:g} ({low:.0f} below, {high:.0f} above), in its end bins, where their "
-        f"order is lost: the test AP {ap:.4f} (+-{bound:.1e}) may be far from the AP of the raw "
-        "scores. Lower --lr or standardise the features (--standardize) to keep the logits in "
-        "range, or get the exact AP from pooled scores: one --test file instead of per-party "
-        "test files, or slate evaluate --run RUN --data TEST_FILE."
+        f"range of about +-{limit:g} ({low:.0f} below, {high:.0f} above), in its end bins, "
+        f"where their order is lost: the test AP {ap:.4f} (+-{bound:.1e}) may be far from the AP "
+        "of the raw scores. Lower --lr or standardise the features (--standardize) to keep the "
+        "logits in range, or get the exact AP from pooled scores: one --test file instead of "
+        "per-party test files, or slate evaluate --run RUN --data TEST_FILE."
     )
 
 
@@ -384,11 +361,11 @@ class Evaluator:
         (:func:`slate.data.declared.evaluation_count_problem`)."""
         engine = self.engine
         state, summed = self.evaluation.exchange(
-            logits, self.test_labels, engine.total, engine.union, riders,
+            logits, self.test_labels, engine.total, riders,
             lambda counts: self.lies.evaluation_counts(counts, iteration),
         )  # fmt: skip
         if self.expected_counts is not None and self.federated:
-            problem = evaluation_count_problem(state[1], *self.expected_counts())
+            problem = evaluation_count_problem(state, *self.expected_counts())
             if problem is not None:
                 state = self._refuse_counts(problem, iteration)
         return state, summed
@@ -424,9 +401,9 @@ class Evaluator:
         ``riders`` (``float64``, local) are summed over all processes in the evaluation's own
         exchange; the sums are left in :attr:`summed_riders`.
 
-        Exchanges: the mean model (an all-reduce), then the evaluation's (federated: a bitmap
-        and the counts; pooled: one sum), which also carries the consensus distance, the
-        non-finite flag and the riders.
+        Exchanges: the mean model (an all-reduce), then the evaluation's one sum (federated: the
+        counts on the public grid; pooled: the riders alone), which also carries the consensus
+        distance, the non-finite flag and the riders.
         """
         with self._timing():
             return self._evaluate(x, iteration, riders)

@@ -413,9 +413,6 @@ class DistributedEngine(Engine):
     def minimum(self, value: Tensor) -> Tensor:
         return self._all_reduce(value.to(self.device).clone(), dist.ReduceOp.MIN, "minimum")
 
-    def union(self, words: Tensor) -> Tensor:
-        return self._all_reduce(words.clone(), dist.ReduceOp.BOR, "union")
-
     def _small_exchange(self, value: Tensor) -> DirectWire | None:
         """The wire that carries an exchange of ``value``: every exchange of a sealed run
         (its :class:`SealedWire`); in a plain run a message of at most
@@ -522,8 +519,7 @@ class DistributedEngine(Engine):
                 pass  # the store's host is gone; the results are written
 
 
-_SEALED_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
-               dist.ReduceOp.BOR: "or"}  # fmt: skip
+_SEALED_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max"}
 
 _OPENED = False  # whether this process ever opened a process group (see opened_a_group)
 

@@ -32,7 +32,6 @@ REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "sum": torch.add,
     "min": torch.minimum,
     "max": torch.maximum,
-    "or": torch.bitwise_or,
 }
 
 
@@ -116,8 +115,8 @@ class DirectWire:
         return [parts[i] for i in range(len(self.members))]
 
     def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
-        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``, ``or``)
-        in rank order: every member gets the same bits. ``what`` names the quantity (a sealed
+        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``) in
+        rank order: every member gets the same bits. ``what`` names the quantity (a sealed
         wire's refusals and recorder use it)."""
         del what
         return self.combined(waiter, value, op)

@@ -218,7 +218,7 @@ class SealedWire(DirectWire):
     # -- what gloo's collectives did ------------------------------------------------------------
 
     def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
-        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``, ``or``):
+        """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``):
         every member gets the same bits. A sum is masked (:meth:`masked_sum`, unless
         :attr:`masks` is off); the others are gathered and combined in rank order. ``what``
         names the quantity (in a refusal, and for the recorder)."""
