@@ -61,6 +61,7 @@ __all__ = [
     "Divergence",
     "advice_for",
     "assess_divergence",
+    "non_finite_message",
 ]
 
 #: Warn when the relative consensus distance stays above this (a party's typical distance to the
@@ -203,3 +204,24 @@ def advice_for(
         tries.append(f"more frequent gossip (--gossip-every {max(1, gossip_every // 2)})")
     tries.append("a better-connected --topology (e.g. exponential) or a smaller --lr")
     return tries
+
+
+def non_finite_message(
+    losses: Any, x: Any, parties: Sequence[int], first_iteration: int, iteration: int, lr: float
+) -> str:
+    """Where training became non-finite, and what to try: the first non-finite loss of a step
+    (``losses``: steps by local parties, the first step's iteration ``first_iteration``), else
+    the first party whose parameters ``x`` (one row each) are non-finite by ``iteration``."""
+    import torch
+
+    bad = (~torch.isfinite(losses)).nonzero()
+    if len(bad):
+        step, row = (int(v) for v in bad[0])
+        where = f"the loss of party {parties[row]} at iteration {first_iteration + step}"
+    else:
+        row = int((~torch.isfinite(x)).any(dim=1).nonzero()[0])
+        where = f"the parameters of party {parties[row]} by iteration {iteration}"
+    return (
+        f"Training diverged: {where} became non-finite (NaN or inf) with --lr {lr}. Try a lower "
+        f"learning rate, e.g. --lr {lr / 10:g}."
+    )

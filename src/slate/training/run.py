@@ -39,6 +39,7 @@ from slate.engines.base import Communicator, Engine, RecordedExchange
 from slate.engines.simulator import SimulatorEngine
 from slate.errors import ConfigError, TrainingDiverged, parties_text
 from slate.faults import FaultPlan
+from slate.metrics.divergence import non_finite_message
 from slate.models import build_model
 from slate.security.guards import message_guard
 from slate.security.messages import as_received
@@ -466,22 +467,15 @@ class Run:
                 "or it misbehaves. --robust clip drops or clips such messages and goes on "
                 "without them."
             )
-        bad = (~torch.isfinite(losses)).nonzero()
-        if len(bad):
-            step, row = (int(v) for v in bad[0])
-            where = (
-                f"the loss of party {self.engine.local_parties[row]} at iteration "
-                f"{first_iteration + step}"
-            )
-        else:
-            row = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
-            where = (
-                f"the parameters of party {self.engine.local_parties[row]} by iteration "
-                f"{self.iteration}"
-            )
         raise TrainingDiverged(
-            f"Training diverged: {where} became non-finite (NaN or inf) with --lr "
-            f"{self.plan.lr}. Try a lower learning rate, e.g. --lr {self.plan.lr / 10:g}."
+            non_finite_message(
+                losses,
+                self.x,
+                self.engine.local_parties,
+                first_iteration,
+                self.iteration,
+                self.plan.lr,
+            )
         )
 
     def robust_records(self) -> list[list[int]]:
