@@ -41,9 +41,9 @@ def write_sites(root: Path, parties: int = 4, rows: int = 600) -> None:
             (root / f"site{r}" / name).write_text("".join(lines[r::parties]))
 
 
-# ``slate`` with an audit hook that records every ``pickle.find_class`` (any unpickling of a
-# class) to the file named in the SLATE_TEST_UNPICKLED variable.
-AUDITED = """
+# An audit hook that records every ``pickle.find_class`` (any unpickling of a class) to the file
+# named in the SLATE_TEST_UNPICKLED variable, when that is set.
+_AUDIT_HOOK = """
 import os, sys
 
 def record(event, args):
@@ -51,10 +51,23 @@ def record(event, args):
         with open(os.environ["SLATE_TEST_UNPICKLED"], "a") as handle:
             handle.write(repr(args) + "\\n")
 
-sys.addaudithook(record)
+if os.environ.get("SLATE_TEST_UNPICKLED"):
+    sys.addaudithook(record)
+"""
+_MAIN = """
 from slate.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+_LOADED = """
+import torch, torch.distributed
+import slate.cli.commands, slate.training.loop, slate.engines.distributed.engine
+sys.stdin.readline()
+"""
+# ``slate`` under that hook.
+AUDITED = _AUDIT_HOOK + _MAIN
+# ``slate`` started ahead of time (see :func:`start_party`'s ``warm``): the interpreter, torch and
+# the training code are loaded, then it waits for one line on its standard input before it runs.
+WARM = _AUDIT_HOOK + _LOADED + _MAIN
 
 
 def start_party(
@@ -67,12 +80,17 @@ def start_party(
     site: str | None = None,
     audit: Path | None = None,
     env: dict[str, str] | None = None,
+    warm: bool = False,
 ) -> subprocess.Popen:
     """Party ``rank`` in ``root/site<rank>`` (``root/<site>`` when given); ``program`` replaces
     ``python -m slate``; with ``audit``, ``slate`` runs under the pickle audit hook of
     :data:`AUDITED`, which logs to ``audit/unpickled.log`` (see :func:`unpickled`); ``env``: test
-    hooks to set in its environment."""
-    if audit is not None:
+    hooks to set in its environment. With ``warm``, the process loads Python, torch and slate
+    now but starts the party only when :func:`release` tells it to (:data:`WARM`): a restart
+    timed on an event then costs no interpreter start."""
+    if warm:
+        program = [sys.executable, "-c", WARM]
+    elif audit is not None:
         program = [sys.executable, "-c", AUDITED]
     command = [*(program or [sys.executable, "-m", "slate"]), "train", "--rank", str(rank),
                "--rendezvous", f"127.0.0.1:{port}", *flags]  # fmt: skip
@@ -80,7 +98,15 @@ def start_party(
     if audit is not None:
         env["SLATE_TEST_UNPICKLED"] = str(audit / "unpickled.log")
     return subprocess.Popen(command, cwd=root / (site or f"site{rank}"), env=env, text=True,
+                            stdin=subprocess.PIPE if warm else None,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def release(party: subprocess.Popen) -> None:
+    """Start the party of a process started with ``start_party(..., warm=True)``."""
+    assert party.stdin is not None
+    party.stdin.write("go\n")
+    party.stdin.flush()  # (communicate() closes it)
 
 
 def finish(parties: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str]]:

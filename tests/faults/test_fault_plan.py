@@ -20,7 +20,8 @@ from slate.security.robust import HonestSender, Sender
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "slate"
 
 EVERY_HOOK = {
-    "SLATE_KILL_AT": "1@40, 2@0:setup,1@7:evaluation:freeze2.5,x@3,1@9:lunch,0@5:step:boom",
+    "SLATE_KILL_AT": "1@40, 2@0:setup,1@7:evaluation:freeze2.5,x@3,1@9:lunch,0@5:step:boom,"
+    "2@60:checkpoint:freeze",
     "SLATE_ATTACK": "1@0:signflip,2@30:final-poison,1@4:rows:1.5",
     "SLATE_FLIP_SEALED": "1@200",
     "SLATE_REPLAY_SEALED": " 2@ 7",
@@ -33,9 +34,10 @@ def test_the_plan_reads_every_hook_once_into_its_parts():
     plan = FaultPlan.from_environment(EVERY_HOOK)
     # SLATE_KILL_AT: the well-formed items in order (a bad rank, moment or fault is ignored)
     assert plan.kills == (Kill(1, 40, "step", "kill"), Kill(2, 0, "setup", "kill"),
-                          Kill(1, 7, "evaluation", "freeze2.5"))  # fmt: skip
+                          Kill(1, 7, "evaluation", "freeze2.5"),
+                          Kill(2, 60, "checkpoint", "freeze"))  # fmt: skip
     assert plan.kills_of(1).due_at == {"step": (40, "kill"), "evaluation": (7, "freeze2.5")}
-    assert plan.kills_of(2).due_at == {"setup": (0, "kill")}
+    assert plan.kills_of(2).due_at == {"setup": (0, "kill"), "checkpoint": (60, "freeze")}
     assert plan.kills_of(None).due_at == {}  # a process that runs every party: no kill
     # SLATE_ATTACK: gossip attacks for the guard's sender, lies for the distributed party
     assert plan.attacks == (Attack(1, 0, "signflip"), Attack(2, 30, "final-poison"),

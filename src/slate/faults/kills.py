@@ -13,9 +13,11 @@ iteration ``ITER``, at one of these moments:
   itself after it was counted as lost), has been admitted and is about to take the members'
   average, the admission's first collective.
 
-``FAULT`` is ``kill`` (the default: the process sends itself SIGKILL) or ``freezeS``: it sends
+``FAULT`` is ``kill`` (the default: the process sends itself SIGKILL), ``freezeS``: it sends
 itself SIGSTOP, and a detached ``sleep S; kill -CONT`` wakes it ``S`` seconds later, as a site
-whose machine hangs (or whose network is cut) for ``S`` seconds. Each planned fault happens once.
+whose machine hangs (or whose network is cut) for ``S`` seconds; or ``freeze``: SIGSTOP with no
+timer, so that a test wakes it (SIGCONT) on an event of its own, such as the others' first
+checkpoint after they counted it lost. Each planned fault happens once.
 
 The simulator ignores it (``--drop-party`` injects its losses). The faults plan reads the hook
 (:class:`slate.faults.FaultPlan`); a malformed item is ignored, as is one of another rank.
@@ -33,12 +35,13 @@ __all__ = ["FAULT_ENV", "MOMENTS", "Kill", "Kills", "parse_kills"]
 
 FAULT_ENV = "SLATE_KILL_AT"
 MOMENTS = ("setup", "step", "evaluation", "checkpoint", "rejoin")
-_FREEZE = re.compile(r"freeze(\d+(?:\.\d+)?)$")
+_FREEZE = re.compile(r"freeze(\d+(?:\.\d+)?)?$")
 
 
 @dataclass(frozen=True)
 class Kill:
-    """Party ``rank`` fails at ``iteration``'s ``moment`` with ``fault`` (``kill``/``freezeS``)."""
+    """Party ``rank`` fails at ``iteration``'s ``moment`` with ``fault`` (``kill``, ``freezeS``
+    or ``freeze``)."""
 
     rank: int
     iteration: int
@@ -83,8 +86,9 @@ class Kills:
         if freeze is None:
             os.kill(os.getpid(), signal.SIGKILL)
             return
-        subprocess.Popen(
-            ["sh", "-c", f"sleep {freeze.group(1)}; kill -CONT {os.getpid()}"],
-            start_new_session=True,
-        )
+        if freeze.group(1) is not None:  # (plain ``freeze``: whoever set it sends SIGCONT)
+            subprocess.Popen(
+                ["sh", "-c", f"sleep {freeze.group(1)}; kill -CONT {os.getpid()}"],
+                start_new_session=True,
+            )
         os.kill(os.getpid(), signal.SIGSTOP)
