@@ -361,7 +361,6 @@ def test_a_network_cut_at_one_site(tmp_path, cut_off_site, seconds, iterations, 
 
 
 @pytest.mark.processes
-@pytest.mark.xdist_group("timing")
 def test_a_party_killed_while_it_rejoins_is_lost_again_and_the_others_finish(tmp_path):
     """The moment "during a rejoin": party 1 freezes (until the others went on, over the 5 s
     silence of --timeout 10), is counted as lost, comes back by itself, and dies once admitted,
