@@ -9,6 +9,7 @@ import contextlib
 import gzip
 import io
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -193,6 +194,23 @@ def slate_here(*args: str, cwd: Path | str | None = None) -> Done:
         os.chdir(before)
         torch.set_num_threads(threads)
     return Done(code, out.getvalue(), err.getvalue())
+
+
+def read_until(process: subprocess.Popen, text: str, timeout: float = 60) -> str:
+    """What ``process`` wrote to its standard output (a pipe) until it wrote ``text``; fail
+    after ``timeout`` seconds, or when it ended first. Reads the pipe itself, not through its
+    buffered file, so that ``process.communicate()`` can read the rest after it."""
+    assert process.stdout is not None
+    fd, seen = process.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"timed out waiting for {text!r}; it wrote {seen.decode()!r}"
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"it ended before writing {text!r}; it wrote {seen.decode()!r}"
+            seen += chunk
+    return seen.decode()
 
 
 def wait_for(

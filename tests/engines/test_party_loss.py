@@ -25,6 +25,7 @@ from tests.sites import (
     free_port,
     identity_flags,
     make_roster,
+    read_until,
     release,
     slate_here,
     start_party,
@@ -240,17 +241,22 @@ def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host", "127.0.0.1"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     flags = ["--nodes", "3", "--external-store", "--iterations", "300", *SITE_FLAGS]
     parties = [start_party(tmp_path, r, port, *flags, kill="2@120") for r in range(3)]
     late = start_party(tmp_path, 2, port, "--resume", "run", "--external-store", "--no-progress",
                        "--timeout", "300", warm=True)  # fmt: skip
+    said = ""
     try:
         for process in parties[:2]:
             _, err = process.communicate(timeout=300)
             assert process.returncode == 0, err
         assert parties[2].wait(timeout=60) == -signal.SIGKILL
+        # The rendezvous has seen the end once it says it lingers (then it only sleeps, and a
+        # SIGINT stops it at once; one that comes during its reads of the store can wait up to
+        # the store's 60 s timeout).
+        said = read_until(server, "--linger", timeout=60)
         started = time.monotonic()
         release(late)
         _, err = late.communicate(timeout=120)
@@ -260,9 +266,7 @@ def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
             if process.poll() is None:
                 process.kill()
         server.send_signal(signal.SIGINT)
-        # The rendezvous stops within a second when idle; a store read it is inside when the
-        # signal comes (up to the store's 60 s timeout) delays it on a loaded machine.
-        said, _ = server.communicate(timeout=90)
+        said += server.communicate(timeout=90)[0]
     assert late.returncode == 2 and took < 60, (took, err)  # not its 300 s --timeout
     assert "the other parties have already finished the run" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
