@@ -105,10 +105,22 @@ def payloads(path):
     return out
 
 
+def sliding_sums(values, kernel):
+    """``sum(values[i : i + len(kernel)] * kernel)`` for every ``i``, by FFT (float64)."""
+    n, d = values.numel(), kernel.numel()
+    size = n + d
+    spectrum = torch.fft.rfft(values, size) * torch.fft.rfft(kernel.flip(0), size)
+    return torch.fft.irfft(spectrum, size)[d - 1 : n]
+
+
 def best_cosine(messages, reference):
     """The largest cosine between ``reference`` and any float32 window of its length in any
-    message, at any of the four byte alignments (non-finite values read as 0)."""
-    d, best = reference.numel(), 0.0
+    message, at any of the four byte alignments (non-finite values read as 0, magnitudes above
+    1e3 as 1e3: no model value is that large, and a window holding one is nothing like a model
+    either way). Dot products and window norms are sliding sums by FFT, so a long message costs
+    about its own size in memory and time."""
+    ref = reference.double()
+    d, best = ref.numel(), 0.0
     for raw in messages:
         for shift in range(4):
             usable = (len(raw) - shift) // 4 * 4
@@ -116,8 +128,11 @@ def best_cosine(messages, reference):
                 continue
             floats = torch.frombuffer(bytearray(raw[shift : shift + usable]), dtype=torch.float32)
             floats = torch.nan_to_num(floats.double(), nan=0.0, posinf=0.0, neginf=0.0)
-            windows = floats.unfold(0, d, 1)
-            cos = torch.nn.functional.cosine_similarity(windows, reference.double()[None], dim=1)
+            floats = floats.clamp(-1e3, 1e3)
+            dots = sliding_sums(floats, ref)
+            norms = sliding_sums(floats * floats, torch.ones(d, dtype=torch.float64))
+            norms = norms.clamp(min=0).sqrt() * ref.norm()
+            cos = torch.where(norms > 1e-9, dots / norms.clamp(min=1e-9), torch.zeros_like(dots))
             best = max(best, float(cos.max()))
     return best
 
