@@ -1,8 +1,11 @@
-"""The rendezvous's idle timeout and the choice of gloo's interface."""
+"""The rendezvous's idle timeout, its Ctrl-C, and the choice of gloo's interface."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,6 +16,7 @@ from slate.engines.distributed.control.launch import choose_gloo_interface, serv
 from slate.engines.distributed.control.liveness import Heartbeat
 from slate.engines.distributed.control.store_records import Records
 from slate.errors import ConfigError
+from tests.sites import free_port
 
 
 def _free_port() -> int:
@@ -71,3 +75,27 @@ def test_a_loopback_or_unknown_interface_is_refused_naming_the_right_one(route):
     env = {"GLOO_SOCKET_IFNAME": "eth0"}
     assert choose_gloo_interface("10.0.0.1", 29500, env, ADDRESSES) is None
     assert env == {"GLOO_SOCKET_IFNAME": "eth0"}
+
+
+@pytest.mark.processes
+def test_ctrl_c_stops_a_rendezvous_that_inherited_sigint_ignored():
+    """Started by a script with ``&`` (or by a runner that ignores SIGINT), ``slate rendezvous``
+    inherits SIGINT ignored; a SIGINT still stops it at once, with its own line and code 130."""
+    ignore_then_run = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'slate', *sys.argv[1:]])"
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-c", ignore_then_run, "rendezvous", "--port", str(free_port()),
+         "--host", "127.0.0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert "serving one run" in server.stdout.readline()  # it listens: send the signal
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 130, err
+    assert "slate rendezvous: stopped." in out and "Traceback" not in err

@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -207,9 +210,27 @@ def run_rendezvous(args: argparse.Namespace) -> int:
         roster = Roster.read(args.roster)
         if args.key is not None:
             site_identity(args.roster, args.key)
-    return serve_rendezvous(
-        args.port, args.host, idle_timeout=args.idle_timeout, roster=roster, linger=args.linger
-    )
+    with _ctrl_c_stops():
+        return serve_rendezvous(
+            args.port, args.host, idle_timeout=args.idle_timeout, roster=roster,
+            linger=args.linger,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops():
+    """SIGINT (Ctrl-C) raises KeyboardInterrupt within, also in a process that inherited it
+    ignored (started by a script with ``&``, without job control, or by a runner that ignores
+    it), as a foreground ``slate rendezvous`` does: its documented way to stop. Outside the
+    main thread (an in-process test) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_predict(args: argparse.Namespace) -> int:
