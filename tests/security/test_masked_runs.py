@@ -6,6 +6,9 @@ them: the check can fail."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,7 @@ from tests.sites import (
     free_port,
     identity_flags,
     make_roster,
+    slate_here,
     start_party,
     write_sites,
 )
@@ -129,3 +133,80 @@ def test_no_opened_sum_shows_a_sites_own_values_and_the_outputs_are_unchanged(tm
         for key in ("n_train", "n_test", "test_positives", "party_rows"):
             assert summary_a[key] == summary_b[key], key
         assert summary_a["party_rows"][1]["train"] == TRAIN_ROWS
+
+
+def positives_and_scores(root: Path, sites: list[int], tmp: Path) -> tuple[np.ndarray, list[str]]:
+    """The labels of ``sites``' test rows, and the scores ``slate predict`` gives them with
+    site 0's saved model (in the order of the rows)."""
+    rows = [line for r in sites for line in (root / f"site{r}" / "test.svm").read_text().split("\n")
+            if line.strip()]  # fmt: skip
+    (tmp / "survivors.svm").write_text("\n".join(rows) + "\n")
+    done = slate_here("predict", "--run", str(root / "site0" / "run"), "--data",
+                      str(tmp / "survivors.svm"), "--out", str(tmp / "scores.csv"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    labels = np.array([float(line.split()[0]) > 0 for line in rows])
+    return labels, (tmp / "scores.csv").read_text().split()[1:]
+
+
+@pytest.mark.processes
+def test_a_site_dying_half_way_through_a_masked_sum_leaves_every_published_sum_exact(tmp_path):
+    """Site 2 dies inside the evaluation sum at iteration 10, having sent its masked words to
+    site 0 only (``SLATE_DIE_IN_SUM``): site 0 could add up a complete sum, site 1 could not.
+    Under ``--on-party-loss continue`` the survivors drop that sum, name site 2, redo the
+    evaluation between the two of them, and publish the same history; every total is that of
+    their own rows: the test rows and positives exactly, the AP that of scikit-learn on the
+    saved model's scores within its stated bound."""
+    from sklearn.metrics import average_precision_score
+
+    root = tmp_path / "sites"
+    root.mkdir()
+    write_sites(root, parties=3, rows=300)
+    roster = make_roster(root, 3)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
+         "127.0.0.1", "--linger", "0", "--roster", str(roster)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    # Masked sums of a party: the first evaluation's three (average, counts, flags), then one
+    # gossip average per step (a ring of 3 mixes with J): sum 14 is the counts at iteration 10.
+    env = {"SLATE_DIE_IN_SUM": "2@14", "SLATE_RECORD_OPENED": str(root / "opened")}
+    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--iterations", "30",
+             "--eval-every", "10", "--topology", "ring", "--on-party-loss", "continue"]  # fmt: skip
+    try:
+        parties = [
+            start_party(root, r, port, *flags, *identity_flags(roster, r), env=env)
+            for r in range(3)
+        ]
+        ends = finish(parties, timeout=120)
+        server.communicate(timeout=60)
+    finally:
+        server.kill()
+    assert ends[2][0] == -signal.SIGKILL
+    # Site 0 opened site 2's masked counts of iteration 10 (a complete set of words)...
+    assert list((root / "opened" / "rank0").glob("from2-*-evaluation.bin"))
+    for rank in (0, 1):
+        code, text = ends[rank]
+        assert code == 0 and "Traceback" not in text, text[-3000:]
+        assert "party 2 lost at iteration 10" in text
+    # ...and yet both survivors publish one history: that sum was dropped, then redone.
+    histories = [(root / f"site{r}" / "run" / "history.csv").read_text() for r in (0, 1)]
+    rows = [line.split(",") for line in histories[0].splitlines()[1:]]
+    assert [r[0] for r in rows] == ["0", "10", "20", "30"]
+    assert [r[6] for r in rows] == ["3", "2", "2", "2"]  # parties_alive
+    without_times = [
+        [",".join(r[:5] + r[6:]) for r in (line.split(",") for line in h.splitlines())]
+        for h in histories
+    ]  # (the elapsed seconds differ)
+    assert without_times[0] == without_times[1]
+    (a, summary_a), (b, summary_b) = outputs(root, 0), outputs(root, 1)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    labels, scores = positives_and_scores(root, [0, 1], tmp_path)
+    for key in ("members", "party_events", "test_ap", "n_test", "test_positives"):
+        assert summary_a[key] == summary_b[key], key
+    assert summary_a["members"] == [0, 1]
+    assert summary_a["n_test"] == len(labels) == 600
+    assert summary_a["test_positives"] == int(labels.sum())
+    reference = average_precision_score(labels, np.array(scores, dtype=np.float64))
+    assert abs(summary_a["test_ap"] - reference) <= summary_a["test_ap_error_bound"] + 1e-9

@@ -6,7 +6,8 @@ The hooks, each documented with the code that acts on it:
 * ``SLATE_ATTACK``: a party corrupts what it sends its neighbours, or lies in a sum
   (:mod:`slate.faults.attacks`, :mod:`slate.faults.lies`);
 * ``SLATE_FLIP_SEALED``, ``SLATE_REPLAY_SEALED``, ``SLATE_RELAY_SEALED``: a party tampers with a
-  sealed message (:mod:`slate.faults.tamper`);
+  sealed message, and ``SLATE_DIE_IN_SUM``: a party dies half-way through a masked sum
+  (:mod:`slate.faults.tamper`);
 * ``SLATE_RECORD_OPENED``: every sealed message a party opens written to a folder, and
   ``SLATE_UNMASKED_SUMS``: sums under a roster sent unmasked, for comparison
   (:mod:`slate.faults.opened`);

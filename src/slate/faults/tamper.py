@@ -1,12 +1,13 @@
 """Tampering with sealed messages (tests only), so that a real run can show the receiver refusing
-a bad message and naming its sender (:mod:`slate.engines.distributed.wire.sealed_wire` calls
-:class:`Tamper` on every message it seals and opens, when the faults plan gives it one)."""
+a bad message and naming its sender, and a site dying half-way through a masked sum
+(:mod:`slate.engines.distributed.wire.sealed_wire` calls :class:`Tamper` on every message it
+seals and opens and on every masked sum, when the faults plan gives it one)."""
 
 from __future__ import annotations
 
 from torch import Tensor
 
-__all__ = ["FLIP_ENV", "HOOKS", "RELAY_ENV", "REPLAY_ENV", "Tamper"]
+__all__ = ["DIE_IN_SUM_ENV", "FLIP_ENV", "HOOKS", "RELAY_ENV", "REPLAY_ENV", "Tamper"]
 
 #: Test-only hooks, so that a real run can show the receiver refusing a bad message and naming
 #: its sender. Each is ``RANK@N``: party RANK tampers once with a message it sends, the N-th it
@@ -20,7 +21,13 @@ REPLAY_ENV = "SLATE_REPLAY_SEALED"
 #: ``SLATE_RELAY_SEALED`` sends, in its place, the last message of the same size that another
 #: member sealed for RANK (a message of the wrong sender: that member's, as RANK's).
 RELAY_ENV = "SLATE_RELAY_SEALED"
-HOOKS = (FLIP_ENV, REPLAY_ENV, RELAY_ENV)
+#: ``SLATE_DIE_IN_SUM=RANK@N``: in the N-th masked sum it makes (counted from 0 over the whole
+#: process), party RANK sends its masked words to one member only (the next in group order) and
+#: SIGKILLs itself: that member holds a complete set of words while the others miss RANK's, the
+#: worst moment for a sum to lose a member.
+DIE_IN_SUM_ENV = "SLATE_DIE_IN_SUM"
+MESSAGE_HOOKS = (FLIP_ENV, REPLAY_ENV, RELAY_ENV)
+HOOKS = (*MESSAGE_HOOKS, DIE_IN_SUM_ENV)
 
 
 class Tamper:
@@ -30,8 +37,9 @@ class Tamper:
     this party's rank (:meth:`slate.faults.FaultPlan.tamper`)."""
 
     def __init__(self, due: dict[str, int]) -> None:
-        self.due = due  # hook -> the first message it may act on; removed once it did
+        self.due = due  # hook -> the first message (or sum) it may act on; removed once it did
         self.sealed = 0
+        self.sums = 0
         self.last_out: dict[int, Tensor] = {}  # peer -> the last message sealed for it
         self.last_in: dict[int, Tensor] = {}  # sender -> the last sealed message received
 
@@ -40,7 +48,7 @@ class Tamper:
         hook is due and can act on it."""
         count, self.sealed = self.sealed, self.sealed + 1
         out = sealed
-        for hook in [h for h, at in self.due.items() if at <= count]:
+        for hook in [h for h, at in self.due.items() if at <= count and h in MESSAGE_HOOKS]:
             if hook == FLIP_ENV:
                 out = sealed.clone()
                 out[0] ^= 1
@@ -53,6 +61,11 @@ class Tamper:
                 break
         self.last_out[peer] = sealed
         return out
+
+    def dies_in_sum(self) -> bool:
+        """Whether this party dies in the masked sum it is making (:data:`DIE_IN_SUM_ENV`)."""
+        count, self.sums = self.sums, self.sums + 1
+        return self.due.get(DIE_IN_SUM_ENV) == count
 
     def received(self, sealed: Tensor, sender: int) -> None:
         """Keep the last sealed message of global rank ``sender`` (for :data:`RELAY_ENV`)."""

@@ -37,6 +37,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -215,6 +217,12 @@ class SealedWire(DirectWire):
             return ExchangeFailed(str(err))
         return PartyLost(str(err))
 
+    def _die_after_sending_one(self, waiter: Any, masked: Tensor) -> None:
+        """Tests only (:data:`slate.faults.tamper.DIE_IN_SUM_ENV`): send ``masked`` to the next
+        member only, then die as a killed site does."""
+        self.swap(waiter, [((self.index + 1) % len(self.members), masked)], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
     # -- what gloo's collectives did ------------------------------------------------------------
 
     def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
@@ -237,6 +245,8 @@ class SealedWire(DirectWire):
         n = len(self.members)
         words, bad = encode_sum(local, what, n)
         masked = torch.from_numpy(self.sums.mask(words).view(np.int64)).to(value.device)
+        if self._tamper is not None and self._tamper.dies_in_sum():
+            self._die_after_sending_one(waiter, masked)
         parts = self.gather(waiter, masked)
         summed = MaskedSums.total([p.cpu().numpy() for p in parts])
         total = decode_sum(summed, local, what, n, bad)
