@@ -185,6 +185,39 @@ def test_a_schema_listing_the_union_trains_the_same_model_bit_for_bit(tmp_path):
         assert torch.equal(models[0][key], models[1][key]), key
 
 
+def declared_ranges(root: Path, schema: Path | None) -> list[dict]:
+    """What each of the three sites declares of its value ranges (the ``schema`` exchange)."""
+    data = load_local_data(config(root, schema, standardize=True), [0, 1, 2], SimulatorEngine(3))
+    return [dict(r) for r in data.declared.ranges]
+
+
+def test_a_schema_range_is_declared_in_place_of_each_site_s_own(tmp_path):
+    write_sites(tmp_path)
+    own = [[float(v) for v in cells(tmp_path / str(n) / "train.csv", "a")] for n in range(3)]
+    without = declared_ranges(tmp_path, write_schema(tmp_path / "plain.json"))
+    assert without == [{"a": [min(v), max(v)]} for v in own]  # the control: each site's own
+    ranged = write_schema(tmp_path / "ranged.json", a={"range": [-60, 60]})
+    assert declared_ranges(tmp_path, ranged) == [{"a": [-60.0, 60.0]}] * 3
+    stats = write_schema(tmp_path / "stats.json", a={"mean": 3.0, "std": 10.0})
+    assert declared_ranges(tmp_path, stats) == [{}] * 3  # not summed: nothing to declare
+
+
+def test_a_cell_outside_the_schema_range_stops_its_site_naming_file_column_and_value(tmp_path):
+    write_sites(tmp_path)
+    largest = max(float(v) for v in cells(tmp_path / "1" / "train.csv", "a"))
+    lo = min(float(v) for n in range(3) for v in cells(tmp_path / str(n) / "train.csv", "a"))
+    schema = write_schema(tmp_path / "schema.json", a={"range": [lo, largest - 0.5]})
+    done = slate_here("train", "--dataset", "csv", "--train", tmp_path / "{rank}" / "train.csv",
+                      "--test", tmp_path / "{rank}" / "test.csv", "--schema", schema,
+                      "--nodes", "3", "--iterations", "5", "--no-progress",
+                      "--out", tmp_path / "run")  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    message = done.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message, message
+    assert f"{largest:g}" in message and "column 'a'" in message and str(schema) in message
+    assert str(tmp_path / "1" / "train.csv") in message and "Party 1 " in message
+
+
 def test_slate_schema_writes_a_site_s_dictionary_that_trains(tmp_path):
     write_sites(tmp_path)
     out = tmp_path / "schema.json"
@@ -198,6 +231,7 @@ def test_slate_schema_writes_a_site_s_dictionary_that_trains(tmp_path):
     numeric, colour, size = written["columns"]
     assert numeric["mean"] == pytest.approx(a.mean(), rel=1e-12)
     assert numeric["std"] == pytest.approx(a.std(), rel=1e-12)
+    assert numeric["range"] == [a.min(), a.max()]
     assert colour["categories"] == sorted(set(cells(tmp_path / "0" / "train.csv", "colour")))
     assert size["categories"] == sorted(SIZES)
     again = slate_here("schema", "--train", tmp_path / "0" / "train.csv", "--label-column", "y",
@@ -223,6 +257,8 @@ BAD = {
     "no label": ({"label": None}, "'label' must be an object"),
     "a label without its positive value": ({"label": {"column": "y"}},
                                            "'label.positive' must be a non-empty string"),
+    "a range with lo above hi": ({"columns": [{"name": "a", "type": "numeric", "range": [2, 1]}]},
+                                 "columns[0] ('a').range must be [lo, hi]"),
     "a text column without categories": (
         {"columns": [{"name": "colour", "type": "text"}]},
         "columns[0] ('colour').categories must be a non-empty list",

@@ -41,6 +41,13 @@ The rules:
   indicator column ``<name>_missing``; without the key, a column with summed statistics gets it
   when at least 1% of the training cells are missing (as without a schema), a column with
   declared statistics never.
+* A ``numeric`` column may declare ``range`` (``[lo, hi]``): the values every site's training
+  cells lie in. A site declares it in place of its own smallest and largest values, so that
+  the checks of summed statistics (:mod:`slate.data.declared`) need nothing from its rows; a
+  site whose cells leave the range stops before anything is sent, with one paragraph naming
+  the file, the column and the value. A column with summed statistics and no ``range`` is
+  declared with the site's own range (which every site then receives); a column with declared
+  ``mean`` and ``std`` is not summed and declares none.
 * ``label``: the label column and the positive label, used where ``--label-column`` and
   ``--positive-label`` are not given (given, they must be the same).
 
@@ -79,7 +86,7 @@ KINDS = ("numeric", "text")
 EXAMPLES = 3  # values named in a warning about unlisted categories
 _TOP_KEYS = {FORMAT_KEY, "label", "columns", "description"}
 _COLUMN_KEYS = {
-    "numeric": {"name", "type", "mean", "std", "missing", "description"},
+    "numeric": {"name", "type", "mean", "std", "range", "missing", "description"},
     "text": {"name", "type", "categories", "missing", "other", "description"},
 }
 
@@ -100,6 +107,8 @@ class DictionaryColumn:
             indicator column ``<name>_missing`` (``None``: the 1% rule on summed statistics).
         other: text: an ``<other>`` column for unlisted values (else they are refused).
         mean, std: numeric: the declared statistics (``None``: summed over the sites).
+        range: numeric: the declared ``(lo, hi)`` of every site's cells (``None``: each site
+            declares its own).
     """
 
     name: str
@@ -109,6 +118,7 @@ class DictionaryColumn:
     other: bool = True
     mean: float | None = None
     std: float | None = None
+    range: tuple[float, float] | None = None
 
     @property
     def one_hot(self) -> list[str]:
@@ -141,6 +151,34 @@ class DataDictionary:
     @property
     def text_columns(self) -> list[str]:
         return [c.name for c in self.columns if c.kind == "text"]
+
+    def declared_ranges(
+        self, own: dict[str, list[float] | None], path: str
+    ) -> dict[str, list[float] | None]:
+        """What a site declares of its numeric columns (``own``: its ranges, from the training
+        file ``path``): a listed column's ``range`` where it has one (``own`` must lie in it,
+        else :class:`~slate.errors.DataError`), none where its statistics are declared (it is
+        not summed), the site's own otherwise; columns the dictionary does not list are not
+        features and declare nothing."""
+        listed = {c.name: c for c in self.columns if c.kind == "numeric"}
+        out: dict[str, list[float] | None] = {}
+        for name, span in own.items():
+            column = listed.get(name)
+            if column is None or column.mean is not None:
+                continue
+            if column.range is None:
+                out[name] = span
+                continue
+            lo, hi = column.range
+            if span is not None and (span[0] < lo or span[1] > hi):
+                value = span[0] if span[0] < lo else span[1]
+                raise DataError(
+                    f"{path}: column {name!r} holds {value:g}, outside the range [{lo:g}, "
+                    f"{hi:g}] that the schema file {self.path} declares for it. Correct the "
+                    "cell, or widen the range in the schema file every site holds."
+                )
+            out[name] = [lo, hi]
+        return out
 
     def column(self, name: str) -> DictionaryColumn:
         return next(c for c in self.columns if c.name == name)
@@ -335,7 +373,21 @@ def _column(entry: Any, key: str, bad: Any) -> DictionaryColumn:
     if stats["std"] is not None and stats["std"] < 0:
         raise bad(f"{key}.std", f"must be at least 0, got {stats['std']!r}")
     mean, std = (None if v is None else float(v) for v in stats.values())
-    return DictionaryColumn(name.strip(), kind, missing=missing, mean=mean, std=std)
+    return DictionaryColumn(name.strip(), kind, missing=missing, mean=mean, std=std,
+                            range=_range(entry.get("range"), f"{key}.range", bad))  # fmt: skip
+
+
+def _range(value: Any, key: str, bad: Any) -> tuple[float, float] | None:
+    """A numeric column's declared ``[lo, hi]`` (finite, ``lo <= hi``), or None."""
+    if value is None:
+        return None
+    numbers = isinstance(value, list) and len(value) == 2 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in value
+    )  # fmt: skip
+    if not numbers or value[0] > value[1]:
+        raise bad(key, f"must be [lo, hi], two finite numbers with lo <= hi, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 def _kind(value: Any) -> str:
@@ -350,8 +402,9 @@ def dictionary_of(
     """The dictionary of one site's ``table`` (a :class:`~slate.data.readers.table.RawTable`)
     as JSON, for ``slate schema``: its ``features`` in file order, every text column's
     categories sorted (``"missing"``: whether a cell is missing here; ``"other": true``),
-    and with ``statistics`` each numeric column's mean and population std (missing cells left
-    out) and ``"missing"`` where at least 1% of its cells are missing.
+    every numeric column's ``range`` (its smallest and largest value here), and with
+    ``statistics`` each numeric column's mean and population std (missing cells left out) and
+    ``"missing"`` where at least 1% of its cells are missing.
 
     The categories and statistics are this site's: the other sites' values are not in it, and
     a site that sends the file to others shows them its categories (docs/security.md).
@@ -364,9 +417,11 @@ def dictionary_of(
                             "missing": bool((col.codes < 0).any()), "other": True})  # fmt: skip
             continue
         entry: dict[str, Any] = {"name": name, "type": "numeric"}
+        values = table.numeric[name]
+        present = values[~np.isnan(values)]
+        if present.size:
+            entry["range"] = [float(present.min()), float(present.max())]
         if statistics:
-            values = table.numeric[name]
-            present = values[~np.isnan(values)]
             if present.size == 0:
                 raise DataError(f"Column {name!r} of {table.path} holds no value: it has no mean.")
             entry["mean"] = float(present.mean())

@@ -91,7 +91,9 @@ def _read_party(spec: DataSpec, reader: PartReader, rank: int) -> Shard:
     positive = str(options.positive_label).strip() if options is not None else ""
     schema = train.schema(rank, held, counts, positive)
     if options is not None and options.dictionary is not None:  # compared first by everyone
-        schema = dataclasses.replace(schema, dictionary=options.dictionary.digest)
+        dictionary = options.dictionary
+        ranges = dictionary.declared_ranges(schema.ranges, train_path)
+        schema = dataclasses.replace(schema, dictionary=dictionary.digest, ranges=ranges)
     return Shard(
         train, held, held_split, test_split, test_later, rank=rank, schema=schema,
         name=spec.dataset, held_out="validation" if validating else "test",
