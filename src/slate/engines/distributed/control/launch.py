@@ -273,6 +273,7 @@ def party_rendezvous(
 
 
 RENDEZVOUS_ROSTER_KEY = "slate/rendezvous_roster"  # the digest 'slate rendezvous' checks with
+ROSTER_KEY_WAIT_S = 10.0  # how long a site waits for it (it is written within milliseconds)
 
 
 def _check_rendezvous_roster(
@@ -281,8 +282,10 @@ def _check_rendezvous_roster(
     """Refuse a ``slate rendezvous`` that checks records with another roster than this site's
     (or with one where this site has none, or none where it has one): it could not tell the
     run's end, or this site's records would all be ignored."""
-    if not store.check([RENDEZVOUS_ROSTER_KEY]):
-        return  # an older rendezvous, or not yet written: nothing to compare
+    try:  # 'slate rendezvous' writes it just after it starts listening: wait for it
+        store.wait([RENDEZVOUS_ROSTER_KEY], datetime.timedelta(seconds=ROSTER_KEY_WAIT_S))
+    except (RuntimeError, dist.DistStoreError):
+        return  # a store that is not a 'slate rendezvous': nothing to compare
     theirs = store.get(RENDEZVOUS_ROSTER_KEY).decode(errors="replace")[:64]
     mine = identity.roster.digest if identity is not None else "none"
     if theirs == mine:
