@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 ETH_P_ALL = 0x0003
@@ -163,23 +164,26 @@ def best_cosines(streams: Iterable[bytes], references: list[torch.Tensor]) -> li
     cross-correlation and window norms from a cumulative sum, so a long stream costs
     ``O(n log n)``, not ``O(n d)``. Windows whose norm is below a millionth of the reference's
     count as no match (they hold nearly nothing)."""
-    refs = torch.stack([r.double().reshape(-1) for r in references])
-    d, lengths = refs.shape[1], refs.norm(dim=1, keepdim=True)
-    refs = refs / lengths.clamp_min(1e-300)
-    best = torch.full((len(references),), -1.0, dtype=torch.float64)
+    refs = np.stack([r.detach().double().reshape(-1).numpy() for r in references])
+    d, lengths = refs.shape[1], np.linalg.norm(refs, axis=1, keepdims=True)
+    refs = refs / np.maximum(lengths, 1e-300)
+    best = np.full(len(references), -1.0)
+    spectra: dict[int, np.ndarray] = {}  # FFT size -> the references' conjugate spectra
     for raw in streams:
         for shift in range(4):
             n = (len(raw) - shift) // 4
             if n < d:
                 continue
-            floats = torch.frombuffer(bytearray(raw[shift : shift + 4 * n]), dtype=torch.float32)
-            x = torch.nan_to_num(floats.double(), nan=0.0, posinf=0.0, neginf=0.0)
-            x = torch.where(x.abs() <= LARGEST, x, torch.zeros_like(x))
+            with np.errstate(invalid="ignore"):  # (signalling NaNs among random bytes)
+                x = np.frombuffer(raw, dtype="<f4", count=n, offset=shift).astype(np.float64)
+            x[~(np.abs(x) <= LARGEST)] = 0.0  # (NaN and infinities too)
             size = 1 << (n + d).bit_length()
-            spectrum = torch.fft.rfft(x, size)[None] * torch.fft.rfft(refs, size).conj()
-            dots = torch.fft.irfft(spectrum, size)[:, : n - d + 1]
-            squares = torch.cat([torch.zeros(1, dtype=x.dtype), torch.cumsum(x * x, 0)])
-            norms = (squares[d:] - squares[:-d]).clamp_min(0).sqrt()
-            cosines = torch.where(norms > 1e-6 * lengths, dots / norms.clamp_min(1e-300), 0.0)
-            best = torch.maximum(best, cosines.max(dim=1).values)
+            if size not in spectra:
+                spectra[size] = np.conj(np.fft.rfft(refs, size))
+            dots = np.fft.irfft(np.fft.rfft(x, size)[None] * spectra[size], size)[:, : n - d + 1]
+            squares = np.concatenate([[0.0], np.cumsum(x * x)])
+            norms = np.sqrt(np.maximum(squares[d:] - squares[:-d], 0.0))
+            usable = norms > 1e-6 * lengths
+            cosines = np.where(usable, dots / np.maximum(norms, 1e-300), 0.0)
+            best = np.maximum(best, cosines.max(axis=1))
     return [float(b) for b in best]

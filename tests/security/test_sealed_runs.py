@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.security.raw_capture import best_cosines
 from tests.sites import (
     HAVE_W7A,
     SITE_FLAGS,
@@ -105,38 +106,6 @@ def payloads(path):
     return out
 
 
-def sliding_sums(values, kernel):
-    """``sum(values[i : i + len(kernel)] * kernel)`` for every ``i``, by FFT (float64)."""
-    n, d = values.numel(), kernel.numel()
-    size = n + d
-    spectrum = torch.fft.rfft(values, size) * torch.fft.rfft(kernel.flip(0), size)
-    return torch.fft.irfft(spectrum, size)[d - 1 : n]
-
-
-def best_cosine(messages, reference):
-    """The largest cosine between ``reference`` and any float32 window of its length in any
-    message, at any of the four byte alignments (non-finite values read as 0, magnitudes above
-    1e3 as 1e3: no model value is that large, and a window holding one is nothing like a model
-    either way). Dot products and window norms are sliding sums by FFT, so a long message costs
-    about its own size in memory and time."""
-    ref = reference.double()
-    d, best = ref.numel(), 0.0
-    for raw in messages:
-        for shift in range(4):
-            usable = (len(raw) - shift) // 4 * 4
-            if usable < 4 * d:
-                continue
-            floats = torch.frombuffer(bytearray(raw[shift : shift + usable]), dtype=torch.float32)
-            floats = torch.nan_to_num(floats.double(), nan=0.0, posinf=0.0, neginf=0.0)
-            floats = floats.clamp(-1e3, 1e3)
-            dots = sliding_sums(floats, ref)
-            norms = sliding_sums(floats * floats, torch.ones(d, dtype=torch.float64))
-            norms = norms.clamp(min=0).sqrt() * ref.norm()
-            cos = torch.where(norms > 1e-9, dots / norms.clamp(min=1e-9), torch.zeros_like(dots))
-            best = max(best, float(cos.max()))
-    return best
-
-
 def capture_run(root, roster):
     port = free_port()
     program = [sys.executable, str(Path(__file__).with_name("wire_capture.py"))]
@@ -168,14 +137,14 @@ def test_nothing_crosses_in_clear_under_a_roster(tmp_path):
     roster = make_roster(sealed, 2)
     clear, models = capture_run(plain, None)
     # the check sees what an eavesdropper sees without sealing: the parameters and the schema
-    assert max(best_cosine(clear, m) for m in models) > 0.9
+    assert max(best_cosines(clear, models)) > 0.9
     # the schema's fields and counts, and the run's settings, as JSON
     markers = [b'"n_features":300', b'"counts":{"train":300', b'"train_positives":', b'"algorithm"']
     for marker in markers:
         assert any(marker in m for m in clear), marker
     hidden, models = capture_run(sealed, roster)
     assert len(hidden) >= len(clear) // 2
-    assert max(best_cosine(hidden, m) for m in models) < 0.5
+    assert max(best_cosines(hidden, models)) < 0.5
     for marker in markers:
         assert not any(marker in m for m in hidden), marker
 
