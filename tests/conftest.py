@@ -12,7 +12,10 @@ answered once per test process and remembered.
 Workers. The suite runs on pytest-xdist workers with ``--dist loadgroup`` (pyproject.toml). A
 test that uses a module-scoped fixture of its own module (a study, reference runs) joins an
 ``xdist_group`` named after the module, unless it names a group itself, so that the fixture is
-made once, on one worker, and not once on each.
+made once, on one worker, and not once on each. A worker whose pytest drops xdist's group
+suffix from the node ids (pytest 9.2 with pytest-xdist 3.8: every group would be spread over
+both workers, and timing tests would run beside process-heavy ones) stops the suite at
+collection, naming the cause.
 
 Leaving. The process leaves the way a party process leaves
 (``slate.training.party_process.exit_worker``): tests that run stores and heartbeats in this
@@ -71,6 +74,27 @@ def pytest_collection_modifyitems(config, items) -> None:
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d.scope == "module" and d.baseid == module for ds in defs for d in ds):
             item.add_marker(pytest.mark.xdist_group(module))
+
+
+@pytest.hookimpl(tryfirst=True)  # before an xdist worker sends its collection
+def pytest_collection_finish(session) -> None:
+    """On an xdist worker under ``--dist loadgroup``, every grouped test's node id must carry
+    its group (``...@group``): the controller groups by that suffix alone."""
+    config = session.config
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    lost = [i.nodeid for i in session.items
+            if i.get_closest_marker("xdist_group") is not None and "@" not in i.nodeid]  # fmt: skip
+    if lost:
+        message = (
+            f"pytest-xdist's --dist loadgroup cannot group with this pytest ({pytest.__version__}"
+            f"): {len(lost)} grouped tests, such as {lost[0]}, have no '@group' in their node "
+            "id, so module fixtures would be made on every worker and timing tests would run "
+            "beside process-heavy ones. Install the pytest that pyproject.toml's test extra "
+            "names (pip install -e '.[test]')."
+        )
+        print(f"\n{message}", file=sys.__stderr__, flush=True)  # (xdist shows no worker error)
+        raise pytest.UsageError(message)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
