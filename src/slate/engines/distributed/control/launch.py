@@ -37,7 +37,7 @@ from slate.engines.distributed.control.liveness import (
     signed_beats,
 )
 from slate.engines.distributed.control.rendezvous import Rendezvous
-from slate.engines.distributed.control.store_records import Records
+from slate.engines.distributed.control.store_records import Records, read
 from slate.errors import ConfigError, parties_text, per_party_text
 from slate.security.identity import SiteIdentity
 from slate.security.roster import Roster
@@ -281,9 +281,10 @@ def _check_rendezvous_roster(
     """Refuse a ``slate rendezvous`` that checks records with another roster than this site's
     (or with one where this site has none, or none where it has one): it could not tell the
     run's end, or this site's records would all be ignored."""
-    if not store.check([RENDEZVOUS_ROSTER_KEY]):
+    found = read(store, RENDEZVOUS_ROSTER_KEY)  # (one round trip)
+    if found is None:
         return  # an older rendezvous, or not yet written: nothing to compare
-    theirs = store.get(RENDEZVOUS_ROSTER_KEY).decode(errors="replace")[:64]
+    theirs = found[:64]
     mine = identity.roster.digest if identity is not None else "none"
     if theirs == mine:
         return
