@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from typing import Any
 from benchmarks.site_runs import Launch, run_sites
 from benchmarks.wan_exchange import exchange_rows, exchange_table
 from benchmarks.wan_testbed import RDV, RDV_ADDRESS, WanTestbed, counter_deltas, site_address
+from slate.communication.gossip import WanLink
+from slate.engines.base import all_reduce_round_trips
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA_DIR = HERE.parent.parent / "shared" / "data"
@@ -44,7 +47,10 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
     "base-2-stop": ("base-2, H = 25, int8, `--on-party-loss stop`",
                     ["--topology", "base-2", "--gossip-every", "25", "--compress", "int8",
                      "--on-party-loss", "stop"]),
+    "base-2-sealed": ("base-2, H = 25, int8, sealed (`--roster`)",
+                      ["--topology", "base-2", "--gossip-every", "25", "--compress", "int8"]),
 }  # fmt: skip
+SEALED = {"base-2-sealed"}  # settings run under a roster: every site its key, signed and sealed
 DEFAULT_SETTINGS = ("ring", "base-2", "base-2-stop")
 #: Every site's flags (and the simulator's, with ``{rank}`` in the paths), setting apart.
 FLAGS = ["--dataset", "libsvm", "--features", "300", "--seed", "1", "--no-progress"]
@@ -75,8 +81,11 @@ def write_shards(root: Path, w7a: Path, sites: int) -> int:
 
 
 def slate(*args: str) -> list[str]:
-    """``python -m slate ARGS`` with this interpreter."""
-    return [sys.executable, "-m", "slate", *args]
+    """``python -m slate ARGS`` with this interpreter (under ``nice -n N`` when the
+    ``SLATE_BENCH_NICE`` variable says N: a machine shared with other work)."""
+    nice = os.environ.get("SLATE_BENCH_NICE", "").strip()
+    prefix = ["nice", "-n", nice] if nice.lstrip("-").isdigit() else []
+    return [*prefix, sys.executable, "-m", "slate", *args]
 
 
 def wan_flag(delay_ms: float, rate_mbit: float) -> str:
@@ -95,7 +104,9 @@ def distributed_run(
     process's stderr if one fails or the run takes over ``limit`` seconds."""
     sites = len(bed.addresses) - 1
     env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}  # slate picks wan0
-    serve = slate("rendezvous", "--host", RDV_ADDRESS, "--port", str(port))
+    roster = make_roster(root, sites, key) if key in SEALED else None
+    serve = slate("rendezvous", "--host", RDV_ADDRESS, "--port", str(port),
+                  *(["--roster", str(roster)] if roster else []))  # fmt: skip
     rendezvous = Launch("slate rendezvous", serve, root / f"{key}-rendezvous.err",
                         {"role": RDV, "env": env})  # fmt: skip
     launches = []
@@ -104,6 +115,8 @@ def distributed_run(
                         f"{RDV_ADDRESS}:{port}", "--external-store", "--train", "train.svm",
                         "--test", "test.svm", *FLAGS, "--iterations", str(iterations),
                         "--wan", wan, *flags, "--out", key)  # fmt: skip
+        if roster is not None:
+            command += ["--roster", str(roster), "--key", f"{key}-site{r}.key"]
         options = {"role": f"site{r}", "cwd": root / f"site{r}", "env": env}
         launches.append(Launch(f"site {r}", command, root / f"site{r}" / f"{key}.err", options))
     before = bed.counters()
@@ -111,8 +124,17 @@ def distributed_run(
                      lambda command, role, **popen: bed.exec(role, command, **popen))  # fmt: skip
     summaries = [json.loads((root / f"site{r}" / key / "summary.json").read_text())
                  for r in range(sites)]  # fmt: skip
-    return {"whole_seconds": wall, "summaries": summaries,
+    return {"whole_seconds": wall, "summaries": summaries, "rtt_ms": float(wan.split(",")[0]),
             "wire": counter_deltas(before, bed.counters())}  # fmt: skip
+
+
+def make_roster(root: Path, sites: int, key: str) -> Path:
+    """A key per site (``site{r}/{key}-site{r}.key``) and the run's roster of them all."""
+    from slate.security import make_roster as roster_of
+    from slate.security import write_keypair, write_roster
+
+    publics = [write_keypair(root / f"site{r}" / f"{key}-site{r}")[1] for r in range(sites)]
+    return write_roster(roster_of(publics, run_id=f"wan-{key}"), root / f"roster-{key}.json")
 
 
 def simulator_run(root: Path, key: str, flags: list[str], iterations: int, sites: int,
@@ -125,10 +147,26 @@ def simulator_run(root: Path, key: str, flags: list[str], iterations: int, sites
                     "--test", str(root / "site{rank}" / "test.svm"), *FLAGS,
                     "--iterations", str(iterations), "--wan", wan, *flags,
                     "--out", str(out))  # fmt: skip
+    started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
+    whole = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr}")
-    return json.loads((out / "summary.json").read_text())
+    return {**json.loads((out / "summary.json").read_text()), "whole_seconds": whole}
+
+
+def whole_estimate(summary: dict[str, Any], simulated: dict[str, Any], rtt_ms: float) -> float:
+    """The ``--wan`` estimate of the whole command (:meth:`WanLink.whole_seconds`): the site's
+    training estimate, the simulator's own work outside training (its whole command less its
+    training: interpreter, imports, reading, outputs, with no wire at all), the store's round
+    trips (``store_round_trips``), the collectives' before training
+    (``set_up_round_trips``) and the barrier before leaving (``N - 1``)."""
+    link = WanLink(rtt_ms, 1.0)
+    local = max(0.0, simulated["whole_seconds"] - simulated["wall_seconds"])
+    teardown = all_reduce_round_trips(1, len(summary.get("members") or [0, 0]))
+    return link.whole_seconds(summary["estimated_wan_seconds"], local,
+                              summary.get("store_round_trips", 0),
+                              summary.get("set_up_round_trips", 0), teardown)  # fmt: skip
 
 
 def result_row(label: str, run: dict[str, Any], simulated: dict[str, Any]) -> dict[str, Any]:
@@ -151,6 +189,9 @@ def result_row(label: str, run: dict[str, Any], simulated: dict[str, Any]) -> di
         "eval_bytes_per_party": None if None in evaluation else max(evaluation),
         "rounds": first.get("rounds"),
         "estimated_wan_seconds": first["estimated_wan_seconds"],
+        "estimated_whole_seconds": whole_estimate(first, simulated, run["rtt_ms"])
+        if "rtt_ms" in run and "whole_seconds" in simulated
+        else None,
         "simulator_estimated_wan_seconds": simulated["estimated_wan_seconds"],
         "simulator_comm_bytes_per_party": simulated["comm_bytes_per_party"],
         "simulator_wall_seconds": simulated["wall_seconds"],
@@ -199,6 +240,16 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             f"{ratio(row['simulator_estimated_wan_seconds'], row['training_seconds'])} | "
             f"{ap_cell(row['test_ap'])} |"
         )
+    if any(row.get("estimated_whole_seconds") for row in rows):
+        lines += ["", "| setting | whole command (s) | `--wan` estimate of the whole command (s) "
+                  "| estimate / measured |", "|---|---|---|---|"]  # fmt: skip
+        for row in rows:
+            guess = row.get("estimated_whole_seconds")
+            lines.append(
+                f"| {row['setting']} | {row['whole_seconds']:.1f} | "
+                f"{'n/a' if guess is None else f'{guess:.1f}'} | "
+                f"{ratio(guess, row['whole_seconds'])} |"
+            )
     if len(rows) > 1:
         base = rows[0]
         lines += ["", f"| {base['setting']} against | training time | whole command | "

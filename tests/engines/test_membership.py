@@ -302,6 +302,7 @@ def test_the_heartbeat_reconnects_after_an_outage(store_address):
     watcher = client(store_address)
     beat = Heartbeat(connect, 3, Records(None, 8))
     try:
+        assert beat.first_beat.wait(10)  # (the thread connects and beats first)
         state["cut"] = True
         time.sleep(1.2)
         during = int(watcher.add(f"{PREFIX}beat/3", 0))

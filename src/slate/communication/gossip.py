@@ -92,6 +92,30 @@ class WanLink:
         transfer = 8.0 * payload / (self.mbit_s * 1e6)
         return compute_seconds + (rounds + round_trips) * self.rtt_ms / 1e3 + transfer
 
+    def whole_seconds(
+        self,
+        training_seconds: float,
+        local_seconds: float,
+        store_round_trips: float,
+        set_up_round_trips: float,
+        teardown_round_trips: float,
+    ) -> float:
+        r"""Estimated wall time of one site's whole command:
+
+        .. math::
+
+            T_{\text{whole}} = T + T_{\text{local}} + \text{RTT}\,(S + Q_{\text{set-up}}
+                + Q_{\text{teardown}}),
+
+        with :math:`T` the training's estimate (:meth:`seconds`), :math:`T_{\text{local}}` the
+        site's own work outside training (interpreter, imports, reading, outputs), :math:`S`
+        the store's round trips of set-up and teardown (constant in N:
+        :data:`slate.engines.base.SET_UP_STORE_ROUND_TRIPS`), and :math:`Q` the round trips of
+        the collectives before training (the data agreement, the run settings) and after it
+        (the final average, the barrier before leaving)."""
+        waits = store_round_trips + set_up_round_trips + teardown_round_trips
+        return training_seconds + local_seconds + waits * self.rtt_ms / 1e3
+
     def __str__(self) -> str:
         return f"{self.rtt_ms:g} ms RTT, {self.mbit_s:g} Mbit/s"
 

@@ -48,13 +48,18 @@ if TYPE_CHECKING:
     from slate.topology import Topology
 
 __all__ = [
+    "DIRECT_BYTES",
+    "DIRECT_ROUND_TRIPS",
     "MESSAGE_LIMIT",
+    "SET_UP_STORE_ROUND_TRIPS",
+    "TEARDOWN_STORE_ROUND_TRIPS",
     "Communicator",
     "Engine",
     "RecordedExchange",
     "all_gather_round_trips",
     "all_reduce_round_trips",
     "all_reduce_steps",
+    "direct_round_trips",
 ]
 
 
@@ -80,6 +85,25 @@ def all_reduce_round_trips(numel: int, n: int) -> int:
     if n <= 1:
         return 0
     return n - 1 if numel <= 2 else all_reduce_steps(n)
+
+
+#: The largest message (bytes) that a plain distributed run exchanges directly with every member
+#: (:mod:`slate.engines.distributed.wire.direct`); a larger one takes gloo's ring.
+DIRECT_BYTES = 200_000
+#: Round trips one direct exchange waits for, whatever N: every member posts its sends and
+#: receives at once, as a gossip round does (measured 89 ms for 8.6 KB at 80 ms, docs/wan.md).
+DIRECT_ROUND_TRIPS = 1
+#: Store round trips of one site's set-up (from the first connection to the open process group
+#: and its hello) and of its teardown, whatever N: each read of the set-up waits for every
+#: site's record at once (``tests/engines/test_store_round_trips.py`` counts them at the costs
+#: measured on ``TCPStore``: connect 2, check 1, get 2, wait 1, multi_get 2, compare_set 1).
+SET_UP_STORE_ROUND_TRIPS = {"plain": 16, "sealed": 28}
+TEARDOWN_STORE_ROUND_TRIPS = 1
+
+
+def direct_round_trips(n: int) -> int:
+    """Round trips of one direct exchange over ``n`` parties: :data:`DIRECT_ROUND_TRIPS`."""
+    return DIRECT_ROUND_TRIPS if n > 1 else 0
 
 
 def all_gather_round_trips(n: int) -> int:
@@ -338,20 +362,45 @@ class Engine(ABC):
         """Wall time this process spent waiting for communication (none in one process)."""
         return 0.0
 
+    #: Whether every exchange goes direct whatever its size (a sealed run's wire).
+    all_direct: bool = False
+
+    def _direct(self, nbytes: int) -> bool:
+        """Whether an exchange of ``nbytes`` per member is one direct exchange with every
+        member (at most :data:`DIRECT_BYTES`, or any size on a sealed wire)."""
+        return self.all_direct or nbytes <= DIRECT_BYTES
+
+    @property
+    def store_round_trips(self) -> int:
+        """Round trips to the rendezvous store of one site's set-up and teardown
+        (:data:`SET_UP_STORE_ROUND_TRIPS`, sealed or plain, and
+        :data:`TEARDOWN_STORE_ROUND_TRIPS`): what a distributed run of these flags pays."""
+        kind = "sealed" if self.all_direct else "plain"
+        return SET_UP_STORE_ROUND_TRIPS[kind] + TEARDOWN_STORE_ROUND_TRIPS
+
     def count_collective(self, value: Tensor) -> None:
-        """Count one ring all-reduce of ``value``: ``2 (N - 1) / N`` of its bytes, and its
-        round trips."""
+        """Count one all-reduce of ``value``: as one direct exchange when it is small
+        (``N - 1`` copies of its bytes sent, :func:`direct_round_trips`), else as gloo's ring
+        (``2 (N - 1) / N`` of its bytes, :func:`all_reduce_round_trips`)."""
         n = self.n_parties
         if n > 1:
-            self.collective_bytes += Fraction(2 * (n - 1) * value.numel() * value.element_size(), n)
+            nbytes = value.numel() * value.element_size()
+            if self._direct(nbytes):
+                self.collective_bytes += (n - 1) * nbytes
+                self.collective_round_trips += direct_round_trips(n)
+                return
+            self.collective_bytes += Fraction(2 * (n - 1) * nbytes, n)
             self.collective_round_trips += all_reduce_round_trips(value.numel(), n)
 
     def count_all_gather(self, piece: Tensor) -> None:
-        """Count one ring all-gather of each party's ``piece``: ``N - 1`` pieces sent, and
-        :func:`~slate.engines.base.all_gather_round_trips`."""
+        """Count one all-gather of each party's ``piece``: ``N - 1`` pieces sent, in one direct
+        exchange when small (:func:`direct_round_trips`), else gloo's ring
+        (:func:`~slate.engines.base.all_gather_round_trips`)."""
         n = self.n_parties
-        self.collective_bytes += (n - 1) * piece.numel() * piece.element_size()
-        self.collective_round_trips += all_gather_round_trips(n)
+        nbytes = piece.numel() * piece.element_size()
+        self.collective_bytes += (n - 1) * nbytes
+        steps = direct_round_trips(n) if self._direct(nbytes) else all_gather_round_trips(n)
+        self.collective_round_trips += steps
 
     @abstractmethod
     def gather_json(

@@ -538,6 +538,10 @@ class Run:
         before = recorded or [0.0, 0.0, 0.0]
         self._network_start = [a - b for a, b in zip(now, before, strict=True)]
 
+    def set_up_round_trips(self) -> float:
+        """Round trips of the collectives before training (this process's start or resume)."""
+        return float(getattr(self, "_network_start", [0.0, 0.0, 0.0])[1])
+
     def network_state(self) -> list[float]:
         """The training's collective bytes, their round trips and its communication waits."""
         engine = self.engine

@@ -243,6 +243,7 @@ class DistributedEngine(Engine):
                 self._masks,
             )  # fmt: skip
             self._wire.on_refused = self._note_refused
+        self.all_direct = self._wire is not None
         handshake.Hello(
             self.records, generation, self.rank, self.members, self.timeout_s, hello,
             self.device, self._wire, prefix.addresses, self._gone,

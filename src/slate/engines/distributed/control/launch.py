@@ -37,7 +37,7 @@ from slate.engines.distributed.control.liveness import (
     signed_beats,
 )
 from slate.engines.distributed.control.rendezvous import Rendezvous
-from slate.engines.distributed.control.store_records import Records
+from slate.engines.distributed.control.store_records import Records, read
 from slate.errors import ConfigError, parties_text, per_party_text
 from slate.security.identity import SiteIdentity
 from slate.security.roster import Roster
@@ -286,7 +286,10 @@ def _check_rendezvous_roster(
         store.wait([RENDEZVOUS_ROSTER_KEY], datetime.timedelta(seconds=ROSTER_KEY_WAIT_S))
     except (RuntimeError, dist.DistStoreError):
         return  # a store that is not a 'slate rendezvous': nothing to compare
-    theirs = store.get(RENDEZVOUS_ROSTER_KEY).decode(errors="replace")[:64]
+    found = read(store, RENDEZVOUS_ROSTER_KEY)  # (one round trip)
+    if found is None:
+        return
+    theirs = found[:64]
     mine = identity.roster.digest if identity is not None else "none"
     if theirs == mine:
         return

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slate.engines.distributed.control.store_records import RECORD_LIMIT, Records, parse_rank
+from slate.engines.distributed.control.store_records import RECORD_LIMIT, Records, parse_rank, read
 
 __all__ = [
     "BEAT_SECONDS",
@@ -40,6 +40,7 @@ __all__ = [
     "parties_left",
     "process_alive",
     "registered_process",
+    "registered_processes",
     "signed_beats",
 ]
 
@@ -81,6 +82,10 @@ class Heartbeat:
     as soon as the site is reachable again. With ``identity`` (this process's ``host:pid``), a
     new connection is used only if the store still records this party as that process: a store
     restarted empty, or serving another run, gets no beats from this one.
+
+    The thread opens its connection and sends the first beat itself, at once: the caller makes
+    no round trip to the store (over a wide-area link, a connection and a beat are four).
+    ``first_beat`` is set once that first attempt is over.
     """
 
     def __init__(
@@ -89,10 +94,10 @@ class Heartbeat:
         self._connect = connect
         self._rank, self._identity = rank, identity
         self._template = records
-        self._records: Records | None = records.with_store(connect())
+        self._records: Records | None = None
         self._count = 0
         self._stopped = threading.Event()
-        self._beat(self._records)
+        self.first_beat = threading.Event()
         self._thread = threading.Thread(target=self._run, name="slate-heartbeat", daemon=True)
         self._thread.start()
 
@@ -106,15 +111,19 @@ class Heartbeat:
         records.store.add(BEATS_KEY, 1)
 
     def _run(self) -> None:
-        while not self._stopped.wait(BEAT_SECONDS):
+        first = True  # the first connection needs no check: this process just registered
+        while first or not self._stopped.wait(BEAT_SECONDS):
             try:
                 if self._records is None:
-                    self._records = self._same_run(self._template.with_store(self._connect()))
-                if self._records is None:
-                    continue
-                self._beat(self._records)
+                    records = self._template.with_store(self._connect())
+                    self._records = records if first else self._same_run(records)
+                if self._records is not None:
+                    self._beat(self._records)
             except Exception:  # unreachable for now: a new connection at the next beat
                 self._records = None
+            if first:
+                first = False
+                self.first_beat.set()
 
     def _same_run(self, records: Records) -> Records | None:
         if self._identity is None:
@@ -219,6 +228,14 @@ def registered_process(records: Records, rank: int) -> tuple[str, int] | None:
     )
 
 
+def registered_processes(records: Records, ranks: list[int]) -> dict[int, tuple[str, int] | None]:
+    """:func:`registered_process` of each of ``ranks``, read together (three round trips
+    whatever their number, when every one is there)."""
+    signers = [rank if records.signed else None for rank in ranks]
+    bodies = records.get_many([f"{PREFIX}process/{rank}" for rank in ranks], signers)
+    return {rank: _process_of(body) for rank, body in zip(ranks, bodies, strict=True)}
+
+
 def _process_of(body: str | None) -> tuple[str, int] | None:
     host, _, pid = (body or "").rpartition(":")
     if not host or not pid.isdigit() or len(pid) > 10:
@@ -303,7 +320,7 @@ def _confirm_leave(
     timeout_s: float,
     say: Callable[[str], None] | None,
 ) -> bool:
-    if not records.store.check([SEEN_KEY]):
+    if read(records.store, SEEN_KEY) is None:
         return True
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     mine = [(f"{LEFT_KEY}/{rank}", str(rank))] + ([(FINAL_MEMBERS_KEY, final)] if final else [])
@@ -331,10 +348,11 @@ def _confirm_leave(
 
 def _seen(records: Records) -> tuple[bool, set[int]] | None:
     """What the rendezvous says it saw: whether the final members, and which leave records."""
-    if not records.store.check([SEEN_KEY]):
+    text = read(records.store, SEEN_KEY)
+    if text is None:
         return None
     try:
-        raw = json.loads(records.store.get(SEEN_KEY)[:RECORD_LIMIT])
+        raw = json.loads(text[:RECORD_LIMIT])
         left = {int(r) for r in raw["left"]}
         return raw["final"] is not None, left
     except (ValueError, TypeError, KeyError):

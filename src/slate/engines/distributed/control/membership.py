@@ -39,6 +39,7 @@ from slate.engines.distributed.control.liveness import (
     final_members,
     process_alive,
     registered_process,
+    registered_processes,
 )
 from slate.engines.distributed.control.store_records import RECORD_LIMIT, Records, parse_rank
 from slate.errors import SlateError
@@ -173,8 +174,8 @@ class Membership:
         open: a process restarted under the same rank is then told apart from the one that was
         in the run, although it bumps the same heartbeat."""
         known = {}
-        for member in self.members:  # a lost party is forgotten: it may come back as a new one
-            where = registered_process(self.records, member)
+        # (a lost party is forgotten: it may come back as a new one)
+        for member, where in registered_processes(self.records, list(self.members)).items():
             if where is not None:
                 known[member] = f"{where[0]}:{where[1]}"
         self.incarnations.clear()

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slate.engines.distributed.control.store_records import Records
+from slate.engines.distributed.control.store_records import Records, read
 
 __all__ = [
     "GENERATION_KEY",
@@ -68,6 +68,7 @@ STORE_NONCE_KEY = f"{PREFIX}/store"
 GENERATION_KEY = "slate/generation"  # a run in progress (:meth:`Membership.announce`)
 NONCE_BYTES = 32
 POLL_SECONDS = 0.05
+WAIT_SLICE_S = 1.0  # the longest one wait for the other sites' session records
 
 
 def nonce_key(rank: int) -> str:
@@ -113,10 +114,7 @@ def read_store_nonce(store: Any, timeout_s: float = 0.0) -> str | None:
             store.wait([STORE_NONCE_KEY], datetime.timedelta(seconds=timeout_s))
         except (RuntimeError, dist.DistStoreError):
             return None
-    if not store.check([STORE_NONCE_KEY]):
-        return None
-    raw = store.get(STORE_NONCE_KEY)
-    text = raw.decode("ascii", errors="replace") if isinstance(raw, bytes) else raw
+    text = read(store, STORE_NONCE_KEY)
     return text if is_nonce(text) else None
 
 
@@ -130,18 +128,20 @@ class SessionNotAgreed(Exception):
     session: str = ""  # the id this site computed last ("" if it never could)
 
 
-def _nonces(records: Records) -> list[str | None]:
-    """Every rank's nonce, None where its record is missing, unsigned or not a nonce."""
+def _nonces(records: Records, wait_s: float = 0.0) -> list[str | None]:
+    """Every rank's nonce, None where its record is missing, unsigned or not a nonce (all of
+    them waited for up to ``wait_s`` first: three round trips for them all)."""
     found = records.get_many_any_session(
-        [nonce_key(r) for r in range(records.nodes)], list(range(records.nodes))
+        [nonce_key(r) for r in range(records.nodes)], list(range(records.nodes)), wait_s
     )
     return [f[1] if f is not None and f[0] == "" and is_nonce(f[1]) else None for f in found]
 
 
-def _agreed(records: Records) -> list[str | None]:
-    """The session id each rank signed as agreed (None where it signed none)."""
+def _agreed(records: Records, wait_s: float = 0.0) -> list[str | None]:
+    """The session id each rank signed as agreed (None where it signed none), waited for as
+    :func:`_nonces`."""
     found = records.get_many_any_session(
-        [agreed_key(r) for r in range(records.nodes)], list(range(records.nodes))
+        [agreed_key(r) for r in range(records.nodes)], list(range(records.nodes)), wait_s
     )
     return [f[0] if f is not None and f[0] == f[1] else None for f in found]
 
@@ -165,7 +165,9 @@ def derive(
     deadline = time.monotonic() + timeout_s
     published, replaced = "", 0
     while True:
-        nonces = _nonces(records)
+        # Every record waited for together (a site that starts late is waited for here, in
+        # one round trip, rather than polled for), then read with one multi_get.
+        nonces = _nonces(records, _wait_slice(deadline))
         agreed: list[str | None] = []
         if nonces[rank] != mine:
             replaced += 1
@@ -182,7 +184,7 @@ def derive(
             if sid != published:
                 records.put(agreed_key(rank), sid, 0, session=sid)
                 published = sid
-            agreed = _agreed(records)
+            agreed = _agreed(records, _wait_slice(deadline))
             if all(a == sid for a in agreed):
                 records.session = sid
                 return sid
@@ -191,6 +193,12 @@ def derive(
             others = {r: a or "" for r, a in enumerate(agreed) if a != published and r != rank}
             raise SessionNotAgreed(missing, {} if missing else others, replaced, published)
         time.sleep(POLL_SECONDS)
+
+
+def _wait_slice(deadline: float) -> float:
+    """How long one read in :func:`derive` waits for records still missing: at most
+    :data:`WAIT_SLICE_S`, and never past ``deadline`` (then at least a moment)."""
+    return max(0.01, min(WAIT_SLICE_S, deadline - time.monotonic()))
 
 
 def _agreed_session(records: Records, store_nonce: str | None) -> str | None:

@@ -32,7 +32,7 @@ from slate.engines.distributed.control import session
 from slate.engines.distributed.control.failures import first_line
 from slate.engines.distributed.control.liveness import PREFIX, registered_process
 from slate.engines.distributed.control.membership import PartyLost
-from slate.engines.distributed.control.store_records import Records
+from slate.engines.distributed.control.store_records import Records, read
 from slate.engines.distributed.wire import handshake
 from slate.errors import parties_text
 
@@ -146,11 +146,9 @@ def open_watched(engine: Any, prefix: Any) -> None:
     watched = threading.Thread(target=opening, name="slate-open-group", daemon=True)
     watched.start()
     deadline = time.monotonic() + engine.timeout_s + handshake.MARGIN_S
-    looks = _RosterLook(engine) if not engine.generation_opened else None
-    while watched.is_alive() and time.monotonic() < deadline:
-        watched.join(min(1.0, max(0.0, deadline - time.monotonic())))
-        if looks is not None and watched.is_alive():
-            looks.look()
+    if not engine.generation_opened:  # (on a thread of its own: it never delays the join)
+        _RosterLook(engine).watch(watched)
+    watched.join(max(0.0, deadline - time.monotonic()))
     if not outcome:
         raise TimeoutError(
             f"the process group did not open within --timeout {engine.timeout_s:g} s + "
@@ -251,11 +249,8 @@ def other_rosters(records: Records, missing: list[int]) -> str:
     holders: dict[str, list[int]] = {}  # the roster digest (or "none") -> its parties
     for rank in missing:
         key = f"{ROSTER_KEY}/{rank}"
-        theirs = (
-            records.store.get(key).decode(errors="replace")[:64]
-            if records.store.check([key])
-            else None
-        )
+        found = read(records.store, key)
+        theirs = None if found is None else found[:64]
         if theirs is not None and theirs != mine:
             holders.setdefault(theirs, []).append(rank)
     if not holders:
@@ -278,12 +273,24 @@ def other_rosters(records: Records, missing: list[int]) -> str:
 
 
 class _RosterLook:
-    """While the first process group opens: once a second, on a connection of its own, whether
-    another site published another roster digest (or none), kept in ``engine.rosters_seen``."""
+    """While the first process group opens: once a second, on a connection and a daemon thread
+    of its own, whether another site published another roster digest (or none), kept in
+    ``engine.rosters_seen``."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self.records: Records | None = None
+
+    def watch(self, opening: threading.Thread) -> None:
+        """Look once a second while ``opening`` (the thread that opens the group) runs."""
+
+        def run() -> None:
+            while opening.is_alive():
+                opening.join(1.0)
+                if opening.is_alive():
+                    self.look()
+
+        threading.Thread(target=run, name="slate-roster-look", daemon=True).start()
 
     def look(self) -> None:
         engine = self.engine

@@ -44,13 +44,37 @@ import torch.distributed as dist
 from slate.security.identity import SiteIdentity
 from slate.security.roster import Roster
 
-__all__ = ["RECORD_LIMIT", "Records", "SigningStore", "parse_rank"]
+__all__ = ["ABSENT", "RECORD_LIMIT", "Records", "SigningStore", "parse_rank", "read", "wait_for"]
 
 RECORD_LIMIT = 64 * 1024  # bytes: every coordination record is far smaller
 FORMAT = "slate-record-2"
 POLL_SECONDS = 0.05
 ENVELOPE_START = b'{"run":'  # how every signed record begins
 MAX_REPLACEMENTS = 100  # forged records replaced under one key before giving up
+#: What :func:`read` asks ``compare_set`` to expect: no record is ever this text, so the store
+#: answers with the record (or with this text where there is none) and changes nothing.
+ABSENT = "\x00slate:absent"
+
+
+def read(store: Any, key: str) -> str | None:
+    """The text stored under ``key``, or None where there is none, in one round trip.
+
+    ``compare_set(key, ABSENT, ABSENT)`` answers with the current value when there is one
+    (:data:`ABSENT` is never one: it would be set to itself), and with :data:`ABSENT`, setting
+    nothing, when the key is absent: one round trip where ``check`` then ``get`` take three."""
+    raw = store.compare_set(key, ABSENT, ABSENT)
+    text = _text(raw)
+    return None if text == ABSENT else text
+
+
+def wait_for(store: Any, keys: list[str], seconds: float) -> bool:
+    """Whether every one of ``keys`` is in the store within ``seconds`` (one round trip, plus
+    the wait)."""
+    try:
+        store.wait(keys, datetime.timedelta(seconds=max(seconds, 0.001)))
+    except (RuntimeError, dist.DistStoreError):  # (torch's DistError: the wait timed out)
+        return False
+    return True
 
 
 def parse_rank(text: str | None, nodes: int) -> int | None:
@@ -167,18 +191,23 @@ class Records:
     # -- reading ------------------------------------------------------------------------------
 
     def get(self, key: str, signer: int | None = None, generation: int | None = None) -> str | None:
-        """The body stored under ``key``, or None when there is none or it is refused."""
-        if not self.store.check([key]):
-            return None
-        opened = self.open(key, _text(self.store.get(key)), signer, generation)
+        """The body stored under ``key``, or None when there is none or it is refused (one
+        round trip, :func:`read`)."""
+        raw = read(self.store, key)
+        opened = None if raw is None else self.open(key, raw, signer, generation)
         return None if opened is None else opened[1]
 
-    def get_many(self, keys: list[str], signers: list[int | None]) -> list[str | None]:
-        """:meth:`get` of each key, in two round trips to the store when all of them exist
-        (``check``, then ``multi_get``); one key at a time otherwise."""
+    def get_many(
+        self, keys: list[str], signers: list[int | None], wait_s: float = 0.0
+    ) -> list[str | None]:
+        """:meth:`get` of each key: with ``wait_s``, first wait up to that long for all of them
+        (``wait``, one round trip), then ``multi_get`` (two); without, ``check`` (one) then
+        ``multi_get`` when all exist. Only when some key is still missing, one key at a time
+        (one round trip each)."""
         if not keys:
             return []
-        if not self.store.check(keys):
+        there = wait_for(self.store, keys, wait_s) if wait_s > 0 else self.store.check(keys)
+        if not there:
             return [self.get(key, signer) for key, signer in zip(keys, signers, strict=True)]
         found = []
         for key, raw, signer in zip(keys, self.store.multi_get(keys), signers, strict=True):
@@ -188,24 +217,26 @@ class Records:
 
     def get_signed(self, key: str, generation: int | None = None) -> tuple[int, str] | None:
         """``(signer, body)`` of the record under ``key`` (signer -1 without a roster)."""
-        if not self.store.check([key]):
-            return None
-        return self.open(key, _text(self.store.get(key)), None, generation)
+        raw = read(self.store, key)
+        return None if raw is None else self.open(key, raw, None, generation)
 
     def get_any_session(self, key: str, signer: int) -> tuple[str, str] | None:
         """``(session, body)`` of ``signer``'s record under ``key``, whatever session it is
         bound to (the session's own records, :mod:`slate.engines.distributed.control.session`); None
         when there is none or it does not verify (noted like any forgery; another session's record
         is no forgery here: the session code decides what it means)."""
-        if not self.store.check([key]):
-            return None
-        return self._any_session(key, _text(self.store.get(key)), signer)
+        raw = read(self.store, key)
+        return None if raw is None else self._any_session(key, raw, signer)
 
     def get_many_any_session(
-        self, keys: list[str], signers: list[int]
+        self, keys: list[str], signers: list[int], wait_s: float = 0.0
     ) -> list[tuple[str, str] | None]:
-        """:meth:`get_any_session` of each key, in two round trips when all of them exist."""
-        if not keys or not self.store.check(keys):
+        """:meth:`get_any_session` of each key, as :meth:`get_many` reads them (``wait_s``:
+        waited for up to that long first)."""
+        if not keys:
+            return []
+        there = wait_for(self.store, keys, wait_s) if wait_s > 0 else self.store.check(keys)
+        if not there:
             return [self.get_any_session(k, s) for k, s in zip(keys, signers, strict=True)]
         found: list[tuple[str, str] | None] = []
         for key, raw, signer in zip(keys, self.store.multi_get(keys), signers, strict=True):
@@ -345,6 +376,12 @@ class SigningStore(dist.Store):
     it, up to the store's timeout. Without a roster, values pass as they are, except a signed
     envelope (a party of a roster run), which is refused: read as an address, it would make gloo
     allocate at random.
+
+    gloo reads the members' addresses one after the other (a ``wait`` and a ``get`` each: three
+    round trips per member). The first time it asks for one, every member's address of that
+    group is waited for together and read with one ``multi_get`` (three round trips for all of
+    them); gloo's later reads are answered from what was read. A value that does not verify is
+    not kept: its own read waits past it, as above.
     """
 
     def __init__(
@@ -363,6 +400,9 @@ class SigningStore(dist.Store):
         self.written: dict[str, int | None] = {}  # key -> group rank, the records set here
         self.awaited: dict[str, int | None] = {}  # key -> group rank, the records waited for
         self.addresses: dict[int, bytes] = {}  # group rank -> its gloo record (as torch read it)
+        self._fetched: dict[str, bytes] = {}  # gloo's address records read ahead, not yet asked
+        self._bases: set[str] = set()  # the address keys' stems already read ahead
+        self._late = False  # a read-ahead ran out of time
 
     def _group_rank(self, key: str) -> int | None:
         found = _GROUP_RANK.search(key)
@@ -400,9 +440,51 @@ class SigningStore(dist.Store):
         raw = value if isinstance(value, bytes) else value.encode()
         return self.records.seal(self.scope + key, base64.b64encode(raw).decode("ascii"))
 
+    def _read_ahead(self, key: str) -> None:
+        """Every member's address record of the group that ``key`` (one of them) belongs to,
+        waited for and read together, kept for gloo's reads; nothing for any other key. A wait
+        that runs out of time raises as gloo's own would have."""
+        found = _GROUP_RANK.search(key)
+        if found is None or self._group_rank(key) is None:
+            return
+        base = key[: found.start(1)]
+        if base in self._bases:
+            return
+        self._bases.add(base)
+        keys = [f"{base}{i}" for i in range(len(self.members))]
+        for name in keys:
+            self.awaited.setdefault(name, self._group_rank(name))
+        if not wait_for(self.inner, keys, self.timeout_s):
+            self._late = True  # what is missing now had the whole timeout to show
+            return
+        for name, raw in zip(keys, self.inner.multi_get(keys), strict=True):
+            value = self._accepted(name, raw)
+            if value is not None:
+                self._fetched[name] = value
+
+    def _refuse_late(self, key: str) -> None:
+        """After a read-ahead that ran out of time: an address record still missing is not
+        waited for again (gloo's own wait would have given up)."""
+        if self._late and self._group_rank(key) is not None and not self.inner.check([key]):
+            raise dist.DistStoreError(f"no record under {key} within {self.timeout_s:g} s")
+
+    def _accepted(self, key: str, raw: bytes) -> bytes | None:
+        """The value torch may use from the stored ``raw``, or None (refused, or not signed)."""
+        if not self.records.signed:
+            if raw.startswith(ENVELOPE_START):
+                raise dist.DistStoreError(
+                    f"the record {key} is signed: its party runs with a --roster, this one without"
+                )
+            return raw
+        return self._open(key, _text(raw))
+
     def get(self, key: str) -> bytes:
         self.awaited.setdefault(key, self._group_rank(key))
-        value = self._get(key)
+        self._read_ahead(key)
+        value = self._fetched.pop(key, None)
+        if value is None:
+            self._refuse_late(key)
+            value = self._get(key)
         index = self._group_rank(key)
         if index is not None:
             self.addresses[index] = value
@@ -446,6 +528,11 @@ class SigningStore(dist.Store):
     def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
         for key in keys:
             self.awaited.setdefault(key, self._group_rank(key))
+            self._read_ahead(key)
+        if all(key in self._fetched for key in keys):
+            return
+        for key in keys:
+            self._refuse_late(key)
         if timeout is None:
             self.inner.wait(keys)
         else:

@@ -23,10 +23,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from slate.engines.base import DIRECT_BYTES  # the largest message exchanged directly
+
 __all__ = ["DIRECT_BYTES", "REDUCERS", "DirectWire"]
 
-#: The largest message (bytes) a plain run exchanges directly; larger ones take gloo's ring.
-DIRECT_BYTES = 200_000
 
 REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "sum": torch.add,

@@ -70,6 +70,9 @@ NONCE_BYTES = 32
 REPORT_S = 10.0  # how long a member waits for the others' reports after its own hello wait
 MARGIN_S = 15.0  # the stated margin over --timeout (REPORT_S and the store's round trips)
 POLL_SECONDS = 0.05
+#: How long a member first waits for every other member's report at once, before it looks one
+#: by one for members that are gone (the reports follow the hellos within a round trip or two).
+REPORT_WAIT_S = 2.0
 REPORT_SHAPE = {"missing": ListOf(int, 65536), "wrong": MapOf(str, 65536, int_keys=True)}
 
 
@@ -240,6 +243,12 @@ class Hello:
         waits = _Waits(works)
         waits.until(deadline)
         k = len(sends)
+        ranks = [self.members[peer] for peer in others]
+        published = dict(  # every hello at once: each member published its own before the group
+            zip(ranks, self.records.get_many(  # opened (three round trips for them all)
+                [hello_key(self.generation, r) for r in ranks], [self._signer(r) for r in ranks]
+            ), strict=True)
+        )  # fmt: skip
         for j, peer in enumerate(others):
             rank = self.members[peer]
             finished = waits.done[k + j].is_set()  # (its error, if any, is set before)
@@ -249,14 +258,16 @@ class Hello:
             elif error is not None:
                 outcome.wrong[rank] = f"the connection failed ({error})"
             else:
-                why = self._check(buffers[j].cpu(), peer, plain)
+                why = self._check(buffers[j].cpu(), peer, plain, published[rank])
                 if why is not None:
                     outcome.wrong[rank] = why
         return outcome
 
-    def _check(self, received: torch.Tensor, peer: int, like: torch.Tensor) -> str | None:
-        """Why the hello received from group rank ``peer`` is not its own, or None."""
-        rank = self.members[peer]
+    def _check(
+        self, received: torch.Tensor, peer: int, like: torch.Tensor, published: str | None
+    ) -> str | None:
+        """Why the hello received from group rank ``peer`` is not its own (``published``, as
+        read from the store), or None."""
         if self.wire is not None:
             try:
                 opened = self.wire.open(received, peer, like)
@@ -264,7 +275,6 @@ class Hello:
                 return "its seal does not open (it was not sealed by that party for this one)"
         else:
             opened = received
-        published = self.records.get(hello_key(self.generation, rank), signer=self._signer(rank))
         if published is None or bytes(opened.tolist()).hex() != published:
             return "it is not the nonce that party published in the rendezvous store"
         return None
@@ -277,11 +287,14 @@ class Hello:
         seen gone; a report that is not one counts as a problem of its own)."""
         reports: dict[int, _Outcome | None] = {r: None for r in self.members if r != self.rank}
         waiting = set(reports)
+        first = True
         while waiting:
             ranks = sorted(waiting)
-            bodies = self.records.get_many(  # (two round trips once every report is there)
-                [report_key(self.generation, r) for r in ranks], [self._signer(r) for r in ranks]
-            )
+            bodies = self.records.get_many(  # first waited for together: three round trips
+                [report_key(self.generation, r) for r in ranks], [self._signer(r) for r in ranks],
+                wait_s=min(REPORT_WAIT_S, max(0.0, deadline - time.monotonic())) if first else 0.0,
+            )  # fmt: skip
+            first = False
             for rank, body in zip(ranks, bodies, strict=True):
                 report = None if body is None else _parse(body, rank)
                 if report is None and self.gone(rank) is not None:

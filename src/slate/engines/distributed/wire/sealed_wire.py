@@ -35,7 +35,6 @@ benchmark's ``SLATE_UNMASKED_SUMS``) sends sums unmasked, for comparison.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import signal
@@ -44,12 +43,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
 from slate.engines.distributed.control.failures import ExchangeFailed
 from slate.engines.distributed.control.membership import PartyLost
+from slate.engines.distributed.control.store_records import read
 from slate.engines.distributed.wire.direct import DirectWire
 from slate.faults.opened import OpenedRecorder
 from slate.faults.tamper import Tamper
@@ -138,15 +137,13 @@ class SealedWire(DirectWire):
         generation; ``masks``: whether sums are masked (always, but in a comparing test)."""
         roster = records.identity.roster
         channels = {}
-        for peer in members:
-            if peer == key.rank:
-                continue
-            name = sealing_key_name(key.generation, peer)
-            try:
-                records.store.wait([name], datetime.timedelta(seconds=min(timeout_s, GRACE_S)))
-            except (RuntimeError, dist.DistStoreError):
-                raise PartyLost(_deleted(key.rank, peer, name)) from None
-            body = records.get(name, signer=peer, generation=key.generation)
+        peers = [peer for peer in members if peer != key.rank]
+        names = [sealing_key_name(key.generation, peer) for peer in peers]
+        # Every record at once (a wait, then one multi_get: three round trips for them all).
+        bodies = records.get_many(names, list(peers), wait_s=min(timeout_s, GRACE_S))
+        for peer, name, body in zip(peers, names, bodies, strict=True):
+            if body is None and read(records.store, name) is None:
+                raise PartyLost(_deleted(key.rank, peer, name))
             try:
                 record = json.loads(body) if body is not None else None
             except ValueError:
