@@ -419,14 +419,14 @@ def serve_rendezvous(
     nonce = session.publish_store_nonce(store)  # before any site can look for it
     store.set(SEEN_KEY, json.dumps({"final": None, "left": []}))
     store.set(RENDEZVOUS_ROSTER_KEY, roster.digest if roster else "none")
-    say(
-        f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
-        f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
-    )
     records = Records(store, roster.n if roster else 1 << 16, say=say, roster=roster)
     end = _EndWatch(records, nonce, say)
     watch = _Activity(records, idle_timeout, end)
-    try:
+    try:  # (from the line that says Ctrl-C stops it, a Ctrl-C ends here)
+        say(
+            f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
+            f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
+        )
         while not end.over():
             if watch.idle():
                 say(
