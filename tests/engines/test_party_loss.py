@@ -307,17 +307,16 @@ def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(t
         assert result["test_ap"] == results[0]["test_ap"]
 
 
-def start_two_sites(root: Path) -> tuple[subprocess.Popen, list[subprocess.Popen]]:
-    """Two ``--rank`` sites on a ``slate rendezvous`` for 3 000 iterations (the store's loss
-    is seen after 2 s without an answer, at the next checkpoint boundary: on a fast machine
-    that many iterations last longer than that); returns the rendezvous and the sites."""
+def start_two_sites(root: Path, kill: str = "") -> tuple[subprocess.Popen, list[subprocess.Popen]]:
+    """Two ``--rank`` sites on a ``slate rendezvous`` for 400 iterations (``kill``: their
+    ``SLATE_KILL_AT``); returns the rendezvous and the sites."""
     write_sites(root, parties=2, rows=300)
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
              "127.0.0.1"]  # fmt: skip
     server = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    flags = ["--nodes", "2", "--external-store", "--iterations", "3000", *SITE_FLAGS]
-    return server, [start_party(root, r, port, *flags) for r in range(2)]
+    flags = ["--nodes", "2", "--external-store", "--iterations", "400", *SITE_FLAGS]
+    return server, [start_party(root, r, port, *flags, kill=kill) for r in range(2)]
 
 
 @pytest.mark.processes
@@ -325,8 +324,14 @@ def start_two_sites(root: Path) -> tuple[subprocess.Popen, list[subprocess.Popen
 def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
     """The store is needed only to agree on a change of the party set, so the parties
     carry on without it, say so, and end with the model of a run whose rendezvous lived (the
-    two runs side by side: its rendezvous is SIGKILLed once its site 0 wrote a checkpoint)."""
-    runs = {name: start_two_sites(tmp_path / name) for name in ("killed", "lived")}
+    two runs side by side: its rendezvous is SIGKILLed once its site 0 wrote a checkpoint, at
+    100). The store's loss is seen after 2 s without an answer, at a checkpoint boundary: site 1
+    of that run hangs 5 s at step 150 (a freeze changes no number), so that the boundary at 200
+    comes well after the loss however fast the machine."""
+    runs = {
+        "killed": start_two_sites(tmp_path / "killed", kill="1@150:step:freeze5"),
+        "lived": start_two_sites(tmp_path / "lived"),
+    }
     everything = [process for server, sites in runs.values() for process in (server, *sites)]
     try:
         server, sites = runs["killed"]
