@@ -72,7 +72,7 @@ def worker(rank, world, init_file, config, result_file):
 @pytest.mark.processes
 @pytest.mark.parametrize(
     ("nodes", "algorithm", "gradient_tracking"),
-    [(2, "slate", False), (4, "slate", True), (4, "dpsgd", False)],
+    [(4, "slate", True), (4, "dpsgd", False)],
 )
 def test_optimizer_in_own_loop_equals_the_engine(tmp_path, nodes, algorithm, gradient_tracking):
     config = config_for(nodes, algorithm, gradient_tracking)
@@ -85,8 +85,8 @@ def test_optimizer_in_own_loop_equals_the_engine(tmp_path, nodes, algorithm, gra
     ours = torch.load(result, weights_only=True)
     engine = train(config, progress=False, write=False, log=lambda _: None)
     torch.testing.assert_close(ours, engine.parameters.mean(0), rtol=0, atol=1e-5)
-    if nodes > 2:  # on two parties the ring is exact averaging; beyond, parties must differ
-        assert float((engine.parameters - engine.parameters.mean(0)).abs().max()) > 1e-6
+    # (a ring of 4 is not exact averaging, as rings of 2 and 3 are: the parties must differ)
+    assert float((engine.parameters - engine.parameters.mean(0)).abs().max()) > 1e-6
 
 
 def test_optimizer_needs_a_process_group():
