@@ -2,9 +2,10 @@ r"""Membership inference against ``--dp-epsilon``: a curious neighbour attacks o
 
 The target is site 1's training rows on w7a, trained on the simulator (in-process, Python API).
 The candidates are site-1 rows whose feature vector occurs once in w7a, of both classes; each
-shadow run puts every candidate IN site 1's rows with probability 1/2 (independently per run),
-the rest of the partition fixed. The neighbour knows every flag (``--seed`` included) and the
-other rows, as docs/privacy.md's threat model says.
+shadow run puts a random half of each class's candidates IN site 1's rows (so the class sizes,
+hence the public rates and z, are the same in every run), the rest of the partition fixed. The
+neighbour knows every flag (``--seed`` included) and the other rows, as docs/privacy.md's
+threat model says.
 
 * **Attacks**, on (a) the model the site sends its neighbours (its own parameters after the last
   step) and (b) the final average model, for positives and negatives separately:
@@ -348,7 +349,9 @@ def study(s: Settings, data: W7a, parties: int, iterations: int, epsilon: float 
     phi = {"sent": np.zeros((s.shadows, len(pool))), "average": np.zeros((s.shadows, len(pool)))}
     aps, seconds, accountant = [], [], None
     for r in range(s.shadows):
-        inside[r] = rng.random(len(pool)) < 0.5
+        for cls in (positive, ~positive):  # exactly half of each class: fixed class sizes
+            cols = np.flatnonzero(cls)
+            inside[r, rng.choice(cols, size=len(cols) // 2, replace=False)] = True
         shadow = list(parts)
         shadow[SITE] = np.sort(np.concatenate([base, pool[inside[r]]]))
         done = train(config, data, shadow)
@@ -428,8 +431,8 @@ def canary_audit(s: Settings, data: W7a, parties: int, iterations: int, epsilon:
     shape = run.compute.groups
     mechanism = PrivateCompute(
         run.compute.inner,
-        PrivateGroups(shape.groups, shape.group_size, shape.clip, (shape.noise_std[0],) * len(parts),
-                      (shape.divisor[0],) * len(parts)),
+        PrivateGroups(shape.groups, shape.group_size, shape.clip,
+                      (shape.noise_std[0],) * len(parts), (shape.divisor[0],) * len(parts)),
         [SecretStream() for _ in parts],
     )  # fmt: skip
     x = run.x.detach()
@@ -515,7 +518,7 @@ def clipping_skipped() -> Iterator[None]:
 def same_messages(s: Settings, data: W7a, parties: int, steps: int = 5) -> bool:
     """Whether two runs with the same flags (``--seed`` included) and rows send the same
     messages: the neighbour could then rerun the site and subtract its noise."""
-    config = train_config(s, parties, 8.0, 100)
+    config = train_config(s, parties, 8.0, s.iterations[0])
     parts = deal(data.y, parties, s.seed)
     runs = [make_run(config, data, parts) for _ in range(2)]
     for run in runs:
@@ -547,8 +550,9 @@ def utility(s: Settings, data: W7a, parties: int, iterations: int, log: Any) -> 
     return out
 
 
-def report(s: Settings, cells: list[Cell], audits: list[Audit], bugs: dict[str, bool],
-           utilities: dict[int, dict[str, float]], command: str, machine: str) -> list[str]:  # fmt: skip
+def report(s: Settings, cells: list[Cell], audits: list[tuple[Audit, str]],
+           bugs: dict[str, bool], utilities: dict[int, dict[str, float]], command: str,
+           machine: str) -> list[str]:  # fmt: skip
     lines = ["\n## Membership inference against `--dp-epsilon` (w7a, site 1's rows)\n",
              f"`{command}`, on {machine}. Every setting: SLATE, `--lr {s.lr:g} --positives "
              f"{s.positives} --batch-size {s.batch_size} --dp-groups {s.groups} --dp-clip "
@@ -561,8 +565,10 @@ def report(s: Settings, cells: list[Cell], audits: list[Audit], bugs: dict[str, 
               "positives AUC | positives TPR@1%FPR | negatives AUC | negatives TPR@1%FPR |",
               "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for c in cells:
-        spent = (f"{c.accountant['epsilon_positives']:.2f} / {c.accountant['epsilon_negatives']:.2f}"
-                 if c.accountant else "∞")  # fmt: skip
+        spent = "∞"
+        if c.accountant:
+            spent = (f"{c.accountant['epsilon_positives']:.2f} / "
+                     f"{c.accountant['epsilon_negatives']:.2f}")  # fmt: skip
         for model in ("sent", "average"):
             for attack in ("loss", "lira"):
                 name = "loss threshold" if attack == "loss" else "LiRA offline"
