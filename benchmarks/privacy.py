@@ -93,7 +93,7 @@ class Settings:
 def quick_settings(data_dir: Path) -> Settings:
     """A smoke run of a few seconds: N = 4, ε = 8 and no DP, 4 shadows of 30 steps."""
     return Settings(parties=(4,), iterations=(30,), epsilons=(None, 8.0), shadows=4, per_class=24,
-                    bootstrap=50, audit_rounds=16, audit_releases=2000, quick=True,
+                    bootstrap=50, audit_rounds=20, audit_releases=2000, quick=True,
                     data_dir=data_dir)  # fmt: skip
 
 
