@@ -95,21 +95,26 @@ def test_ring_traffic_is_two_neighbours_times_parameter_bytes_times_exchanges(tm
 
 
 def _children(pid: int) -> dict[int, int]:
-    """rank -> pid of the launcher's worker processes (read from /proc)."""
-    ranks = {}
+    """rank -> pid of the launcher's worker processes, read from /proc: the launcher's
+    descendants (its workers are forks of its fork server) whose native stderr goes to a party's
+    debug log (``debug-rank<r>.log``, opened as the worker starts)."""
+    parents = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().split()
-            if int(stat[3]) != pid:
-                continue
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in env:
-            if item.startswith(b"RANK="):
-                ranks[int(item[5:])] = int(entry.name)
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                parents[int(entry.name)] = int(
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
+    descendants, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - descendants
+        descendants |= frontier
+    ranks = {}
+    for child in descendants:
+        with contextlib.suppress(OSError):
+            name = os.readlink(f"/proc/{child}/fd/2").rsplit("/", 1)[-1]
+            if name.startswith("debug-rank") and name.endswith(".log"):
+                ranks[int(name[len("debug-rank") : -len(".log")])] = child
     return ranks
 
 

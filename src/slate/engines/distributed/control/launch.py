@@ -2,8 +2,10 @@
 
 ``slate train --engine distributed --nodes N`` (no torchrun variables set) is the *launcher*: it
 hosts the rendezvous store on the loopback interface only, starts N copies of the same command
-with ``RANK`` / ``WORLD_SIZE`` set, waits for all of them and exits with the worst exit code.
-Each copy is a *worker*: it joins the process group and runs :func:`slate.training.loop.train` with
+with ``RANK`` / ``WORLD_SIZE`` set (forked from a server that loaded slate once:
+:mod:`~slate.engines.distributed.control.workers`), waits for all of them and exits with the
+worst exit code. Each copy is a *worker*: it joins the process group and runs
+:func:`slate.training.loop.train` with
 :class:`~slate.engines.distributed.engine.DistributedEngine`. Under ``torchrun`` the processes are
 workers directly and use torchrun's rendezvous (``MASTER_ADDR`` / ``MASTER_PORT``).
 """
@@ -17,7 +19,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,7 @@ from slate.engines.distributed.control.liveness import (
 )
 from slate.engines.distributed.control.rendezvous import Rendezvous
 from slate.engines.distributed.control.store_records import Records, read
+from slate.engines.distributed.control.workers import Worker, start_workers
 from slate.errors import ConfigError, parties_text, per_party_text
 from slate.security.identity import SiteIdentity
 from slate.security.roster import Roster
@@ -84,13 +86,11 @@ def launch_local(
     env = {**os.environ, "WORLD_SIZE": str(nodes), STORE_PORT_ENV: str(port)}
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets on loopback too
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "slate", *argv],
-            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-        )
-        for rank in range(nodes)
-    ]
+    sys.stdout.flush()  # (the workers write to the same stdout and stderr)
+    sys.stderr.flush()
+    workers = start_workers(
+        argv, [{**env, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(nodes)]
+    )
     with _forwarding_stop_signals(workers):
         codes = [w.wait() for w in workers]
     finished = bool(store.check([FINAL_MEMBERS_KEY]))
@@ -111,7 +111,7 @@ def _report_abnormal_ends(codes: list[int], logs: Sequence[str]) -> None:
 
 
 @contextlib.contextmanager
-def _forwarding_stop_signals(workers: list[subprocess.Popen]) -> Iterator[None]:
+def _forwarding_stop_signals(workers: list[Worker]) -> Iterator[None]:
     """While the workers run, SIGINT and SIGTERM to the launcher are passed on to them (each
     then stops at its next safe point with a checkpoint). The handlers are installed explicitly,
     so that this holds also where the launcher inherited SIGINT ignored (a job started with
