@@ -227,3 +227,21 @@ def wait_for(
         if process is not None and process.poll() is not None and not condition():
             raise AssertionError(f"the process ended (code {process.returncode}) before {what}")
         time.sleep(0.02)
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> state (``R``, ``S``, ``T`` ...) of every process under ``pid``, read from /proc
+    (a launcher's workers are forks of its fork server: its grandchildren)."""
+    table: dict[int, tuple[int, str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(stat.parent.name)] = (int(fields[1]), fields[0])
+    found: dict[int, str] = {}
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, (parent, _) in table.items() if parent in frontier} - set(found)
+        found.update({p: table[p][1] for p in frontier})
+    return found

@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from slate.config import TrainConfig
 from slate.training.loop import train
+from tests.sites import descendants
 
 COMMON = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "50",
           "--eval-every", "25", "--seed", "3", "--no-progress"]  # fmt: skip
@@ -95,22 +95,10 @@ def test_ring_traffic_is_two_neighbours_times_parameter_bytes_times_exchanges(tm
 
 
 def _children(pid: int) -> dict[int, int]:
-    """rank -> pid of the launcher's worker processes, read from /proc: the launcher's
-    descendants (its workers are forks of its fork server) whose native stderr goes to a party's
-    debug log (``debug-rank<r>.log``, opened as the worker starts)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                parents[int(entry.name)] = int(
-                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-                )
-    descendants, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - descendants
-        descendants |= frontier
+    """rank -> pid of the launcher's worker processes: the processes under it whose native
+    stderr goes to a party's debug log (``debug-rank<r>.log``, opened as the worker starts)."""
     ranks = {}
-    for child in descendants:
+    for child in descendants(pid):
         with contextlib.suppress(OSError):
             name = os.readlink(f"/proc/{child}/fd/2").rsplit("/", 1)[-1]
             if name.startswith("debug-rank") and name.endswith(".log"):

@@ -30,7 +30,7 @@ import pytest
 
 from slate.faults.kills import parse_kills
 from tests.engines.test_party_loss import kill_and_bring_back
-from tests.sites import HAVE_W7A, wait_for
+from tests.sites import HAVE_W7A, descendants, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
@@ -114,16 +114,9 @@ def train_with_fault(fault: str, *flags: str) -> subprocess.CompletedProcess:
 
 
 def stopped_child(parent: int) -> int:
-    """The child process of ``parent`` that is stopped (state T in /proc)."""
-    stopped = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == "T" and int(fields[1]) == parent:
-            stopped.append(int(stat.parent.name))
-    assert len(stopped) == 1, f"stopped children of {parent}: {stopped}"
+    """The process under ``parent`` that is stopped (state T in /proc)."""
+    stopped = [pid for pid, state in descendants(parent).items() if state == "T"]
+    assert len(stopped) == 1, f"stopped processes under {parent}: {stopped}"
     return stopped[0]
 
 
