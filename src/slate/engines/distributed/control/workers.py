@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import runpy
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -42,13 +43,12 @@ def preloaded() -> list[str]:
 
 
 def run_command(argv: Sequence[str], environment: Mapping[str, str]) -> None:
-    """In a worker: take ``environment`` as its own and run ``slate <argv>``; its exit code is
-    the worker's."""
+    """In a worker: take ``environment`` as its own and run ``slate <argv>`` as ``python -m
+    slate`` runs it (the package's ``__main__``, whose exit code is the worker's)."""
     os.environ.clear()
     os.environ.update(environment)
-    from slate.cli import main
-
-    sys.exit(main(list(argv)))
+    sys.argv = ["slate", *argv]
+    runpy.run_module("slate", run_name="__main__", alter_sys=True)
 
 
 class Worker:
