@@ -96,9 +96,9 @@ def test_each_tamper_acts_once_on_the_first_message_it_can_use():
 #: the CSV reader switch.
 SETTINGS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "GLOO_SOCKET_IFNAME", "STORE_PORT_ENV",
             "READER_VARIABLE", "SLATE_STORE_PORT", "SLATE_CSV_READER"}  # fmt: skip
-#: The launcher hands its whole environment on: to its workers, and to the choice of gloo's
-#: network interface.
-WHOLE = "engines/distributed/control/launch.py"
+#: The launcher hands its whole environment on: to its workers (which take it as theirs), and
+#: to the choice of gloo's network interface.
+WHOLE = ("engines/distributed/control/launch.py", "engines/distributed/control/workers.py")
 
 
 READERS = {"os.environ", "os.getenv"}
