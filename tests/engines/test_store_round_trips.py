@@ -31,6 +31,10 @@ ROUND_TRIPS = {"connect": 2, "check": 1, "get": 2, "add": 1, "multi_get": 2, "co
                "wait": 1, "set": 0, "multi_set": 0, "delete_key": 1, "num_keys": 1}  # fmt: skip
 
 
+#: Round trips a late site may add by polling (a wait that timed out, a record read again).
+POLLS = 8
+
+
 def round_trips(calls: list[str]) -> int:
     return sum(ROUND_TRIPS[call] for call in calls)
 
@@ -65,8 +69,11 @@ def test_set_up_and_teardown_round_trips_are_the_same_for_2_and_4_sites(tmp_path
     for phase in ("set_up", "teardown"):
         costs = {n: [round_trips(site[phase]) for site in sites]
                  for n, sites in ((2, small), (4, large))}  # fmt: skip
-        # every site of a run alike (party 0 writes the final members: no round trip), and
-        # the same at 4 sites as at 2
-        assert len(set(costs[2] + costs[4])) == 1, (phase, costs, small[0], large[0])
+        # The same at 4 sites as at 2 for a site that never waits twice (the cheapest: party 0
+        # writes the final members at no round trip); a site that starts while the others are
+        # still starting may poll a few more times on a loaded machine, a cost that does not
+        # depend on N (a read per member would add 3 per member to every site, the cheapest too).
+        assert min(costs[2]) == min(costs[4]), (phase, costs, small, large)
+        assert max(costs[2] + costs[4]) <= min(costs[2]) + POLLS, (phase, costs, small, large)
     set_up = round_trips(large[0]["set_up"])
     assert set_up <= (30 if sealed else 20), large[0]["set_up"]
