@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from benchmarks.machine import cpu_name
+from benchmarks.privacy_cost import section as privacy_cost
 from benchmarks.roster import roster_cost
 from benchmarks.wan import add_options as add_wan_options
 from benchmarks.wan import run_from_options as wan_section
@@ -339,7 +340,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=("communication", "tables", "roster", "wan"),
+        choices=("communication", "tables", "roster", "wan", "privacy-cost"),
         help="run one section and update it in RESULTS.md",
     )
     add_wan_options(parser)
@@ -351,6 +352,9 @@ def main() -> None:
         return
     if args.only == "tables":
         _update_section(_tables(args.quick))
+        return
+    if args.only == "privacy-cost":
+        _update_section(privacy_cost(Path(args.data_dir), args.quick))
         return
     if args.only == "roster":
         _update_section(roster_cost(Path(args.data_dir), args.quick))
@@ -401,6 +405,7 @@ def main() -> None:
         lines += _communication(w8a, args.quick)
     if Path(args.data_dir, "w7a").exists():
         lines += roster_cost(Path(args.data_dir), args.quick)
+        lines += privacy_cost(Path(args.data_dir), args.quick)
         lines += wan_section(args, Path(args.data_dir), args.quick) or []  # root only
     lines += _tables(args.quick)
     lines += ["\n## Headline (w8a MLP, N = 20)\n", headline, NOTES]

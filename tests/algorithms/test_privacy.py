@@ -14,7 +14,8 @@ from slate.algorithms.compute import Batch, PartyCompute
 from slate.algorithms.privacy import (
     PrivateCompute,
     PrivateGroups,
-    clip_groups,
+    clip_scales,
+    clipped_sum,
     expected_contributors,
     row_objective,
 )
@@ -74,15 +75,17 @@ def test_each_group_gradient_is_the_ap_surrogate_of_its_kept_rows_and_clipped_to
                 reference, expected = torch.tensor(0.0), torch.zeros_like(leaf)
             assert float(losses[group, party]) == pytest.approx(float(reference.detach()), abs=1e-6)
             torch.testing.assert_close(grads[group, party], expected, atol=1e-6, rtol=1e-5)
-    clipped = clip_groups(grads, clip)
+    clipped = grads.double() * clip_scales(grads, clip)[..., None]
     norms, raw = clipped.norm(dim=-1), grads.double().norm(dim=-1)
-    assert bool((norms <= clip * (1 + 1e-12)).all())
+    assert bool((norms <= clip).all())
     assert bool((raw > clip).any()), "the test must clip some group"
     small = raw <= clip  # unchanged below C; scaled to exactly C, same direction, above it
     torch.testing.assert_close(clipped[small], grads.double()[small])
-    torch.testing.assert_close(norms[~small], torch.full_like(norms[~small], clip))
+    at_clip = torch.full_like(norms[~small], clip)
+    torch.testing.assert_close(norms[~small], at_clip, rtol=3e-5, atol=0)
     cosine = torch.nn.functional.cosine_similarity(clipped[~small], grads.double()[~small], dim=-1)
     torch.testing.assert_close(cosine, torch.ones_like(cosine))
+    torch.testing.assert_close(clipped_sum(grads, clip), clipped.sum(dim=0))
     # The estimate without noise: the clipped groups' sum over the divisor.
     _, estimate = private(x, batch)
     torch.testing.assert_close(estimate, clipped.sum(dim=0).float())
@@ -167,6 +170,10 @@ def test_poisson_sampling_takes_each_class_at_its_declared_rate():
             count = int((labels[real] == cls).sum())
             mean, sd = steps * n * q, math.sqrt(steps * n * q * (1 - q))
             assert abs(count - mean) < 6 * sd, (k, cls, count, mean, sd)
+        # Each taken row's group is uniform: every group holds about a G-th of the rows.
+        per_group = (taken.reshape(steps, groups, size) != len(labels)).sum(axis=(0, 2))
+        share = per_group.sum() / groups
+        assert (abs(per_group - share) < 6 * math.sqrt(share)).all(), (k, per_group)
 
 
 def test_the_divisor_is_the_expected_number_of_contributing_groups():

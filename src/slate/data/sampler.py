@@ -109,9 +109,24 @@ class PartySampler:
 
 def slots_for(expected: float) -> int:
     """Slots for a count of mean ``expected`` (a sum of independent Bernoulli draws, whose
-    variance is below its mean): ``ceil(mu + 4 sqrt(mu)) + 1``. A count past it loses its last
-    rows (in random order), which only lowers a row's influence."""
-    return math.ceil(expected + 4.0 * math.sqrt(expected)) + 1
+    variance is below its mean): ``ceil(mu + 3 sqrt(mu)) + 1``, three standard deviations
+    above the mean or more (a group of mean 16 overflows in about 0.1% of steps). A count past
+    it loses its last rows (in random order), which only lowers a row's influence."""
+    return math.ceil(expected + 3.0 * math.sqrt(expected)) + 1
+
+
+def _threshold(rate: float) -> np.uint64:
+    """The 64-bit word below which a row is taken at ``rate``: :math:`\\lfloor q\\,2^{64}
+    \\rfloor`, at most :math:`2^{64} - 1`."""
+    return np.uint64(min(int(rate * 2.0**64), 2**64 - 1))
+
+
+def _rank_within_runs(keys: np.ndarray) -> np.ndarray:
+    """Each element's position within its run of equal ``keys`` (sorted): 0, 1, 2, ..."""
+    position = np.arange(len(keys))
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = keys[1:] != keys[:-1]
+    return position - np.maximum.accumulate(np.where(starts, position, 0))
 
 
 class PoissonGroupSampler:
@@ -148,8 +163,8 @@ class PoissonGroupSampler:
         self.parties = list(range(len(parts))) if parties is None else list(parties)
         self.groups, self.group_size = groups, group_size
         self.ids = [np.asarray(p) for p in parts]
-        self.row_rates = [
-            np.where(labels[p] == 1, q_pos, q_neg)
+        self.thresholds = [
+            np.where(labels[p] == 1, _threshold(q_pos), _threshold(q_neg))
             for p, (q_pos, q_neg) in zip(parts, rates, strict=True)
         ]
         self.streams = list(streams)
@@ -167,30 +182,27 @@ class PoissonGroupSampler:
         return torch.from_numpy(out).to(device)
 
     def _draw_party(self, k: int, stream: SecretStream, steps: int) -> np.ndarray:
-        ids, rates = self.ids[k], self.row_rates[k]
-        n, groups, size = len(ids), self.groups, self.group_size
-        taken = stream.uniform(steps, n) < rates
-        group = np.minimum((stream.uniform(steps, n) * groups).astype(np.int64), groups - 1)
-        key = np.where(taken, group + stream.uniform(steps, n), np.inf)  # group, then order
-        order = np.argsort(key, axis=1, kind="stable")
-        sorted_key = np.take_along_axis(key, order, axis=1)
-        group_of = np.where(np.isfinite(sorted_key), np.floor(sorted_key), groups).astype(np.int64)
-        position = np.broadcast_to(np.arange(n), (steps, n))
-        starts = np.ones((steps, n), dtype=bool)
-        starts[:, 1:] = group_of[:, 1:] != group_of[:, :-1]
-        first = np.maximum.accumulate(np.where(starts, position, 0), axis=1)
-        rank = position - first
-        keep = (group_of < groups) & (rank < size)
+        """One party's ``(steps, groups * group_size)`` slots. A row is taken when its 64-bit
+        keystream word is below :math:`q\\,2^{64}` (probability ``q``); only the taken rows
+        then draw a group and a random rank within it."""
+        ids, thresholds = self.ids[k], self.thresholds[k]
+        groups, size = self.groups, self.group_size
+        words = stream.words(steps * len(ids)).reshape(steps, len(ids))
+        step, column = np.nonzero(words < thresholds)
+        group = np.minimum((stream.uniform(len(step)) * groups).astype(np.int64), groups - 1)
+        order = np.lexsort((stream.uniform(len(step)), group, step))  # step, group, then random
+        step, group, column = step[order], group[order], column[order]
+        rank = _rank_within_runs(step * groups + group)
+        keep = rank < size
         result = np.full((steps, groups * size), self.pad, dtype=np.int64)
-        rows, cols = np.nonzero(keep)
-        result[rows, group_of[rows, cols] * size + rank[rows, cols]] = ids[order[rows, cols]]
+        result[step[keep], group[keep] * size + rank[keep]] = ids[column[keep]]
         return result
 
     def keep(self, rows: list[int]) -> None:
         """Serve only the parties at these positions of ``parties`` (the others left the run)."""
         self.parties = [self.parties[k] for k in rows]
         self.ids = [self.ids[k] for k in rows]
-        self.row_rates = [self.row_rates[k] for k in rows]
+        self.thresholds = [self.thresholds[k] for k in rows]
         self.streams = [self.streams[k] for k in rows]
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,153 @@
+"""What ``--dp-epsilon`` costs in test AP: SLATE against DP-D-PSGD on w7a, over seeds.
+
+``python -m benchmarks.privacy_utility [--parties 4,20] [--iterations 2000,500] [--seeds 3]
+[--lr 0.01] [--write]`` trains, on the simulator, every party's share of w7a (stratified, the
+whole training set) and scores the final average model on w7a.t with scikit-learn's
+``average_precision_score``. Per N, with the same flags and iterations:
+
+* SLATE without DP;
+* SLATE's grouped clipping without noise (the secret noise source patched to zeros in this
+  process): what clipping alone costs;
+* SLATE at ε = 8 and DP-D-PSGD at ε = 8 (groups of one row: standard DP-SGD).
+
+``--write`` puts the section into ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.privacy import (
+    DEFAULT_DATA_DIR,
+    Scorer,
+    Settings,
+    W7a,
+    deal,
+    load_w7a,
+    train,
+    train_config,
+)
+
+#: (label, algorithm, epsilon, noise on): the rows of one N's table.
+VARIANTS = (
+    ("SLATE, no DP", "slate", None, True),
+    ("SLATE, grouped clipping without noise", "slate", 8.0, False),
+    ("SLATE, ε = 8", "slate", 8.0, True),
+    ("DP-D-PSGD, ε = 8", "dpsgd", 8.0, True),
+)
+
+
+#: Per variant: the APs over the seeds and the median milliseconds per iteration.
+Table = dict[str, tuple[list[float], float]]
+
+
+@contextlib.contextmanager
+def noise_off() -> Iterator[None]:
+    """Every secret Gaussian draw zero: the mechanism's sampling and clipping without noise."""
+    from slate.security.secret_random import SecretStream
+
+    original = SecretStream.normal
+    SecretStream.normal = lambda self, count, std=1.0: np.zeros(count)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SecretStream.normal = original  # type: ignore[method-assign]
+
+
+def one_ap(s: Settings, data: W7a, parties: int, iterations: int, algorithm: str,
+           epsilon: float | None, noise: bool) -> tuple[float, float]:  # fmt: skip
+    """Test AP of the final average and milliseconds per iteration of one run."""
+    from sklearn.metrics import average_precision_score
+
+    config = train_config(s, parties, epsilon, iterations, algorithm)
+    with contextlib.nullcontext() if noise else noise_off():
+        done = train(config, data, deal(data.y, parties, s.seed))
+    ap = average_precision_score(data.y_test, Scorer(config)(done.average, data.x_test))
+    return float(ap), 1000.0 * done.seconds_per_iteration
+
+
+def measure(s: Settings, data: W7a, parties: int, iterations: int, seeds: int,
+            log: Any) -> Table:  # fmt: skip
+    """Per variant: the APs over ``seeds`` seeds (model, partition and sampler order) and the
+    median milliseconds per iteration."""
+    out = {}
+    for label, algorithm, epsilon, noise in VARIANTS:
+        aps, ms = [], []
+        for seed in range(seeds):
+            ap, per_it = one_ap(replace(s, seed=seed), data, parties, iterations, algorithm,
+                                epsilon, noise)  # fmt: skip
+            aps.append(ap)
+            ms.append(per_it)
+            log(f"N {parties} {label} seed {seed}: AP {ap:.4f}, {per_it:.2f} ms/it")
+        out[label] = (aps, float(np.median(ms)))
+    return out
+
+
+def section(s: Settings, results: dict[int, Table], iterations: dict[int, int], seeds: int,
+            command: str, seconds: float) -> list[str]:  # fmt: skip
+    from benchmarks.__main__ import machine
+
+    lines = [
+        "## Utility under `--dp-epsilon`: SLATE against DP-D-PSGD (w7a)\n",
+        f"`{command}` on {machine()}, one process, one torch thread. Every run: `--lr {s.lr:g} "
+        f"--batch-size {s.batch_size} --positives {s.positives} --dp-groups {s.groups} "
+        f"--dp-clip {s.clip:g}` on a ring, the whole training set dealt to the parties "
+        f"(stratified), {seeds} seed(s) (model, partition; the DP noise and sample are secret); "
+        "test AP of the final average on w7a.t (scikit-learn), mean ± sd over the seeds.\n",
+        "| N | iterations | setting | test AP | ms / iteration |",
+        "|---|---|---|---|---|",
+    ]
+    for parties, table in results.items():
+        for label, (aps, ms) in table.items():
+            lines.append(f"| {parties} | {iterations[parties]} | {label} | {np.mean(aps):.4f} ± "
+                         f"{np.std(aps):.4f} | {ms:.2f} |")  # fmt: skip
+        slate = np.mean(table["SLATE, ε = 8"][0])
+        dpsgd = np.mean(table["DP-D-PSGD, ε = 8"][0])
+        lines.append(f"| {parties} | | SLATE − DP-D-PSGD at ε = 8 | {slate - dpsgd:+.4f} | |")
+    lines.append(f"\nThe whole invocation took {seconds:.0f} s.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.privacy_utility")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--parties", default="4,20")
+    parser.add_argument("--iterations", default="2000,500", help="per entry of --parties")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=0.01, help="default: the paper's, for w7a")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args(argv)
+    parties = [int(v) for v in args.parties.split(",")]
+    steps = [int(v) for v in args.iterations.split(",")]
+    iterations = dict(zip(parties, (steps * len(parties))[: len(parties)], strict=True))
+    s = Settings(data_dir=args.data_dir, lr=args.lr)
+    torch.set_num_threads(1)
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    data = load_w7a(s.data_dir)
+    started = time.perf_counter()
+    results = {n: measure(s, data, n, iterations[n], args.seeds, log) for n in parties}
+    command = "python -m benchmarks.privacy_utility " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    lines = section(s, results, iterations, args.seeds, command.strip(),
+                    time.perf_counter() - started)  # fmt: skip
+    print("\n".join(lines))
+    if args.write:
+        from benchmarks.__main__ import _update_section
+
+        _update_section(lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
