@@ -1,13 +1,18 @@
 """The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, ``rendezvous``,
 ``keygen``, ``roster`` and ``schema`` for multi-site runs, and ``predict``, ``evaluate``,
-``export``, ``calibrate`` for a trained run.
+``export``, ``calibrate``, ``plot`` for a trained run.
 
 Errors caused by the user's input (:class:`slate.errors.SlateError`) are printed as one paragraph
 with exit code 2; an interrupted run exits with 130. No traceback reaches the user for either.
+
+A ``slate rendezvous`` process ends with ``os._exit`` once it has served its run and flushed its
+output (:func:`_end_server_process`): it writes no file, and the interpreter's normal shutdown
+with torch loaded costs about 0.3 s of CPU, on the cores the sites share.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +21,7 @@ from slate.cli.commands import (
     run_calibrate,
     run_evaluate,
     run_export,
+    run_plot,
     run_predict,
     run_rendezvous,
     run_topology,
@@ -38,6 +44,7 @@ EXIT_INTERRUPTED = 130
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slate`` console script and ``python -m slate``."""
+    own_process = argv is None  # the console script or ``python -m slate``, not a caller's call
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command != "topology":
@@ -50,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "evaluate": run_evaluate,
         "export": run_export,
         "calibrate": run_calibrate,
+        "plot": run_plot,
         "rendezvous": run_rendezvous,
         "keygen": run_keygen,
         "roster": run_roster,
@@ -58,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return exit_worker(run_train(args, argv)) if is_worker(args) else run_train(args, argv)
+        if args.command == "rendezvous" and own_process:
+            return _end_server_process(run_rendezvous(args))
         return handlers[args.command](args)
     except RunInterrupted as err:
         print(f"slate: {err}", file=sys.stderr)
@@ -68,3 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("slate: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _end_server_process(code: int) -> int:
+    """End a ``slate rendezvous`` process that served its run (or stopped on Ctrl-C or
+    ``--idle-timeout``) at once, with ``code``, after flushing its output: it holds no file
+    open for writing and registers no exit handler, so the interpreter's shutdown (about 0.3 s
+    of CPU with torch loaded) would only cost the sites' shared cores. A user error raised
+    before it serves ends normally, through :func:`main`'s handlers."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -25,6 +25,7 @@ __all__ = [
     "run_calibrate",
     "run_evaluate",
     "run_export",
+    "run_plot",
     "run_predict",
     "run_rendezvous",
     "run_topology",
@@ -69,7 +70,8 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     # A user's own file without --nodes: N from its positives (slate.training.plan).
     train(resolve_and_check(config), progress=not args.no_progress, resume=bool(args.resume),
-          parties_from_data=not args.resume, faults=FaultPlan.from_environment())  # fmt: skip
+          parties_from_data=not args.resume, faults=FaultPlan.from_environment(),
+          figures=not args.no_plots)  # fmt: skip
     return 0
 
 
@@ -94,6 +96,7 @@ NOT_CONFIG = frozenset(
         "engine",
         "timeout",
         "no_progress",
+        "no_plots",
         "rank",
         "rendezvous",
         "external_store",
@@ -231,6 +234,15 @@ def _ctrl_c_stops():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """``slate plot``: draw a run folder's figures and name them."""
+    from slate.training.outputs import draw_figures
+
+    for path in draw_figures(args.run):
+        print(path)
+    return 0
 
 
 def run_predict(args: argparse.Namespace) -> int:

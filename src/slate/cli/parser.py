@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_parser(sub)
     add_model_parsers(sub)
     add_calibrate_parser(sub)
+    add_plot_parser(sub)
     add_identity_parsers(sub)
     add_schema_parser(sub)
     return parser
@@ -205,3 +206,16 @@ def add_calibrate_parser(sub) -> None:
         help="write calibration.json and reliability.png here instead (default: the run "
         "folder, the only place predict, evaluate and export look)",
     )  # fmt: skip
+
+
+def add_plot_parser(sub) -> None:
+    """``slate plot``: a run folder's figures, drawn from its files."""
+    plot = sub.add_parser(
+        "plot",
+        help="draw a run folder's figures (after 'slate train --no-plots')",
+        description="Draw the figures of a run folder from its summary.json, history.csv and "
+        "pr_curve.csv: pr_curve.png, ap_curve.png, ap_bytes.png (when a party sent anything) "
+        "and, for a --wan run, ap_wan_time.png; the same figures 'slate train' draws without "
+        "--no-plots.",
+    )
+    plot.add_argument("--run", required=True, metavar="DIR", help="the run folder")

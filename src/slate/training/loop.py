@@ -387,6 +387,7 @@ def train(
     nodes: int | None = None,
     parties_from_data: bool = False,
     faults: FaultPlan | None = None,
+    figures: bool = True,
 ) -> RunResult:
     """Run one experiment and (by default) write its run folder from the main process.
 
@@ -406,6 +407,8 @@ def train(
 
     ``faults``: the faults a test injects (:class:`slate.faults.FaultPlan`, read once by the
     ``slate train`` command); none by default (``--lr auto``'s candidate runs never get them).
+    ``figures``: draw the folder's figures (:func:`slate.training.outputs.draw_figures`); a
+    distributed party passes False and draws them after it has left the run.
     """
     resolved = as_resolved(config)
     place = place or Place()
@@ -433,7 +436,8 @@ def train(
         )
     except ExchangeFailed as err:  # a party lost while the parties agree on the data
         raise engine.set_up_failure(err) from None
-    return _drive(run, progress=progress, write=write, resume=resume, log=log, own=own)
+    return _drive(run, progress=progress, write=write, resume=resume, log=log, own=own,
+                  figures=figures)  # fmt: skip
 
 
 def _quiet(_: str) -> None:
@@ -469,9 +473,11 @@ def _drive(
     resume: bool,
     log,
     own: dict[str, Any] | None = None,
+    figures: bool = True,
 ) -> RunResult:
     """Drive a built ``run`` to its end: its folder, set-up record, console lines, a resume or
-    a return (``own``: a returning party's own newest checkpoint), the loop and the summary."""
+    a return (``own``: a returning party's own newest checkpoint), the loop and the summary
+    (with ``figures``, the folder's figures too)."""
     plan, settings = run.plan, run.settings
     returning = run.engine.returning
 
@@ -542,7 +548,7 @@ def _drive(
     if run.ledger is not None:
         summary["privacy"] = run.ledger.summary()
     if out is not None:
-        write_run_folder(run, summary, history, out, final.model, final.validation)
+        write_run_folder(run, summary, history, out, final.model, final.validation, figures)
         summary["out_dir"] = str(out)
     report(run, summary, final.wall, out, log)
     if run.ledger is not None:

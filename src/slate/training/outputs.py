@@ -45,6 +45,7 @@ __all__ = [
     "ValidationCurve",
     "build_summary",
     "default_out_dir",
+    "draw_figures",
     "evaluation_summary",
     "parties",
     "report",
@@ -118,13 +119,95 @@ def write_run_folder(
     out: Path,
     final_model: tuple[Tensor, dict[str, Tensor], TestScores],
     validation: ValidationCurve | None = None,
+    figures: bool = True,
 ) -> None:
-    """Write the run folder: history, PR curve (CSV and plot), AP curve, model, summary; with
-    ``validation``, the kept model's validation PR curve (:data:`VALIDATION_CURVE`). The folder
-    is ``0700`` and every file ``0600`` (:mod:`slate.permissions`)."""
+    """Write the run folder: history, PR curve, model, summary; with ``validation``, the kept
+    model's validation PR curve (:data:`VALIDATION_CURVE`); with ``figures``, the figures drawn
+    from those files (:func:`draw_figures`). The folder is ``0700`` and every file ``0600``
+    (:mod:`slate.permissions`)."""
     private_folder(out)
     with private_files():
         _write_run_files(run, summary, history, out, final_model, validation)
+        if figures:
+            draw_figures(out)
+
+
+def draw_figures(out: Path | str) -> list[Path]:
+    """Draw a run folder's figures from its files alone (``summary.json``, ``history.csv``,
+    ``pr_curve.csv``), as ``0600`` PNGs: ``pr_curve.png`` (with the operating points, the
+    targets not reached and the positive rate), ``ap_curve.png``, ``ap_bytes.png`` (when a party
+    sent anything) and, with ``--wan``, ``ap_wan_time.png``. The files hold every number
+    exactly (``repr`` floats, JSON), so these are the figures the run would draw from memory.
+    ``slate train`` calls it after the run (a distributed party after it has left the others),
+    ``slate plot`` on demand. Returns the files written; raises ``ConfigError`` naming a file
+    that is missing or unreadable."""
+    from slate.errors import ConfigError
+
+    out = Path(out)
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+        with open(out / "history.csv", newline="") as handle:
+            history = list(csv.DictReader(handle))
+        with open(out / "pr_curve.csv", newline="") as handle:
+            curve = list(csv.DictReader(handle))
+        flags = {k: summary[k] for k in ("algorithm", "nodes", "topology", "dataset")}
+        test_ap, split = summary["test_ap"], summary["test_split"]
+        validated = bool(history) and "validation_ap" in history[0]
+        ap_key = "validation_ap" if validated else "test_ap"
+        iterations = [int(r["iteration"]) for r in history]
+        ap = [float(r[ap_key]) for r in history]
+        sent = [float(r["comm_bytes_per_party"]) / 1e6 for r in history]
+        wan_seconds = [float(r["estimated_wan_seconds"] or "nan") for r in history]
+        precision = np.array([float(r["precision"]) for r in curve])
+        recall = np.array([float(r["recall"]) for r in curve])
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(
+            f"{out} is not a complete run folder, so its figures cannot be drawn: "
+            f"{type(err).__name__}: {err}. Expected summary.json, history.csv and pr_curve.csv "
+            "as 'slate train' writes them."
+        ) from None
+    with private_files():
+        return _draw(out, summary, flags, test_ap, split, validated, iterations, ap, sent,
+                     wan_seconds, precision, recall)  # fmt: skip
+
+
+def _draw(
+    out: Path, summary: dict[str, Any], flags: dict[str, Any], test_ap: float, split: str,
+    validated: bool, iterations: list[int], ap: list[float], sent: list[float],
+    wan_seconds: list[float], precision: np.ndarray, recall: np.ndarray,
+) -> list[Path]:  # fmt: skip
+    label = f"{flags['algorithm']} (N={flags['nodes']}, {flags['topology']})"
+    table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
+    positives, rows = summary.get("test_positives"), summary.get("n_test")
+    written = [
+        plots.plot_pr_curves(
+            {label: (precision, recall, test_ap)},
+            out / "pr_curve.png",
+            title=f"Precision-recall on the {flags['dataset']} test set: {split}",
+            points=marks(table),
+            unreached=unreached_marks(table),
+            prevalence=positives / rows if positives is not None and rows else None,
+        ),
+        plots.plot_ap_curves(
+            {label: (iterations, ap)},
+            out / "ap_curve.png",
+            title=f"{'Validation' if validated else 'Test'} AP of the averaged model on "
+            f"{flags['dataset']}",
+        ),
+    ]
+    if sent and sent[-1] > 0:  # AP against the bytes one party sent
+        written.append(plots.plot_ap_curves(
+            {label: (sent, ap)}, out / "ap_bytes.png",
+            title=f"Test AP against traffic on {flags['dataset']}",
+            xlabel="MB sent per party",
+        ))  # fmt: skip
+    if summary.get("wan") is not None:  # and against the estimated WAN time
+        written.append(plots.plot_ap_curves(
+            {label: (wan_seconds, ap)}, out / "ap_wan_time.png",
+            title=f"Test AP against estimated WAN time ({summary['wan']})",
+            xlabel="estimated seconds over the WAN",
+        ))  # fmt: skip
+    return written
 
 
 def _write_run_files(
@@ -146,24 +229,6 @@ def _write_run_files(
         writer.writerows(rows)
     precision, recall = scores.pr_curve()
     write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
-    label = f"{run.flags.algorithm} (N={run.flags.nodes}, {run.flags.topology})"
-    table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
-    positives, rows = summary.get("test_positives"), summary.get("n_test")
-    plots.plot_pr_curves(
-        {label: (precision, recall, summary["test_ap"])},
-        out / "pr_curve.png",
-        title=f"Precision-recall on the {run.flags.dataset} test set: {summary['test_split']}",
-        points=marks(table),
-        unreached=unreached_marks(table),
-        prevalence=positives / rows if positives is not None and rows else None,
-    )
-    plots.plot_ap_curves(
-        {label: ([r["iteration"] for r in history], [r["test_ap"] for r in history])},
-        out / "ap_curve.png",
-        title=f"{'Validation' if run.validated else 'Test'} AP of the averaged model on "
-        f"{run.flags.dataset}",
-    )
-    _plot_communication(run, history, label, out)
     run.compute.layout.load_into(run.model, xbar, buffers)
     description = describe_run(run.flags, run.data.input_shape, run.data.preprocessing)
     if validation is not None and validation.scores.curve is not None:
@@ -180,25 +245,6 @@ def _write_run_files(
 def _validation_columns(row: dict[str, float]) -> dict[str, float]:
     renamed = {"test_ap": "validation_ap", "test_auroc": "validation_auroc"}
     return {renamed.get(k, k): v for k, v in row.items()}
-
-
-def _plot_communication(run: Run, history: list[dict[str, float]], label: str, out: Path) -> None:
-    """AP against the bytes one party sent (``ap_bytes.png``) and, with ``--wan``, against the
-    estimated WAN time (``ap_wan_time.png``)."""
-    ap = [r["test_ap"] for r in history]
-    sent = [r["comm_bytes_per_party"] / 1e6 for r in history]
-    if sent[-1] > 0:
-        plots.plot_ap_curves(
-            {label: (sent, ap)}, out / "ap_bytes.png",
-            title=f"Test AP against traffic on {run.flags.dataset}",
-            xlabel="MB sent per party",
-        )  # fmt: skip
-    if run.wan is not None:
-        plots.plot_ap_curves(
-            {label: ([r["estimated_wan_seconds"] for r in history], ap)}, out / "ap_wan_time.png",
-            title=f"Test AP against estimated WAN time ({run.wan})",
-            xlabel="estimated seconds over the WAN",
-        )  # fmt: skip
 
 
 def write_pr_curve(path: Path, precision, recall, logits) -> None:

@@ -119,7 +119,8 @@ def _train_as_party(
     alone: bool,
     lr_choice: LrChoice | None = None,
 ) -> int:
-    """Train as this process's party, then leave together with the others."""
+    """Train as this process's party, then leave together with the others; then draw the run
+    folder's figures (unless ``--no-plots``)."""
     import torch.distributed as dist
 
     from slate.engines.distributed.engine import local_rank
@@ -143,8 +144,13 @@ def _train_as_party(
     )
     result = train(settings, engine=engine, progress=not args.no_progress, nodes=world,
                    resume=bool(args.resume), lr_choice=lr_choice, place=place,
-                   faults=faults)  # fmt: skip
+                   faults=faults, figures=False)  # fmt: skip
     engine.leave()
+    if result.out_dir is not None and not getattr(args, "no_plots", False):
+        # Drawn once this party has left: the others need nothing more from it.
+        from slate.training.outputs import draw_figures
+
+        draw_figures(result.out_dir)
     if result.refused is not None:  # the run folder is written: stop with the reason
         from slate.training.final_check import AverageRefused
 
