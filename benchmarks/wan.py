@@ -49,12 +49,25 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
                      "--on-party-loss", "stop"]),
     "base-2-sealed": ("base-2, H = 25, int8, sealed (`--roster`)",
                       ["--topology", "base-2", "--gossip-every", "25", "--compress", "int8"]),
+    "base-2-figures": ("base-2, H = 25, int8, figures drawn after leaving",
+                       ["--topology", "base-2", "--gossip-every", "25", "--compress", "int8",
+                        "--plots"]),
 }  # fmt: skip
 SEALED = {"base-2-sealed"}  # settings run under a roster: every site its key, signed and sealed
 DEFAULT_SETTINGS = ("ring", "base-2", "base-2-stop")
-#: Every site's flags (and the simulator's, with ``{rank}`` in the paths), setting apart.
-FLAGS = ["--dataset", "libsvm", "--features", "300", "--seed", "1", "--no-progress"]
+#: Every site's flags (and the simulator's, with ``{rank}`` in the paths), setting apart: no
+#: figures (``slate plot`` draws them on demand), but where a setting asks for them.
+FLAGS = ["--dataset", "libsvm", "--features", "300", "--seed", "1", "--no-progress",
+         "--no-plots"]  # fmt: skip
 PORT = 29600
+
+
+def site_flags(setting_flags: list[str]) -> list[str]:
+    """:data:`FLAGS` and then the setting's own; a setting's ``--plots`` (a marker, not a slate
+    flag) keeps the figures: it drops ``--no-plots`` and itself."""
+    if "--plots" not in setting_flags:
+        return [*FLAGS, *setting_flags]
+    return [f for f in FLAGS if f != "--no-plots"] + [f for f in setting_flags if f != "--plots"]
 
 
 def skip_reason() -> str | None:
@@ -113,8 +126,8 @@ def distributed_run(
     for r in range(sites):
         command = slate("train", "--rank", str(r), "--nodes", str(sites), "--rendezvous",
                         f"{RDV_ADDRESS}:{port}", "--external-store", "--train", "train.svm",
-                        "--test", "test.svm", *FLAGS, "--iterations", str(iterations),
-                        "--wan", wan, *flags, "--out", key)  # fmt: skip
+                        "--test", "test.svm", *site_flags(flags), "--iterations", str(iterations),
+                        "--wan", wan, "--out", key)  # fmt: skip
         if roster is not None:
             command += ["--roster", str(roster), "--key", f"{key}-site{r}.key"]
         options = {"role": f"site{r}", "cwd": root / f"site{r}", "env": env}
@@ -144,8 +157,8 @@ def simulator_run(root: Path, key: str, flags: list[str], iterations: int, sites
     out = root / f"sim-{key}"
     command = slate("train", "--engine", "simulator", "--nodes", str(sites),
                     "--train", str(root / "site{rank}" / "train.svm"),
-                    "--test", str(root / "site{rank}" / "test.svm"), *FLAGS,
-                    "--iterations", str(iterations), "--wan", wan, *flags,
+                    "--test", str(root / "site{rank}" / "test.svm"), *site_flags(flags),
+                    "--iterations", str(iterations), "--wan", wan,
                     "--out", str(out))  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -297,7 +310,8 @@ def section(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
         f"joined by `benchmarks/wan_testbed.py`: one-way delay {meta['delay_ms']:g} ms (RTT "
         f"{rtt:g} ms) and {meta['rate_mbit']:g} Mbit/s on every namespace's uplink. Every site: "
         f"`{' '.join(FLAGS)} --iterations {meta['iterations']} --wan "
-        f"{wan_flag(meta['delay_ms'], meta['rate_mbit'])}` and the setting's flags. *Training* is "
+        f"{wan_flag(meta['delay_ms'], meta['rate_mbit'])}` and the setting's flags (*figures "
+        "drawn after leaving*: without `--no-plots`). *Training* is "
         "the largest `wall_seconds` of the sites' `summary.json` (of which that site's "
         "`evaluation_seconds`, its federated test evaluations); *whole command* runs from "
         "starting the rendezvous to the exit of the last site. *Wire* bytes are the deltas of "
