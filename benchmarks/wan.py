@@ -34,7 +34,7 @@ from benchmarks.site_runs import Launch, run_sites
 from benchmarks.wan_exchange import exchange_rows, exchange_table
 from benchmarks.wan_testbed import RDV, RDV_ADDRESS, WanTestbed, counter_deltas, site_address
 from slate.communication.gossip import WanLink
-from slate.engines.base import all_reduce_round_trips
+from slate.engines.base import DIRECT_ROUND_TRIPS
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA_DIR = HERE.parent.parent / "shared" / "data"
@@ -173,10 +173,10 @@ def whole_estimate(summary: dict[str, Any], simulated: dict[str, Any], rtt_ms: f
     training estimate, the simulator's own work outside training (its whole command less its
     training: interpreter, imports, reading, outputs, with no wire at all), the store's round
     trips (``store_round_trips``), the collectives' before training
-    (``set_up_round_trips``) and the barrier before leaving (``N - 1``)."""
+    (``set_up_round_trips``) and the token exchange before leaving (one direct exchange)."""
     link = WanLink(rtt_ms, 1.0)
     local = max(0.0, simulated["whole_seconds"] - simulated["wall_seconds"])
-    teardown = all_reduce_round_trips(1, len(summary.get("members") or [0, 0]))
+    teardown = DIRECT_ROUND_TRIPS
     return link.whole_seconds(summary["estimated_wan_seconds"], local,
                               summary.get("store_round_trips", 0),
                               summary.get("set_up_round_trips", 0), teardown)  # fmt: skip

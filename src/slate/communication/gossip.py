@@ -112,7 +112,7 @@ class WanLink:
         the store's round trips of set-up and teardown (constant in N:
         :data:`slate.engines.base.SET_UP_STORE_ROUND_TRIPS`), and :math:`Q` the round trips of
         the collectives before training (the data agreement, the run settings) and after it
-        (the final average, the barrier before leaving)."""
+        (the final average, the token exchange before leaving)."""
         waits = store_round_trips + set_up_round_trips + teardown_round_trips
         return training_seconds + local_seconds + waits * self.rtt_ms / 1e3
 
