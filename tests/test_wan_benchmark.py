@@ -181,3 +181,11 @@ def test_the_exchange_model_is_round_trips_plus_bytes_at_the_line_rate():
 def test_the_exchange_table_shows_model_over_measured():
     rows = [{"probe": "p", "measured_ms": 200.0, "modelled_ms": 150.0}]
     assert wan_exchange.exchange_table(rows, 4)[-1] == "| p | 200.0 | 150.0 | 0.75x |"
+
+
+def test_sites_skip_the_figures_unless_the_setting_keeps_them():
+    plain = wan.site_flags(wan.SETTINGS["base-2"][1])
+    assert "--no-plots" in plain and plain[-6:] == wan.SETTINGS["base-2"][1]
+    kept = wan.site_flags(wan.SETTINGS["base-2-figures"][1])
+    assert "--no-plots" not in kept and "--plots" not in kept
+    assert kept == [f for f in plain if f != "--no-plots"]
