@@ -233,6 +233,17 @@ def deal(labels: np.ndarray, parties: int, seed: int) -> list[np.ndarray]:
     return [np.sort(np.array(p, dtype=np.int64)) for p in parts]
 
 
+_ONCE: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id -> (the array, kept alive; its mask)
+
+
+def occurs_once(x: np.ndarray) -> np.ndarray:
+    """Whether each row's feature vector occurs once in ``x`` (computed once per array)."""
+    if id(x) not in _ONCE:
+        _, inverse, counts = np.unique(x, axis=0, return_inverse=True, return_counts=True)
+        _ONCE[id(x)] = (x, counts[inverse.ravel()] == 1)
+    return _ONCE[id(x)][1]
+
+
 def unique_candidates(
     x: np.ndarray,
     y: np.ndarray,
@@ -243,8 +254,7 @@ def unique_candidates(
 ) -> dict[int, np.ndarray]:
     """Per class, up to ``per_class`` rows of ``part`` (``negatives`` for the negatives, when
     given) whose feature vector occurs once in ``x`` (a random choice when there are more)."""
-    _, inverse, counts = np.unique(x, axis=0, return_inverse=True, return_counts=True)
-    once = counts[inverse.ravel()] == 1
+    once = occurs_once(x)
     chosen = {}
     for c in (1, 0):
         rows = part[once[part] & (y[part] == c)]
