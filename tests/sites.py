@@ -21,9 +21,11 @@ from pathlib import Path
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HAVE_W7A = (SHARED / "w7a" / "w7a.t.gz").is_file()
 
+#: A site's flags in the multi-site tests; no figures (none of those tests reads one; the
+#: figures are tested in tests/training/test_figures.py and tests/metrics/test_plots.py).
 SITE_FLAGS = ["--train", "train.svm", "--test", "test.svm", "--out", "run", "--dataset",
               "libsvm", "--features", "300", "--seed", "1", "--no-progress", "--timeout", "30",
-              "--checkpoint-every", "100"]  # fmt: skip
+              "--checkpoint-every", "100", "--no-plots"]  # fmt: skip
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from slate.training.loop import train
 from tests.sites import descendants
 
 COMMON = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "50",
-          "--eval-every", "25", "--seed", "3", "--no-progress"]  # fmt: skip
+          "--eval-every", "25", "--seed", "3", "--no-progress", "--no-plots"]  # fmt: skip
 CASES = {
     "slate-gt": ["--algorithm", "slate", "--gradient-tracking"],
     "slate-m": ["--algorithm", "slate-m", "--alpha", "0.5"],

@@ -36,6 +36,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 FLAGS = ["--dataset", "digits", "--nodes", "3", "--topology", "ring", "--iterations", "120",
          "--eval-every", "40", "--checkpoint-every", "40", "--seed", "1", "--no-progress",
+         "--no-plots",
          "--timeout", "20"]  # fmt: skip
 SUBSET = [
     ("1@0:evaluation", 1, "during the first evaluation, before the first step"),
@@ -55,7 +56,8 @@ FULL = [
     )
 ]
 FREEZE_FLAGS = ["--dataset", "digits", "--nodes", "3", "--topology", "ring", "--eval-every",
-                "1000", "--checkpoint-every", "250", "--seed", "1", "--no-progress"]  # fmt: skip
+                "1000", "--checkpoint-every", "250", "--seed", "1", "--no-progress",
+                "--no-plots"]  # fmt: skip
 # (fault, --timeout, --iterations, what): silence_s = min(10, timeout / 2). A plain ``freeze``
 # lasts until the others' first checkpoint after it (train_with_fault wakes it), so over the
 # silence; it comes back at their next boundary (500 here, seen on two busy cores), well
@@ -143,7 +145,7 @@ def test_a_party_lost_at_this_moment_leaves_the_others_finishing(tmp_path, kill,
 # at 130, party 1 leaves party 0 blocked at step 149 while party 2 reaches step 199.
 LOCAL_STEPS_FLAGS = ["--dataset", "digits", "--nodes", "3", "--topology", "base-2",
                      "--gossip-every", "25", "--iterations", "300", "--eval-every", "100",
-                     "--checkpoint-every", "100", "--seed", "1", "--no-progress",
+                     "--checkpoint-every", "100", "--seed", "1", "--no-progress", "--no-plots",
                      "--timeout", "20"]  # fmt: skip
 INT8 = ("--compress", "int8")
 LOCAL_STEPS_SUBSET = [("1@130:step", ()), ("0@130:step", INT8)]

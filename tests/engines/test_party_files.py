@@ -43,7 +43,7 @@ def write_shards(root: Path, rows: int = 1200) -> None:
 
 
 TRAIN_FLAGS = ["--dataset", "libsvm", "--features", "300", "--iterations", "300",
-               "--topology", "ring", "--seed", "1", "--no-progress"]  # fmt: skip
+               "--topology", "ring", "--seed", "1", "--no-progress", "--no-plots"]  # fmt: skip
 
 
 @pytest.mark.processes

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 FLAGS = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "200",
-         "--eval-every", "50", "--seed", "2", "--no-progress", "--algorithm", "slate",
+         "--eval-every", "50", "--seed", "2", "--no-progress", "--no-plots", "--algorithm", "slate",
          "--gradient-tracking"]  # fmt: skip
 
 

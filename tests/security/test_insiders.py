@@ -39,6 +39,7 @@ HONEST = [r for r in range(SITES) if r != LIAR]
 FEATURES = 40  # CSV sites: the first 40 w7a features, a text column and a numeric one
 CSV_FLAGS = ["--dataset", "csv", "--train", "train.csv", "--test", "test.csv", "--label-column",
              "label", "--positive-label", "1", "--out", "run", "--seed", "1", "--no-progress",
+             "--no-plots",
              "--timeout", "30", "--checkpoint-every", "100"]  # fmt: skip
 
 

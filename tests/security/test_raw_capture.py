@@ -31,7 +31,7 @@ COLUMNS = [f"w7a_attribute_{j:03d}" for j in range(1, FEATURES + 1)]
 LABEL = "is_positive_case"
 FLAGS = ["--nodes", str(SITES), "--dataset", "csv", "--train", "train.csv", "--test",
          "test.csv", "--label-column", LABEL, "--positive-label", "1", "--out", "run", "--seed",
-         "1", "--no-progress", "--timeout", "30", "--iterations", "40", "--topology",
+         "1", "--no-progress", "--no-plots", "--timeout", "30", "--iterations", "40", "--topology",
          "ring"]  # fmt: skip
 
 

@@ -29,7 +29,7 @@ ITERATIONS = 500
 DELAY_S = 0.2
 FLAGS = [
     "--dataset", "digits", "--nodes", "4", "--iterations", str(ITERATIONS),
-    "--eval-every", "100", "--checkpoint-every", "25", "--seed", "1", "--no-progress",
+    "--eval-every", "100", "--checkpoint-every", "25", "--seed", "1", "--no-progress", "--no-plots",
 ]  # fmt: skip
 ALGORITHMS = {
     "slate": ["--algorithm", "slate", "--gradient-tracking"],
