@@ -31,7 +31,6 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 __all__ = ["SecretStream"]
 
 _INFO = b"slate dp test stream v1"
-_TOP_53 = (1 << 53) - 1
 
 
 class SecretStream:
