@@ -165,3 +165,35 @@ def test_the_launcher_passes_sigint_on_even_when_it_inherited_it_ignored(tmp_pat
     assert process.returncode == 130, stderr
     saved = sorted(out.glob("checkpoint-rank0-*.pt"))
     assert saved and "Traceback" not in stderr
+
+
+@pytest.mark.processes
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_stop_asked_at_one_party_stops_every_party_at_the_same_iteration(tmp_path):
+    """SIGTERM to one worker only: its stop flag reaches the others in the chunk's last gossip
+    rounds (base-2 carries the flags, slate.communication.flag_flood), and all four write their
+    last checkpoint at the same iteration and stop."""
+    out = tmp_path / "run"
+    launcher = subprocess.Popen(
+        slate_command("train", "--dataset", "digits", "--nodes", "4", "--topology", "base-2",
+                      "--gossip-every", "5", "--iterations", "1000000", "--eval-every", "100000",
+                      "--checkpoint-every", "40", "--no-progress", "--no-plots",
+                      "--engine", "distributed", "--out", str(out)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("checkpoint-rank2-*.pt")):
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.05)
+        ranks = _children(launcher.pid)
+        assert len(ranks) == 4, "the four workers did not start"
+        os.kill(ranks[2], signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode != 0 and "Traceback" not in stderr, stderr
+    last = {r: max(out.glob(f"checkpoint-rank{r}-*.pt")).name.rsplit("-", 1)[1] for r in range(4)}
+    assert len(set(last.values())) == 1, last
+    assert "lost" not in stderr, stderr

@@ -33,12 +33,14 @@ sequential exchanges (a gossip round is one; an exact average by ring all-reduce
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from slate.communication.flag_flood import FlagFlood
 from slate.communication.gossip import GossipSettings
 from slate.errors import ConfigError
 from slate.security.robust import MessageGuard
@@ -142,6 +144,26 @@ class Communicator(ABC):
         #: what the parties send (a test's attacker) (:mod:`slate.security.robust`); built once
         #: by the run. None: plain mixing, unwatched.
         self.guard = guard
+        #: The current chunk's plan for carrying the stop and join flags (:meth:`plan_flags`).
+        self.flags: FlagFlood | None = None
+
+    def plan_flags(self, start: int, end: int, snapshot: Callable[[], int]) -> None:
+        """The chunk of iterations ``[start, end)`` comes next: where its gossip rounds reach
+        every party, its last ones carry the stop and join flags (:mod:`slate.communication.
+        flag_flood`; ``snapshot``: this process's flags as bits, taken when the window opens),
+        and :meth:`carried_flags` gives them at ``end`` without an exchange of their own."""
+        self.flags = FlagFlood.plan(self.topology, self.settings.every, start, end, snapshot)
+
+    def forget_flags(self) -> None:
+        """Drop the chunk's plan (after a failed exchange: the flags take their own)."""
+        self.flags = None
+
+    def carried_flags(self, t: int) -> int | None:
+        """The flags every party agreed on through the gossip, at the end ``t`` of a planned
+        chunk (:meth:`plan_flags`), as bits; None: they need an exchange of their own."""
+        agreed = self.flags.agreed(t) if self.flags is not None else None
+        self.flags = None
+        return agreed
 
     def set_iteration(self, t: int) -> None:
         """Tell the communicator which iteration comes next."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from torch import Tensor
 
+from slate.communication.flag_flood import flag_bits
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.local_data import LocalData
@@ -265,19 +266,40 @@ class _Loop:
         run.party_set.snapshot(after_evaluation=True)
         for rank in run.party_set.apply_drops():
             self._announce_loss(rank, "--drop-party")
-        run.advance(_chunk_length(run))
+        length = _chunk_length(run)
+        self._plan_flags(t, t + length)
+        run.advance(length)
         self.bar.show()
         return None
+
+    def _plan_flags(self, start: int, end: int) -> None:
+        """Let the chunk's last gossip rounds carry the flags its end agrees on
+        (:meth:`slate.engines.base.Communicator.plan_flags`); the last chunk needs none."""
+        run = self.run
+        if end >= run.settings.algorithm.iterations:
+            run.comm.forget_flags()
+            return
+        boundary = end % run.settings.outputs.checkpoint_every == 0
+
+        def snapshot() -> int:
+            return flag_bits([run.stop_requested, boundary and run.engine.joins_requested()])
+
+        run.comm.plan_flags(start, end, snapshot)
 
     def _stop_or_checkpoint(self) -> None:
         """A stop is honoured after this iteration's evaluation, so none is ever skipped;
         returning parties are admitted after a checkpoint."""
         run, t = self.run, self.run.iteration
         boundary = t > 0 and t % run.settings.outputs.checkpoint_every == 0
-        # One small exchange: a stop asked anywhere, and whether any party's lookout saw a
-        # returning party ask to join (only then do the parties agree through the store).
-        asked = boundary and run.engine.joins_requested()
-        stopping, admitting = run.engine.any_of([run.stop_requested, asked])
+        # A stop asked anywhere, and whether any party's lookout saw a returning party ask to
+        # join (only then do the parties agree through the store): carried by the chunk's
+        # gossip where it reaches every party, else one small exchange.
+        carried = run.comm.carried_flags(t)
+        if carried is not None:
+            stopping, admitting = bool(carried & 1), bool(carried & 2)
+        else:
+            asked = boundary and run.engine.joins_requested()
+            stopping, admitting = run.engine.any_of([run.stop_requested, asked])
         if stopping or boundary:
             checkpoint.save_run(run, self.out, self.elapsed(), self.bar.enabled)
         if stopping:
@@ -314,6 +336,7 @@ class _Loop:
         others counted as lost while it was out of reach comes back by itself at their next
         checkpoint boundary (:meth:`slate.training.recovery.PartySet.rejoin_after_loss`)."""
         run = self.run
+        run.comm.forget_flags()  # (the survivors agree on the flags by an exchange)
         try:
             change = run.party_set.recover()
         except CountedLost as lost:

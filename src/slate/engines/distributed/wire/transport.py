@@ -123,13 +123,15 @@ class DistributedCommunicator(Communicator):
 
     def _swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
         """Send ``messages[k]`` to ``peers[k]`` and receive one message of the same size and type
-        from each, all at once (``batch_isend_irecv``)."""
-        if self.signals_leaving:  # one tagged copy per distinct message
-            tagged = {id(m): torch.cat([m, m.new_ones(1)]) for m in messages}
+        from each, all at once (``batch_isend_irecv``). A message may carry one last element
+        (:meth:`_trailer`): 0 for "I have left", else 1 plus the flags its sender has heard."""
+        trailer = self._trailer()
+        if trailer is not None:  # one tagged copy per distinct message
+            tagged = {id(m): torch.cat([m, m.new_full((1,), trailer)]) for m in messages}
             messages = [tagged[id(m)] for m in messages]
         self._message = (messages[0].numel(), messages[0].dtype)
         if self.wire is not None:
-            return self._sealed_swap(messages, peers)
+            return self._untagged(self._sealed_swap(messages, peers), trailer)
         received = [torch.empty_like(m) for m in messages]
         sends = [
             dist.P2POp(dist.isend, m, self._peer(p), self.group)
@@ -145,23 +147,38 @@ class DistributedCommunicator(Communicator):
         # parameters, and a send to it may otherwise block.
         for peer, work, buf in zip(peers, works[k:], received, strict=True):
             self.waiter.point_to_point(work, peer)
-            if self.signals_leaving and float(buf[-1]) == LEAVE:
-                raise ExchangeFailed(f"party {peer} of this generation left it")
+            self._check_left(peer, buf)
         for peer, work in zip(peers, works[:k], strict=True):
             self.waiter.point_to_point(work, peer)
-        return [buf[:-1] for buf in received] if self.signals_leaving else received
+        return self._untagged(received, trailer)
+
+    def _trailer(self) -> int | None:
+        """The last element of this iteration's messages: with recovery always (1 plus the
+        flags carried), else only in a window that carries flags
+        (:mod:`slate.communication.flag_flood`); None: no last element."""
+        carrying = self.flags is not None and self.flags.carries(self.iteration)
+        if not (self.signals_leaving or carrying):
+            return None
+        return 1 + (self.flags.outgoing(self.iteration) if carrying else 0)
+
+    def _check_left(self, peer: int, message: Tensor) -> None:
+        if self.signals_leaving and float(message[-1]) == LEAVE:
+            raise ExchangeFailed(f"party {peer} of this generation left it")
+
+    def _untagged(self, received: list[Tensor], trailer: int | None) -> list[Tensor]:
+        """The received messages without their last element; the flags it carries, heard."""
+        if trailer is None:
+            return received
+        if self.flags is not None:
+            for buf in received:
+                self.flags.arrived(self.iteration, int(buf[-1]) - 1)
+        return [buf[:-1] for buf in received]
 
     def _sealed_swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
         """:meth:`_swap` with every message sealed, and opened before anything reads it."""
         assert self.wire is not None
-
-        def check(peer: int, message: Tensor) -> None:
-            if self.signals_leaving and float(message[-1]) == LEAVE:
-                raise ExchangeFailed(f"party {peer} of this generation left it")
-
         pairs = list(zip(peers, messages, strict=True))
-        received = self.wire.swap(self.waiter, pairs, pairs, self.group, check)
-        return [buf[:-1] for buf in received] if self.signals_leaving else received
+        return self.wire.swap(self.waiter, pairs, pairs, self.group, self._check_left)
 
     def signal_leaving(self) -> None:
         """Send every neighbour (of any round) a leave message in place of the next one."""
