@@ -195,6 +195,16 @@ class TrainConfig:
         return values
 
 
+def default_checkpoint_every(iterations: int, gossip_every: int = 1) -> int:
+    """``--checkpoint-every``'s default: :math:`T/10`, rounded up to a whole number of gossip
+    rounds (``--gossip-every`` :math:`H`), at least one round. At each checkpoint the parties
+    agree on the stop and join flags, which the gossip rounds before it carry
+    (:mod:`slate.communication.flag_flood`); a checkpoint between two gossip rounds would cost
+    an exchange of its own."""
+    tenth = max(1, iterations // 10)
+    return gossip_every * max(1, -(-tenth // gossip_every))
+
+
 def resolve_config(config: TrainConfig, parameters: Mapping[str, Any] | None = None) -> TrainConfig:
     """Fill every ``None`` field from the dataset's defaults, then the generic ones: those of
     :data:`_GENERIC_DEFAULTS`, and ``parameters`` (flag name -> default of the algorithms' and
@@ -214,7 +224,9 @@ def resolve_config(config: TrainConfig, parameters: Mapping[str, Any] | None = N
     # eval_every and party_ap stay None here: their defaults depend on the test set's size,
     # which is known once the data is loaded (the run's plan, slate.training.plan).
     if resolved.checkpoint_every is None:
-        resolved.checkpoint_every = max(1, resolved.iterations // 10)
+        resolved.checkpoint_every = default_checkpoint_every(
+            resolved.iterations, resolved.gossip_every or 1
+        )
     if resolved.on_party_loss is None:  # docs/reliability.md: why continue, and why not on CUDA
         resolved.on_party_loss = "stop" if resolved.device.startswith("cuda") else "continue"
     return resolved

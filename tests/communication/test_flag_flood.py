@@ -13,7 +13,7 @@ from slate.communication.flag_flood import (
     flooding_start,
     gossip_iterations,
 )
-from slate.config import TrainConfig
+from slate.config import TrainConfig, default_checkpoint_every, resolve_config
 from slate.topology import build_topology
 from slate.training.loop import train
 
@@ -98,9 +98,10 @@ def test_a_run_whose_gossip_carries_the_flags_spends_no_exchange_on_them(tmp_pat
     carried = _run(tmp_path, "carried")
     monkeypatch.setattr(FlagFlood, "plan", classmethod(lambda cls, *args: None))
     exchanged = _run(tmp_path, "exchanged")
-    # Chunks end at 10, 20, 30, 40, 50: each a flags exchange of one round trip, unless carried
-    # (the one at iteration 0 is an exchange either way).
-    assert exchanged["collective_round_trips"] - carried["collective_round_trips"] == 5
+    # Chunks end at 10, 20, ..., 60: the flags at 0 and 30 ride in the evaluation's sum,
+    # those at 10, 20, 40 and 50 take a round trip each unless the gossip carries them (the
+    # end, 60, needs none).
+    assert exchanged["collective_round_trips"] - carried["collective_round_trips"] == 4
     assert carried["test_ap"] == exchanged["test_ap"]
 
 
@@ -108,3 +109,16 @@ def test_a_run_whose_gossip_carries_the_flags_spends_no_exchange_on_them(tmp_pat
 def test_flag_bits(bits):
     value = flag_bits(list(bits))
     assert [bool(value >> k & 1) for k in range(2)] == list(bits)
+
+
+@pytest.mark.parametrize(
+    ("iterations", "every", "expected"), [(2000, 1, 200), (2000, 25, 200), (50, 25, 25),
+                                          (50, 1, 5), (3, 1, 1), (1000, 30, 120)],
+)  # fmt: skip
+def test_the_default_checkpoint_interval_is_a_whole_number_of_gossip_rounds(
+    iterations, every, expected
+):
+    assert default_checkpoint_every(iterations, every) == expected
+    resolved = resolve_config(TrainConfig(dataset="digits", iterations=iterations,
+                                          gossip_every=every))  # fmt: skip
+    assert resolved.checkpoint_every == expected

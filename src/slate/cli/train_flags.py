@@ -313,7 +313,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "simulator on CPU with a model under 100k parameters and at least 20 000 iterations)",
     )
     run.add_argument(
-        "--checkpoint-every", type=int, help="iterations between checkpoints (default T/10)"
+        "--checkpoint-every",
+        type=int,
+        help="iterations between checkpoints (default T/10, rounded up to a multiple of "
+        "--gossip-every)",
     )
     run.add_argument(
         "--resume",

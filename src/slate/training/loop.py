@@ -281,7 +281,7 @@ class _Loop:
             return
         boundary = end % run.settings.outputs.checkpoint_every == 0
 
-        def snapshot() -> int:
+        def snapshot() -> int:  # (taken before the chunk's end: the boundary is the end's)
             return flag_bits([run.stop_requested, boundary and run.engine.joins_requested()])
 
         run.comm.plan_flags(start, end, snapshot)
@@ -293,13 +293,13 @@ class _Loop:
         boundary = t > 0 and t % run.settings.outputs.checkpoint_every == 0
         # A stop asked anywhere, and whether any party's lookout saw a returning party ask to
         # join (only then do the parties agree through the store): carried by the chunk's
-        # gossip where it reaches every party, else one small exchange.
-        carried = run.comm.carried_flags(t)
-        if carried is not None:
-            stopping, admitting = bool(carried & 1), bool(carried & 2)
+        # gossip where it reaches every party, or by this iteration's evaluation, else one
+        # small exchange.
+        agreed = run.agreed_flags(t)
+        if agreed is not None:
+            stopping, admitting = bool(agreed & 1), bool(agreed & 2)
         else:
-            asked = boundary and run.engine.joins_requested()
-            stopping, admitting = run.engine.any_of([run.stop_requested, asked])
+            stopping, admitting = run.engine.any_of(run.own_flags())
         if stopping or boundary:
             checkpoint.save_run(run, self.out, self.elapsed(), self.bar.enabled)
         if stopping:
@@ -337,6 +337,7 @@ class _Loop:
         checkpoint boundary (:meth:`slate.training.recovery.PartySet.rejoin_after_loss`)."""
         run = self.run
         run.comm.forget_flags()  # (the survivors agree on the flags by an exchange)
+        run.evaluated_flags = None
         try:
             change = run.party_set.recover()
         except CountedLost as lost:

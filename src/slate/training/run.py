@@ -29,6 +29,7 @@ from torch import Tensor
 
 from slate.algorithms import Algorithm, build_algorithm
 from slate.algorithms.compute import Batch, PartyCompute
+from slate.communication.flag_flood import flag_bits
 from slate.communication.gossip import gossip_settings
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
@@ -120,6 +121,8 @@ class Run:
         self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
         self.loss_steps = 0
         self.stop_requested = False  # set by SIGINT / SIGTERM
+        #: ``(iteration, bits)``: the flags summed in that iteration's evaluation (:meth:`evaluate`)
+        self.evaluated_flags: tuple[int, int] | None = None
         self._chunk_start: dict[str, Any] = self.sampler.state_dict()
         self._chunk_used = 0
         self.validated, self.n_validation = False, 0  # set by use_final_test
@@ -556,6 +559,23 @@ class Run:
         waits = self.network_state()[2]
         return max(0.0, elapsed - waits) / len(self.engine.local_parties)
 
+    def own_flags(self) -> list[bool]:
+        """This process's stop and join flags now: a stop asked here, and, at a checkpoint
+        boundary, whether its lookout saw a returning party ask to join."""
+        t, every = self.iteration, self.settings.outputs.checkpoint_every
+        boundary = t > 0 and t % every == 0
+        return [self.stop_requested, boundary and self.engine.joins_requested()]
+
+    def agreed_flags(self, t: int) -> int | None:
+        """The stop and join flags every party agreed on at iteration ``t`` without an exchange
+        of their own, as bits (:func:`slate.communication.flag_flood.flag_bits`): carried by the
+        chunk's gossip, or by the evaluation of iteration ``t``; None: they need one."""
+        carried = self.comm.carried_flags(t)
+        if carried is not None:
+            return carried
+        evaluated, self.evaluated_flags = self.evaluated_flags, None
+        return evaluated[1] if evaluated is not None and evaluated[0] == t else None
+
     def estimated_wan_seconds(self, elapsed: float, traffic: dict[str, float]) -> float:
         """``--wan``: one party's compute, plus one RTT per gossip round and per round trip of
         the other collectives, plus the busiest party's gossip and collective bytes at the
@@ -576,9 +596,12 @@ class Run:
         counters = [float(v) for v in self.comm.counters()]  # means over the local parties
         # --dp-epsilon: the training loss is not accounted: not sent (0), NaN in the history
         own_loss = 0.0 if self.private else float(self.loss_sum.sum())
-        riders = torch.tensor([own_loss, *counters], dtype=torch.float64)
+        flags = self.own_flags()
+        riders = torch.tensor([own_loss, *counters, *flags], dtype=torch.float64)
         values = self.evaluator.evaluate(self.x, self.iteration, riders)
-        summed, n = self.evaluator.summed_riders, self.engine.n_parties
+        summed, n = self.evaluator.summed_riders[: -len(flags)], self.engine.n_parties
+        asked = self.evaluator.summed_riders[-len(flags) :]
+        self.evaluated_flags = (self.iteration, flag_bits([bool(v > 0) for v in asked]))
         loss = math.nan if self.private else float(summed[0]) / (max(self.loss_steps, 1) * n)
         self.loss_sum = torch.zeros_like(self.loss_sum)  # not in place: snapshots hold it
         self.loss_steps = 0
