@@ -87,15 +87,17 @@ def test_binned_pr_curve_is_sklearns_on_the_bin_indices(case):
 
 
 def _one_exchange(case, riders=None):
-    """Each party's exchange as :class:`FederatedEvaluation` makes it, every call to ``total``
-    recorded; the recorded payloads summed over the parties are what the sum gives each."""
+    """Each party's exchange as :class:`FederatedEvaluation` makes it, every call to ``totals``
+    recorded (the counts are sent as integers); the recorded payloads summed over the parties
+    are what the sum gives each."""
     bins, blocks = case
     evaluation = FederatedEvaluation([], bins=bins)
     payloads: list[tuple[torch.Tensor, str]] = []
 
-    def total(value, what=""):
-        payloads.append((value.clone(), what))
-        return value
+    def total(parts, what=""):
+        assert parts[0].dtype == torch.int64 and parts[1].dtype == torch.float64
+        payloads.append((torch.cat([p.reshape(-1).to(torch.float64) for p in parts]), what))
+        return parts
 
     for s, y in blocks:
         evaluation.exchange(torch.tensor(s), torch.tensor(y), total, riders)

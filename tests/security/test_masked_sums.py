@@ -116,6 +116,41 @@ def test_float_sums_are_within_the_fixed_point_step_of_the_exact_sum():
     assert float(results[0][1]) == 123456.0 * 6 + 28
 
 
+def test_several_sums_in_one_exchange_each_in_its_own_type():
+    """The evaluation's counts (integers, one word each) and riders (floats) in one masked
+    exchange: each sum equals the plain one, the integers exactly, and the message one member
+    sends is one word per integer, two per float, and the float part's refusal count."""
+    n = 3
+    rng = np.random.default_rng(7)
+    counts = [torch.from_numpy(rng.integers(0, 500, size=(2, 64))) for _ in range(n)]
+    riders = [torch.from_numpy(rng.normal(0, 10, 5)) for _ in range(n)]
+    members = wires([0, 1, 2], Network())
+    sent: list[int] = []
+    gather = ThreadWire.gather
+
+    def counting_gather(self, waiter, value):
+        sent.append(value.numel())
+        return gather(self, waiter, value)
+
+    results: list[object] = [None] * n
+
+    def member(i):
+        results[i] = members[i].masked_sums(None, [counts[i], riders[i]], "evaluation")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ThreadWire, "gather", counting_gather)
+        threads = [threading.Thread(target=member, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert sent == [2 * 64 + 2 * 5 + 1] * n
+    for got_counts, got_riders in results:
+        assert got_counts.dtype == torch.int64 and torch.equal(got_counts, sum(counts))
+        assert got_riders.dtype == torch.float64
+        torch.testing.assert_close(got_riders, sum(riders), rtol=0, atol=1e-10)
+
+
 def test_a_model_average_matches_the_plain_float32_average_to_1e_6():
     n = 3
     torch.manual_seed(0)

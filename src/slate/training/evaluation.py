@@ -125,11 +125,12 @@ class Evaluation(ABC):
 
     @abstractmethod
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, riders: Tensor | None, tamper=None
+        self, logits: Tensor, labels: Tensor, totals, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
         """``(state, summed riders)``: what :meth:`metrics` needs, and ``riders`` (``float64``)
-        summed over all processes; ``tamper`` changes this process's counts before they are
-        sent (a lying party's, :mod:`slate.faults.lies`)."""
+        summed over all processes, in one exchange (``totals``:
+        :meth:`slate.engines.base.Engine.totals`); ``tamper`` changes this process's counts
+        before they are sent (a lying party's, :mod:`slate.faults.lies`)."""
 
     @abstractmethod
     def metrics(self, state: Any, is_main: bool) -> TestScores:
@@ -150,10 +151,10 @@ class PooledEvaluation(Evaluation):
     name = "pooled"
 
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, riders: Tensor | None, tamper=None
+        self, logits: Tensor, labels: Tensor, totals, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
         del tamper  # (every process holds every row: there are no counts to send)
-        return (logits, labels), (None if riders is None else total(riders, "evaluation"))
+        return (logits, labels), (None if riders is None else totals([riders], "evaluation")[0])
 
     def metrics(self, state: Any, is_main: bool) -> TestScores:
         logits, labels = state
@@ -184,15 +185,15 @@ class FederatedEvaluation(Evaluation):
         self.bins = bins
 
     def exchange(
-        self, logits: Tensor, labels: Tensor, total, riders: Tensor | None, tamper=None
+        self, logits: Tensor, labels: Tensor, totals, riders: Tensor | None, tamper=None
     ) -> tuple[Any, Tensor | None]:
         local = binned_counts(logits, labels, self.bins)  # float64: exact below 2^53 rows
         if tamper is not None:  # (a lying party's counts, slate.faults.lies)
             local = tamper(local)
         extra = riders.to(torch.float64).cpu() if riders is not None else local.new_zeros(0)
-        summed = total(torch.cat([local.reshape(-1), extra]), "evaluation")
-        counts = summed[: local.numel()].view_as(local)
-        return counts, (summed[local.numel() :] if riders is not None else None)
+        # The counts as integers: under a roster one masked word each, where a float takes two.
+        counts, summed = totals([local.round().to(torch.int64), extra], "evaluation")
+        return counts.to(torch.float64), (summed if riders is not None else None)
 
     def metrics(self, state: Any, is_main: bool) -> TestScores:
         del is_main
@@ -361,7 +362,7 @@ class Evaluator:
         (:func:`slate.data.declared.evaluation_count_problem`)."""
         engine = self.engine
         state, summed = self.evaluation.exchange(
-            logits, self.test_labels, engine.total, riders,
+            logits, self.test_labels, engine.totals, riders,
             lambda counts: self.lies.evaluation_counts(counts, iteration),
         )  # fmt: skip
         if self.expected_counts is not None and self.federated:

@@ -238,13 +238,26 @@ class SealedWire(DirectWire):
         :math:`2^{-40}` per term, in ``value``'s type and device. A value a member cannot
         carry (not finite, or beyond the fixed point's range) makes every member raise
         :class:`~slate.security.masking.MaskOverflow` naming ``what``."""
-        local = value.detach().cpu().numpy()
-        n = len(self.members)
-        words, bad = encode_sum(local, what, n)
-        masked = torch.from_numpy(self.sums.mask(words).view(np.int64)).to(value.device)
-        if self._tamper is not None and self._tamper.dies_in_sum():
-            self._die_after_sending_one(waiter, masked)
-        parts = self.gather(waiter, masked)
-        summed = MaskedSums.total([p.cpu().numpy() for p in parts])
-        total = decode_sum(summed, local, what, n, bad)
-        return torch.from_numpy(total).to(dtype=value.dtype, device=value.device)
+        return self.masked_sums(waiter, [value], what)[0]
+
+    def masked_sums(self, waiter: Any, values: list[Tensor], what: str) -> list[Tensor]:
+        """:meth:`masked_sum` of several tensors in one exchange: each encoded in its own type
+        (an integer in one word, a float in two and a refusal count), the words masked once."""
+        with self.exchange(what):
+            n = len(self.members)
+            locals_ = [value.detach().cpu().numpy() for value in values]
+            encoded = [encode_sum(local, what, n) for local in locals_]
+            words = np.concatenate([w for w, _ in encoded])
+            masked = torch.from_numpy(self.sums.mask(words).view(np.int64)).to(values[0].device)
+            if self._tamper is not None and self._tamper.dies_in_sum():
+                self._die_after_sending_one(waiter, masked)
+            parts = self.gather(waiter, masked)
+            summed = MaskedSums.total([p.cpu().numpy() for p in parts])
+            sizes = np.cumsum([len(w) for w, _ in encoded])[:-1]
+            out = []
+            for total, local, (_, bad), value in zip(
+                np.split(summed, sizes), locals_, encoded, values, strict=True
+            ):
+                decoded = torch.from_numpy(decode_sum(total, local, what, n, bad))
+                out.append(decoded.to(dtype=value.dtype, device=value.device))
+            return out
