@@ -60,6 +60,10 @@ DEFAULT_SETTINGS = ("ring", "base-2", "base-2-stop")
 FLAGS = ["--dataset", "libsvm", "--features", "300", "--seed", "1", "--no-progress",
          "--no-plots"]  # fmt: skip
 PORT = 29600
+LOCAL_MBIT = 10_000.0  # the testbed "without the WAN": no delay, and this rate
+#: What :func:`whole_from_local` reads from the first site's summary.
+SUMMARY_KEYS = ("estimated_wan_seconds", "compute_seconds", "store_round_trips",
+                "set_up_round_trips")  # fmt: skip
 
 
 def site_flags(setting_flags: list[str]) -> list[str]:
@@ -182,6 +186,24 @@ def whole_estimate(summary: dict[str, Any], simulated: dict[str, Any], rtt_ms: f
                               summary.get("set_up_round_trips", 0), teardown)  # fmt: skip
 
 
+def whole_from_local(summary: dict[str, Any], local_whole: float, rtt_ms: float) -> float:
+    """The whole command predicted from the same command run on the testbed without its WAN
+    (``local_whole``: no delay, no rate limit, the same processes sharing the same cores), plus
+    what the ``--wan`` estimate charges the network: the training's round trips and bytes
+    (``estimated_wan_seconds`` less ``compute_seconds``), and the set-up's and teardown's round
+    trips (:meth:`WanLink.whole_seconds` with no training and no local work)."""
+    network = summary["estimated_wan_seconds"] - summary["compute_seconds"]
+    link = WanLink(rtt_ms, 1.0)
+    outside = link.whole_seconds(
+        0.0,
+        0.0,
+        summary.get("store_round_trips", 0),
+        summary.get("set_up_round_trips", 0),
+        DIRECT_ROUND_TRIPS,
+    )
+    return local_whole + network + outside
+
+
 def result_row(label: str, run: dict[str, Any], simulated: dict[str, Any]) -> dict[str, Any]:
     """The numbers of one setting, from its distributed run and its simulator run."""
     summaries, wire = run["summaries"], run["wire"]
@@ -211,6 +233,7 @@ def result_row(label: str, run: dict[str, Any], simulated: dict[str, Any]) -> di
         "simulator_evaluation_seconds": simulated["evaluation_seconds"],
         "simulator_test_ap": simulated["test_ap"],
         "test_ap": [s["test_ap"] for s in summaries],
+        "first_summary": {key: first.get(key) for key in SUMMARY_KEYS},
     }
 
 
@@ -255,13 +278,19 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         )
     if any(row.get("estimated_whole_seconds") for row in rows):
         lines += ["", "| setting | whole command (s) | `--wan` estimate of the whole command (s) "
-                  "| estimate / measured |", "|---|---|---|---|"]  # fmt: skip
+                  "| estimate / measured | the same command without the WAN (s) | it plus what "
+                  "the estimate charges the network (s) | that / measured |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
         for row in rows:
-            guess = row.get("estimated_whole_seconds")
+            guess, local = row.get("estimated_whole_seconds"), row.get("local_whole_seconds")
+            from_local = row.get("whole_from_local_seconds")
             lines.append(
                 f"| {row['setting']} | {row['whole_seconds']:.1f} | "
                 f"{'n/a' if guess is None else f'{guess:.1f}'} | "
-                f"{ratio(guess, row['whole_seconds'])} |"
+                f"{ratio(guess, row['whole_seconds'])} | "
+                f"{'n/a' if local is None else f'{local:.1f}'} | "
+                f"{'n/a' if from_local is None else f'{from_local:.1f}'} | "
+                f"{ratio(from_local, row['whole_seconds'])} |"
             )
     if len(rows) > 1:
         base = rows[0]
@@ -332,9 +361,11 @@ def wan_benchmark(
     data_dir: Path, iterations: int = ITERATIONS, sites: int = SITES,
     delay_ms: float = DELAY_MS, rate_mbit: float = RATE_MBIT,
     settings: Sequence[str] = DEFAULT_SETTINGS, raw_json: Path | None = None,
+    local: bool = True,
 ) -> list[str] | None:  # fmt: skip
     """Run every setting over a fresh testbed and return the section's lines; None (after
-    printing one line) where this machine cannot build the testbed."""
+    printing one line) where this machine cannot build the testbed. With ``local``, each
+    setting runs again on a testbed without delay or rate limit (:func:`whole_from_local`)."""
     reason = skip_reason()
     if reason is not None:
         print(reason, flush=True)
@@ -361,6 +392,16 @@ def wan_benchmark(
                 rows.append(result_row(label, run, simulated))
                 print(table(rows[-1:])[-1], file=sys.stderr, flush=True)
             meta["emulator"] = bed.stats()
+        if local:  # the same commands with no delay and no rate limit, on the same cores
+            with WanTestbed(sites, 0.0, LOCAL_MBIT) as bed:
+                for k, (key, row) in enumerate(zip(settings, rows, strict=True)):
+                    label, flags = SETTINGS[key]
+                    run = distributed_run(bed, root, key, flags, iterations, PORT + 50 + k,
+                                          wan, limit)  # fmt: skip
+                    row["local_whole_seconds"] = run["whole_seconds"]
+                    row["whole_from_local_seconds"] = whole_from_local(
+                        row["first_summary"], run["whole_seconds"], 2 * delay_ms
+                    )
     lines = section(rows, meta)
     if raw_json is not None:
         raw_json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -382,6 +423,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--settings", default=",".join(DEFAULT_SETTINGS),
                        help=f"comma-separated, of: {', '.join(SETTINGS)}")  # fmt: skip
     group.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
+    group.add_argument("--no-local", action="store_true",
+                       help="skip the runs without the WAN (the estimate from them)")  # fmt: skip
 
 
 def run_from_options(args: argparse.Namespace, data_dir: Path, quick: bool) -> list[str] | None:
@@ -390,7 +433,7 @@ def run_from_options(args: argparse.Namespace, data_dir: Path, quick: bool) -> l
     iterations = args.iterations or (400 if quick else ITERATIONS)
     settings = [key.strip() for key in args.settings.split(",") if key.strip()]
     return wan_benchmark(data_dir, iterations, args.sites, args.delay_ms, args.rate_mbit,
-                         settings, args.json)  # fmt: skip
+                         settings, args.json, not args.no_local)  # fmt: skip
 
 
 def main() -> None:

@@ -189,3 +189,16 @@ def test_sites_skip_the_figures_unless_the_setting_keeps_them():
     kept = wan.site_flags(wan.SETTINGS["base-2-figures"][1])
     assert "--no-plots" not in kept and "--plots" not in kept
     assert kept == [f for f in plain if f != "--no-plots"]
+
+
+def test_the_whole_command_from_a_run_without_the_wan_adds_what_the_estimate_charges_it():
+    """The same command with no delay (local), plus the training's network share of its
+    estimate (estimate less compute) and an RTT per store and set-up round trip and one for the
+    token exchange before leaving."""
+    summary = {"estimated_wan_seconds": 12.0, "compute_seconds": 3.0, "store_round_trips": 16,
+               "set_up_round_trips": 3}  # fmt: skip
+    assert wan.whole_from_local(summary, 7.5, 80.0) == pytest.approx(7.5 + 9.0 + 0.08 * 20)
+    rows = [_row("base-2", 25.0, 1e6, 2e5)]
+    rows[0].update(estimated_whole_seconds=20.0, local_whole_seconds=7.5,
+                   whole_from_local_seconds=27.0)  # fmt: skip
+    assert "| base-2 | 30.0 | 20.0 | 0.67x | 7.5 | 27.0 | 0.90x |" in wan.table(rows)

@@ -34,7 +34,6 @@ from typing import Any
 
 from torch import Tensor
 
-from slate.communication.flag_flood import flag_bits
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
 from slate.data.local_data import LocalData
@@ -94,7 +93,7 @@ def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
         "rounds": traffic["rounds"],
         "comm_bytes_per_party": traffic["comm_bytes_per_party"],
         "eval_bytes_per_party": run.evaluator.sent_bytes,
-        "estimated_wan_seconds": run.estimated_wan_seconds(elapsed, traffic),
+        "estimated_wan_seconds": run.network.estimated_wan_seconds(elapsed, traffic, run.comm),
     }
 
 
@@ -267,24 +266,10 @@ class _Loop:
         for rank in run.party_set.apply_drops():
             self._announce_loss(rank, "--drop-party")
         length = _chunk_length(run)
-        self._plan_flags(t, t + length)
+        run.stop_flags.plan_chunk(t, t + length)
         run.advance(length)
         self.bar.show()
         return None
-
-    def _plan_flags(self, start: int, end: int) -> None:
-        """Let the chunk's last gossip rounds carry the flags its end agrees on
-        (:meth:`slate.engines.base.Communicator.plan_flags`); the last chunk needs none."""
-        run = self.run
-        if end >= run.settings.algorithm.iterations:
-            run.comm.forget_flags()
-            return
-        boundary = end % run.settings.outputs.checkpoint_every == 0
-
-        def snapshot() -> int:  # (taken before the chunk's end: the boundary is the end's)
-            return flag_bits([run.stop_requested, boundary and run.engine.joins_requested()])
-
-        run.comm.plan_flags(start, end, snapshot)
 
     def _stop_or_checkpoint(self) -> None:
         """A stop is honoured after this iteration's evaluation, so none is ever skipped;
@@ -292,14 +277,8 @@ class _Loop:
         run, t = self.run, self.run.iteration
         boundary = t > 0 and t % run.settings.outputs.checkpoint_every == 0
         # A stop asked anywhere, and whether any party's lookout saw a returning party ask to
-        # join (only then do the parties agree through the store): carried by the chunk's
-        # gossip where it reaches every party, or by this iteration's evaluation, else one
-        # small exchange.
-        agreed = run.agreed_flags(t)
-        if agreed is not None:
-            stopping, admitting = bool(agreed & 1), bool(agreed & 2)
-        else:
-            stopping, admitting = run.engine.any_of(run.own_flags())
+        # join (only then do the parties agree through the store; slate.training.stop_flags).
+        stopping, admitting = run.stop_flags.agree(t)
         if stopping or boundary:
             checkpoint.save_run(run, self.out, self.elapsed(), self.bar.enabled)
         if stopping:
@@ -336,8 +315,7 @@ class _Loop:
         others counted as lost while it was out of reach comes back by itself at their next
         checkpoint boundary (:meth:`slate.training.recovery.PartySet.rejoin_after_loss`)."""
         run = self.run
-        run.comm.forget_flags()  # (the survivors agree on the flags by an exchange)
-        run.evaluated_flags = None
+        run.stop_flags.forget()  # (the survivors agree on the flags by an exchange)
         try:
             change = run.party_set.recover()
         except CountedLost as lost:
@@ -526,7 +504,7 @@ def _drive(
     say(f"{settings.algorithm.name} on {parties(plan.nodes)} ({run.engine.name}), {network}, "
         f"{settings.algorithm.iterations} iterations")  # fmt: skip
     offset = 0.0
-    run.start_network_clock()
+    run.network.start()
     if returning:
         run.party_set.admit(run.engine.rejoin(), own)
         log(f"party {run.engine.rank} rejoined the run at iteration {run.iteration}")

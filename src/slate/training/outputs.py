@@ -283,11 +283,11 @@ def build_summary(
         "party_ap_max": max(party_aps, default=None),
         "consensus_distance": final["consensus_distance"],
         "wall_seconds": wall,
-        "compute_seconds": run.compute_seconds(wall),  # one party's, without network waits
-        "wait_seconds": run.network_state()[2],  # this process's waits for communication
-        "collective_round_trips": run.network_state()[1],  # the estimate's Q, since the start
+        "compute_seconds": run.network.compute_seconds(wall),  # one party's, without network waits
+        "wait_seconds": run.network.state()[2],  # this process's waits for communication
+        "collective_round_trips": run.network.state()[1],  # the estimate's Q, since the start
         # before training (the data agreement, the run settings), and the store's (constant)
-        "set_up_round_trips": run.set_up_round_trips(),
+        "set_up_round_trips": run.network.set_up_round_trips(),
         "store_round_trips": run.engine.store_round_trips,
         "evaluation_seconds": run.evaluator.seconds,
         "eval_bytes_per_party": run.evaluator.sent_bytes,

@@ -29,7 +29,6 @@ from torch import Tensor
 
 from slate.algorithms import Algorithm, build_algorithm
 from slate.algorithms.compute import Batch, PartyCompute
-from slate.communication.flag_flood import flag_bits
 from slate.communication.gossip import gossip_settings
 from slate.config import TrainConfig
 from slate.data.datasets import Dataset
@@ -52,9 +51,11 @@ from slate.training.agreement import FINGERPRINT_SHAPE, check_same_run, run_fing
 from slate.training.checks import should_compile
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.evaluation import Evaluator, mean_buffers
+from slate.training.network_clock import NetworkClock
 from slate.training.plan import Choices, Place, RunPlan, choose, plan
 from slate.training.recovery import PartySet
 from slate.training.state import TrainingState
+from slate.training.stop_flags import StopFlags
 
 __all__ = ["Run"]
 
@@ -121,8 +122,7 @@ class Run:
         self.loss_sum = torch.zeros(self.n_local, device=self.device)  # since the last evaluation
         self.loss_steps = 0
         self.stop_requested = False  # set by SIGINT / SIGTERM
-        #: ``(iteration, bits)``: the flags summed in that iteration's evaluation (:meth:`evaluate`)
-        self.evaluated_flags: tuple[int, int] | None = None
+        self.stop_flags = StopFlags(self)  # agreed at each chunk's end
         self._chunk_start: dict[str, Any] = self.sampler.state_dict()
         self._chunk_used = 0
         self.validated, self.n_validation = False, 0  # set by use_final_test
@@ -228,6 +228,7 @@ class Run:
         comm = self.settings.communication
         self.gossip = gossip_settings(comm, self.topology, self.x.shape[1])
         self.wan = comm.wan
+        self.network = NetworkClock(self.engine, self.wan)  # what training waits for
         local = self.engine.local_parties
         attacker = self.fault_plan.attacker(local, self.compute.layout.last_linear(self.model))
         # the watch on received values, or --robust clip; a test's attacker sends through it
@@ -429,7 +430,7 @@ class Run:
             **self.training_state().to_checkpoint(),
             "evaluation_seconds": self.evaluator.seconds,
             "evaluation_bytes": self.evaluator.sent_bytes,
-            "network": self.network_state(),
+            "network": self.network.state(),
             "communicator": self.comm.state_dict(),
             "guard": self.guard.state_dict(),
             "config": self.flags.to_dict(),
@@ -453,7 +454,7 @@ class Run:
         self.restore(TrainingState.from_checkpoint(state))
         self.evaluator.seconds = state.get("evaluation_seconds", 0.0)
         self.evaluator.sent_bytes = state.get("evaluation_bytes", 0.0)
-        self.start_network_clock(state.get("network"))
+        self.network.start(state.get("network"))
         self.comm.load_state_dict(state.get("communicator", {}))
         self.guard.load_state_dict(state.get("guard", {}), like=self.x)
         self.party_set.party_events = list(state.get("party_events", []))
@@ -533,75 +534,17 @@ class Run:
         names = ("comm_bytes_per_party", "messages_per_party", "rounds")
         return dict(zip(names, local.tolist(), strict=True))
 
-    def start_network_clock(self, recorded: list[float] | None = None) -> None:
-        """From now on, count the training's collectives (bytes, round trips) and waits
-        (``recorded``: those of the run before a resume, from :meth:`network_state`)."""
-        engine = self.engine
-        now = (float(engine.collective_bytes), engine.collective_round_trips, engine.wait_seconds)
-        before = recorded or [0.0, 0.0, 0.0]
-        self._network_start = [a - b for a, b in zip(now, before, strict=True)]
-
-    def set_up_round_trips(self) -> float:
-        """Round trips of the collectives before training (this process's start or resume)."""
-        return float(getattr(self, "_network_start", [0.0, 0.0, 0.0])[1])
-
-    def network_state(self) -> list[float]:
-        """The training's collective bytes, their round trips and its communication waits."""
-        engine = self.engine
-        now = (float(engine.collective_bytes), engine.collective_round_trips, engine.wait_seconds)
-        start = getattr(self, "_network_start", [0.0, 0.0, 0.0])
-        return [a - b for a, b in zip(now, start, strict=True)]
-
-    def compute_seconds(self, elapsed: float) -> float:
-        """One party's compute in ``elapsed`` seconds of training: its wall time less its
-        waits for communication, shared among the parties this process runs (the simulator
-        runs all N: one party's share is ``1 / N`` of its time)."""
-        waits = self.network_state()[2]
-        return max(0.0, elapsed - waits) / len(self.engine.local_parties)
-
-    def own_flags(self) -> list[bool]:
-        """This process's stop and join flags now: a stop asked here, and, at a checkpoint
-        boundary, whether its lookout saw a returning party ask to join."""
-        t, every = self.iteration, self.settings.outputs.checkpoint_every
-        boundary = t > 0 and t % every == 0
-        return [self.stop_requested, boundary and self.engine.joins_requested()]
-
-    def agreed_flags(self, t: int) -> int | None:
-        """The stop and join flags every party agreed on at iteration ``t`` without an exchange
-        of their own, as bits (:func:`slate.communication.flag_flood.flag_bits`): carried by the
-        chunk's gossip, or by the evaluation of iteration ``t``; None: they need one."""
-        carried = self.comm.carried_flags(t)
-        if carried is not None:
-            return carried
-        evaluated, self.evaluated_flags = self.evaluated_flags, None
-        return evaluated[1] if evaluated is not None and evaluated[0] == t else None
-
-    def estimated_wan_seconds(self, elapsed: float, traffic: dict[str, float]) -> float:
-        """``--wan``: one party's compute, plus one RTT per gossip round and per round trip of
-        the other collectives, plus the busiest party's gossip and collective bytes at the
-        link's bandwidth (:meth:`slate.communication.gossip.WanLink.seconds`); NaN without
-        ``--wan``."""
-        if self.wan is None:
-            return math.nan
-        collective_bytes, round_trips, _ = self.network_state()
-        exchanged = traffic["comm_bytes_per_party"] * self.comm.busiest_share
-        return self.wan.seconds(
-            self.compute_seconds(elapsed), traffic["rounds"], exchanged, round_trips,
-            collective_bytes,
-        )  # fmt: skip
-
     def evaluate(self) -> tuple[dict[str, float], float, dict[str, float]]:
         """The evaluation of this iteration, the mean training loss since the last one and the
         mean traffic: the loss and the counters ride in the evaluation's own exchange."""
         counters = [float(v) for v in self.comm.counters()]  # means over the local parties
         # --dp-epsilon: the training loss is not accounted: not sent (0), NaN in the history
         own_loss = 0.0 if self.private else float(self.loss_sum.sum())
-        flags = self.own_flags()
+        flags = self.stop_flags.riders()  # (they ride in the evaluation's sum)
         riders = torch.tensor([own_loss, *counters, *flags], dtype=torch.float64)
         values = self.evaluator.evaluate(self.x, self.iteration, riders)
         summed, n = self.evaluator.summed_riders[: -len(flags)], self.engine.n_parties
-        asked = self.evaluator.summed_riders[-len(flags) :]
-        self.evaluated_flags = (self.iteration, flag_bits([bool(v > 0) for v in asked]))
+        self.stop_flags.evaluated_sums(self.evaluator.summed_riders[-len(flags) :])
         loss = math.nan if self.private else float(summed[0]) / (max(self.loss_steps, 1) * n)
         self.loss_sum = torch.zeros_like(self.loss_sum)  # not in place: snapshots hold it
         self.loss_steps = 0
