@@ -112,16 +112,18 @@ def wan_flag(delay_ms: float, rate_mbit: float) -> str:
 
 def distributed_run(
     bed: WanTestbed, root: Path, key: str, flags: list[str], iterations: int, port: int,
-    wan: str, limit: float,
+    wan: str, limit: float, name: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One run over the testbed: ``slate rendezvous`` in the rendezvous namespace, then every
     site's ``slate train --rank R --external-store``, all started at once. Returns the whole
     command's time (start of the rendezvous to the exit of the last site), every site's
     summary, and each namespace's ``wan0`` counter deltas; raises ``RuntimeError`` with every
-    process's stderr if one fails or the run takes over ``limit`` seconds."""
+    process's stderr if one fails or the run takes over ``limit`` seconds. ``name`` (default
+    ``key``) names its keys, run folders and logs."""
     sites = len(bed.addresses) - 1
     env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}  # slate picks wan0
-    roster = make_roster(root, sites, key) if key in SEALED else None
+    sealed, key = key in SEALED, name or key
+    roster = make_roster(root, sites, key) if sealed else None
     serve = slate("rendezvous", "--host", RDV_ADDRESS, "--port", str(port),
                   *(["--roster", str(roster)] if roster else []))  # fmt: skip
     rendezvous = Launch("slate rendezvous", serve, root / f"{key}-rendezvous.err",
@@ -397,7 +399,7 @@ def wan_benchmark(
                 for k, (key, row) in enumerate(zip(settings, rows, strict=True)):
                     label, flags = SETTINGS[key]
                     run = distributed_run(bed, root, key, flags, iterations, PORT + 50 + k,
-                                          wan, limit)  # fmt: skip
+                                          wan, limit, f"{key}-local")  # fmt: skip
                     row["local_whole_seconds"] = run["whole_seconds"]
                     row["whole_from_local_seconds"] = whole_from_local(
                         row["first_summary"], run["whole_seconds"], 2 * delay_ms

@@ -151,6 +151,50 @@ def test_several_sums_in_one_exchange_each_in_its_own_type():
         torch.testing.assert_close(got_riders, sum(riders), rtol=0, atol=1e-10)
 
 
+def test_the_parameters_average_goes_in_one_word_a_value_and_refuses_what_it_cannot_carry():
+    """``narrow`` (the parameters' average, NarrowFixedPoint): one masked word per value and
+    the refusal count, each sum within N 2^-33 of the exact one; a parameter beyond
+    2^31 / N is refused by every member."""
+    n = 3
+    torch.manual_seed(1)
+    models = [torch.randn(500) * 10 for _ in range(n)]
+    models[1][0] = 3e-7  # below float32's rounding where the step is finer
+    members = wires([0, 1, 2], Network())
+    sent: list[int] = []
+    gather = ThreadWire.gather
+
+    def counting_gather(self, waiter, value):
+        sent.append(value.numel())
+        return gather(self, waiter, value)
+
+    def run_narrow(values):
+        results: list[object] = [None] * n
+
+        def member(i):
+            try:
+                results[i] = members[i].reduce(None, values[i], "sum", "average", narrow=True)
+            except Exception as err:  # the test looks at each member's outcome
+                results[i] = err
+
+        threads = [threading.Thread(target=member, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return results
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ThreadWire, "gather", counting_gather)
+        results = run_narrow(models)
+    assert sent == [500 + 1] * n
+    exact = np.sum([m.numpy().astype(np.float64) for m in models], axis=0)
+    for got in results:
+        assert got.dtype == torch.float32 and torch.equal(got, results[0])
+        assert np.abs(got.numpy().astype(np.float64) - exact).max() <= n * 2.0**-33 + 1e-5
+    models[2][3] = 2.0**31 / n  # beyond the range
+    assert all(isinstance(r, MaskOverflow) for r in run_narrow(models))
+
+
 def test_a_model_average_matches_the_plain_float32_average_to_1e_6():
     n = 3
     torch.manual_seed(0)

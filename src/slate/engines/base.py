@@ -323,6 +323,11 @@ class Engine(ABC):
     def mean(self, x: Tensor) -> Tensor:
         """The mean over all N parties of the local rows ``x (P, ...)``, on every process."""
 
+    def mean_parameters(self, x: Tensor) -> Tensor:
+        """:meth:`mean` of the parties' parameters (an engine may carry them more compactly:
+        under a roster the distributed engine masks them in one word a value)."""
+        return self.mean(x)
+
     @abstractmethod
     def total(self, value: Tensor, what: str = "") -> Tensor:
         """The sum over all processes of a local tensor; ``what`` names the sum."""

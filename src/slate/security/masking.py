@@ -26,9 +26,11 @@ hidden (each learns the other's input from the total and its own).
   value whose encoding, times the number of sites, would not fit in 63 bits is refused with
   :class:`MaskOverflow` (naming the quantity), never wrapped into a wrong sum.
   :class:`WideFixedPoint` carries a float in two words (:data:`SPLIT` low bits apart), so that
-  40 fractional bits still leave a range of :math:`\pm 2^{63}/N` (a model average exact to
-  :math:`10^{-12}`, column sums of squares in the :math:`10^{17}` s), with one more word that
-  counts the values a site could not encode: the sum is then refused on every site alike.
+  40 fractional bits still leave a range of :math:`\pm 2^{63}/N` (column sums of squares in the
+  :math:`10^{17}` s, the buffers' averages), with one more word that counts the values a site
+  could not encode: the sum is then refused on every site alike. The parameters' average, whose
+  float32 values hold 24 significant bits, goes in one word (:class:`NarrowFixedPoint`: 32
+  fractional bits, a range of :math:`\pm 2^{31}/N`), at half the bytes.
 * **A sum** (:func:`masked_words`, :func:`summed_words`): a site encodes its tensor, adds its
   mask, and sends the masked words to every member; each member adds every member's words (its
   own included) modulo :math:`2^{64}` and decodes: every member gets the same bits.
@@ -52,10 +54,12 @@ from slate.errors import SlateError
 __all__ = [
     "FLOAT_BITS",
     "MASK_FORMAT",
+    "PARAMETER_BITS",
     "SPLIT",
     "FixedPoint",
     "MaskOverflow",
     "MaskedSums",
+    "NarrowFixedPoint",
     "WideFixedPoint",
     "decode_sum",
     "encode_sum",
@@ -71,6 +75,7 @@ WORD = np.dtype("<u8")
 LIMIT_BITS = 63  # a sum of encoded values must stay below 2^63 in magnitude
 SPLIT = 40  # the low word of a wide value holds its 40 lowest bits (N * 2^40 < 2^63)
 FLOAT_BITS = 40  # fractional bits of every float summed under masks (a step of 9.1e-13)
+PARAMETER_BITS = 32  # ... but the parameters' average's, in one word (a step of 2.3e-10)
 
 
 class MaskOverflow(SlateError):
@@ -192,6 +197,7 @@ class WideFixedPoint:
 
     name: str
     bits: int = FLOAT_BITS
+    range_bits: int = LIMIT_BITS + SPLIT  # a value's encoding stays below 2^range_bits / N
 
     def encode(self, values: np.ndarray, parties: int) -> tuple[np.ndarray, np.ndarray]:
         """``(words, bad)``: the ``2 n`` words (high words, then low words) of ``values``, and
@@ -217,7 +223,7 @@ class WideFixedPoint:
 
     def refusal(self, local: np.ndarray, bad: np.ndarray, refused: int, parties: int) -> str:
         """The paragraph of a refused sum: ``refused`` values in all (``bad``: this site's)."""
-        range_ = math.ldexp(1.0, LIMIT_BITS + SPLIT - self.bits) / max(parties, 1)
+        range_ = math.ldexp(1.0, self.range_bits - self.bits) / max(parties, 1)
         if bad.any():
             value = float(np.asarray(local, dtype=np.float64).reshape(-1)[np.flatnonzero(bad)[0]])
             where = f"this site's {self.name} holds {value!r}"
@@ -232,23 +238,61 @@ class WideFixedPoint:
         )
 
 
-def encode_sum(values: np.ndarray, name: str, parties: int) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class NarrowFixedPoint(WideFixedPoint):
+    r"""A float quantity in fixed point in one word: :math:`s = \mathrm{round}(x\,2^{b})`
+    with :data:`PARAMETER_BITS` fractional bits, each :math:`|s| < 2^{63}/N`: a range of
+    :math:`\pm 2^{63-b}/N` (:math:`b = 32`: :math:`\pm 2.1 \cdot 10^9/N`). For the parameters'
+    average, whose float32 values hold 24 significant bits: the step :math:`2^{-32}` is finer than
+    float32's rounding of any value above :math:`2^{-9}` in magnitude, at half the bytes of
+    :class:`WideFixedPoint`. A parameter beyond the range refuses the sum on every site."""
+
+    bits: int = PARAMETER_BITS
+    range_bits: int = LIMIT_BITS
+
+    def encode(self, values: np.ndarray, parties: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(words, bad)``: one word per value, and the mask of the values that cannot be
+        carried (not finite, or beyond the range), which are encoded as 0."""
+        scaled = np.rint(
+            np.asarray(values, dtype=np.float64).reshape(-1) * math.ldexp(1.0, self.bits)
+        )
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(scaled) | (
+                np.abs(scaled) >= math.ldexp(1.0, LIMIT_BITS) / max(parties, 1)
+            )
+        scaled[bad] = 0.0
+        return scaled.astype(np.int64), bad
+
+    def decode(self, total: np.ndarray) -> np.ndarray:
+        """The float64 sums from the summed words."""
+        return np.asarray(total, dtype=np.int64).astype(np.float64) * math.ldexp(1.0, -self.bits)
+
+
+def _codec(name: str, narrow: bool) -> WideFixedPoint:
+    return NarrowFixedPoint(name) if narrow else WideFixedPoint(name)
+
+
+def encode_sum(
+    values: np.ndarray, name: str, parties: int, narrow: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """The words a site masks for one sum of ``values``, and the mask of its values that cannot
     be carried (all False for integers).
 
     Integers (any integer or bool dtype): ``int64`` words, exact, summed modulo :math:`2^{64}`
-    as a plain ``int64`` sum wraps. Floats: :class:`WideFixedPoint` words followed by one word,
-    the count of values this site could not carry."""
+    as a plain ``int64`` sum wraps. Floats: :class:`WideFixedPoint` words (with ``narrow``,
+    :class:`NarrowFixedPoint`'s) followed by one word, the count of values this site could not
+    carry."""
     array = np.asarray(values)
     if array.dtype.kind in "biu":
         return array.astype(np.int64).reshape(-1), np.zeros(array.size, dtype=bool)
-    words, bad = WideFixedPoint(name).encode(array, parties)
+    words, bad = _codec(name, narrow).encode(array, parties)
     return np.concatenate([words, np.array([int(bad.sum())], dtype=np.int64)]), bad
 
 
 def decode_sum(
-    total: np.ndarray, like: np.ndarray, name: str, parties: int, bad: np.ndarray
-) -> np.ndarray:
+    total: np.ndarray, like: np.ndarray, name: str, parties: int, bad: np.ndarray,
+    narrow: bool = False,
+) -> np.ndarray:  # fmt: skip
     """The sum (float64 for floats, ``int64`` for integers, ``like``'s shape) from the summed
     words of :func:`encode_sum`; :class:`MaskOverflow` on every site alike when any site could
     not carry one of its values (``bad``: this site's own)."""
@@ -256,7 +300,7 @@ def decode_sum(
     if np.asarray(like).dtype.kind in "biu":
         return np.asarray(total, dtype=np.int64).reshape(shape)
     refused = int(total[-1])
-    codec = WideFixedPoint(name)
+    codec = _codec(name, narrow)
     if refused:
         raise MaskOverflow(codec.refusal(like, bad, refused, parties))
     return codec.decode(total[:-1]).reshape(shape)

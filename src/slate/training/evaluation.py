@@ -353,7 +353,7 @@ class Evaluator:
         """The averaged model and its buffers (collective)."""
         engine = self.engine
         sent = self.lies.mean_input(x, iteration, engine.n_parties, self.output)
-        return engine.mean(sent), mean_buffers(engine, self.compute.buffers)
+        return engine.mean_parameters(sent), mean_buffers(engine, self.compute.buffers)
 
     def _exchange(
         self, logits: Tensor, iteration: int, riders: Tensor | None

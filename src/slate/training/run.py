@@ -494,7 +494,7 @@ class Run:
 
     def averaged_parameters(self) -> Tensor:
         """The output model of Alg. 1: :math:`\\bar x = \\frac1N \\sum_n x_n` (collective)."""
-        return self.engine.mean(self.x)
+        return self.engine.mean_parameters(self.x)
 
     def averaged_buffers(self) -> dict[str, Tensor]:
         """BatchNorm statistics of the averaged model: the mean over all parties (collective)."""

@@ -434,11 +434,17 @@ class DistributedEngine(Engine):
             return None
         return DirectWire(self.rank, self.members)
 
-    def _all_reduce(self, out: Tensor, op: Any, what: str = "") -> Tensor:
+    def mean_parameters(self, x: Tensor) -> Tensor:
+        """:meth:`mean` of the parameters; under a roster each value in one masked word
+        (:class:`~slate.security.masking.NarrowFixedPoint`) instead of two."""
+        total = self._all_reduce(x.sum(dim=0).clone(), dist.ReduceOp.SUM, "average", narrow=True)
+        return total / self.n_parties
+
+    def _all_reduce(self, out: Tensor, op: Any, what: str = "", narrow: bool = False) -> Tensor:
         self.count_collective(out)
         wire = self._small_exchange(out)
         if wire is not None:
-            return wire.reduce(self.waiter, out, _SEALED_OPS[op], what)
+            return wire.reduce(self.waiter, out, _SEALED_OPS[op], what, narrow)
         self.waiter.collective(lambda: dist.all_reduce(out, op=op, async_op=True), self._everyone())
         return out
 

@@ -114,11 +114,13 @@ class DirectWire:
         parts[self.index] = value.clone()
         return [parts[i] for i in range(len(self.members))]
 
-    def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
+    def reduce(
+        self, waiter: Any, value: Tensor, op: str, what: str = "", narrow: bool = False
+    ) -> Tensor:
         """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``) in
-        rank order: every member gets the same bits. ``what`` names the quantity (a sealed
-        wire's refusals and recorder use it)."""
-        del what
+        rank order: every member gets the same bits. ``what`` names the quantity and ``narrow``
+        asks for a sealed wire's one-word floats (its refusals, recorder and masks use them)."""
+        del what, narrow
         return self.combined(waiter, value, op)
 
     def combined(self, waiter: Any, value: Tensor, op: str) -> Tensor:

@@ -222,14 +222,17 @@ class SealedWire(DirectWire):
 
     # -- what gloo's collectives did ------------------------------------------------------------
 
-    def reduce(self, waiter: Any, value: Tensor, op: str, what: str = "") -> Tensor:
+    def reduce(
+        self, waiter: Any, value: Tensor, op: str, what: str = "", narrow: bool = False
+    ) -> Tensor:
         """``value`` combined over every member with ``op`` (``sum``, ``min``, ``max``):
         every member gets the same bits. A sum is masked (:meth:`masked_sum`, unless
         :attr:`masks` is off); the others are gathered and combined in rank order. ``what``
-        names the quantity (in a refusal, and for the recorder)."""
+        names the quantity (in a refusal, and for the recorder); ``narrow``: floats in one
+        word (:class:`~slate.security.masking.NarrowFixedPoint`, the parameters' average)."""
         with self.exchange(what or op):
             if op == "sum" and self.masks:
-                return self.masked_sum(waiter, value, what or "sum")
+                return self.masked_sums(waiter, [value], what or "sum", narrow)[0]
             return self.combined(waiter, value, op)
 
     def masked_sum(self, waiter: Any, value: Tensor, what: str) -> Tensor:
@@ -240,13 +243,16 @@ class SealedWire(DirectWire):
         :class:`~slate.security.masking.MaskOverflow` naming ``what``."""
         return self.masked_sums(waiter, [value], what)[0]
 
-    def masked_sums(self, waiter: Any, values: list[Tensor], what: str) -> list[Tensor]:
+    def masked_sums(
+        self, waiter: Any, values: list[Tensor], what: str, narrow: bool = False
+    ) -> list[Tensor]:
         """:meth:`masked_sum` of several tensors in one exchange: each encoded in its own type
-        (an integer in one word, a float in two and a refusal count), the words masked once."""
+        (an integer in one word, a float in two, or with ``narrow`` in one, and a refusal
+        count), the words masked once."""
         with self.exchange(what):
             n = len(self.members)
             locals_ = [value.detach().cpu().numpy() for value in values]
-            encoded = [encode_sum(local, what, n) for local in locals_]
+            encoded = [encode_sum(local, what, n, narrow) for local in locals_]
             words = np.concatenate([w for w, _ in encoded])
             masked = torch.from_numpy(self.sums.mask(words).view(np.int64)).to(values[0].device)
             if self._tamper is not None and self._tamper.dies_in_sum():
@@ -258,6 +264,6 @@ class SealedWire(DirectWire):
             for total, local, (_, bad), value in zip(
                 np.split(summed, sizes), locals_, encoded, values, strict=True
             ):
-                decoded = torch.from_numpy(decode_sum(total, local, what, n, bad))
+                decoded = torch.from_numpy(decode_sum(total, local, what, n, bad, narrow))
                 out.append(decoded.to(dtype=value.dtype, device=value.device))
             return out
