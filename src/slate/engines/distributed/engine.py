@@ -237,16 +237,20 @@ class DistributedEngine(Engine):
                 ) from None
             raise ExchangeFailed(first_line(err)) from None
         opened = time.monotonic()
+        hellos = None
         if key is not None:  # under a roster every exchange of this generation is sealed
-            self._wire = SealedWire.establish(
+            # (the other members' hellos read with their sealing keys: the same store calls)
+            others = [r for r in self.members if r != self.rank]
+            self._wire, read = SealedWire.establish(
                 self.records, key, self.members, self.timeout_s, self._tamper, self._recorder,
-                self._masks,
+                self._masks, [handshake.hello_key(generation, r) for r in others],
             )  # fmt: skip
             self._wire.on_refused = self._note_refused
+            hellos = dict(zip(others, read, strict=True))
         self.all_direct = self._wire is not None
         handshake.Hello(
             self.records, generation, self.rank, self.members, self.timeout_s, hello,
-            self.device, self._wire, prefix.addresses, self._gone,
+            self.device, self._wire, prefix.addresses, self._gone, hellos,
         ).run(opened)  # fmt: skip
 
     @property

@@ -48,7 +48,6 @@ from torch import Tensor
 from slate.communication.sealed_tensors import open_tensor, seal_tensor, sealed_numel
 from slate.engines.distributed.control.failures import ExchangeFailed
 from slate.engines.distributed.control.membership import PartyLost
-from slate.engines.distributed.control.store_records import read
 from slate.engines.distributed.wire.direct import DirectWire
 from slate.faults.opened import OpenedRecorder
 from slate.faults.tamper import Tamper
@@ -128,19 +127,27 @@ class SealedWire(DirectWire):
         tamper: Tamper | None = None,
         recorder: OpenedRecorder | None = None,
         masks: bool = True,
-    ) -> SealedWire:
+        read_with: list[str] | None = None,
+    ) -> tuple[SealedWire, list[str | None]]:
         """Read and verify every other member's record of ``key``'s generation (called once
         the group is open: every member published its record before); one channel each.
         Raises :class:`SealingKeyRefused` naming a member whose record does not verify, and
         :class:`PartyLost` naming the record when it is gone from the store. ``tamper`` and
         ``recorder``: the faults plan's for this party (tests only), kept over every
-        generation; ``masks``: whether sums are masked (always, but in a comparing test)."""
+        generation; ``masks``: whether sums are masked (always, but in a comparing test).
+        ``read_with``: one more record of each other member (its name per member, in
+        ``members`` order without this one, signed by that member), read in the same store
+        calls and returned."""
         roster = records.identity.roster
         channels = {}
         peers = [peer for peer in members if peer != key.rank]
         names = [sealing_key_name(key.generation, peer) for peer in peers]
+        extra = read_with or []
+        assert len(extra) in (0, len(peers))
+        signers = list(peers) + (list(peers) if extra else [])
         # Every record at once (a wait, then one multi_get: three round trips for them all).
-        bodies = records.get_many(names, list(peers), wait_s=min(timeout_s, GRACE_S))
+        read = records.get_many(names + extra, signers, wait_s=min(timeout_s, GRACE_S))
+        bodies, others = read[: len(names)], read[len(names) :]
         for peer, name, body in zip(peers, names, bodies, strict=True):
             if body is None and read(records.store, name) is None:
                 raise PartyLost(_deleted(key.rank, peer, name))
@@ -151,7 +158,7 @@ class SealedWire(DirectWire):
             if record is None:
                 raise SealingKeyRefused(peer, "its record in the store is missing or unsigned")
             channels[peer] = SealedChannel.from_record(key, peer, record, roster.verifier(peer))
-        return cls(key.rank, members, channels, tamper, recorder, masks)
+        return cls(key.rank, members, channels, tamper, recorder, masks), others
 
     # -- messages -----------------------------------------------------------------------------
 
