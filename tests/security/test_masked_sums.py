@@ -67,13 +67,14 @@ def wires(members, network, generation=0, recorders=None, masks=True):
     return out
 
 
-def run_all(wires_, values, what="statistics"):
-    """Each member's result of one sum (or the exception it raised), in order."""
+def run_each(wires_, call):
+    """Each member's ``call(wire, index)`` in a thread of its own (or the exception it raised),
+    in order."""
     results: list[object] = [None] * len(wires_)
 
     def member(i):
         try:
-            results[i] = wires_[i].reduce(None, values[i], "sum", what)
+            results[i] = call(wires_[i], i)
         except Exception as err:  # the test looks at each member's outcome
             results[i] = err
 
@@ -83,6 +84,24 @@ def run_all(wires_, values, what="statistics"):
     for t in threads:
         t.join(30)
     return results
+
+
+def run_all(wires_, values, what="statistics"):
+    """Each member's result of one sum (or the exception it raised), in order."""
+    return run_each(wires_, lambda wire, i: wire.reduce(None, values[i], "sum", what))
+
+
+def words_sent(monkeypatch) -> list[int]:
+    """The words each gathered (masked) message holds, from now on."""
+    sent: list[int] = []
+    gather = ThreadWire.gather
+
+    def counting_gather(self, waiter, value):
+        sent.append(value.numel())
+        return gather(self, waiter, value)
+
+    monkeypatch.setattr(ThreadWire, "gather", counting_gather)
+    return sent
 
 
 @pytest.mark.parametrize("n", [3, 5])
@@ -116,7 +135,7 @@ def test_float_sums_are_within_the_fixed_point_step_of_the_exact_sum():
     assert float(results[0][1]) == 123456.0 * 6 + 28
 
 
-def test_several_sums_in_one_exchange_each_in_its_own_type():
+def test_several_sums_in_one_exchange_each_in_its_own_type(monkeypatch):
     """The evaluation's counts (integers, one word each) and riders (floats) in one masked
     exchange: each sum equals the plain one, the integers exactly, and the message one member
     sends is one word per integer, two per float, and the float part's refusal count."""
@@ -124,26 +143,11 @@ def test_several_sums_in_one_exchange_each_in_its_own_type():
     rng = np.random.default_rng(7)
     counts = [torch.from_numpy(rng.integers(0, 500, size=(2, 64))) for _ in range(n)]
     riders = [torch.from_numpy(rng.normal(0, 10, 5)) for _ in range(n)]
-    members = wires([0, 1, 2], Network())
-    sent: list[int] = []
-    gather = ThreadWire.gather
-
-    def counting_gather(self, waiter, value):
-        sent.append(value.numel())
-        return gather(self, waiter, value)
-
-    results: list[object] = [None] * n
-
-    def member(i):
-        results[i] = members[i].masked_sums(None, [counts[i], riders[i]], "evaluation")
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ThreadWire, "gather", counting_gather)
-        threads = [threading.Thread(target=member, args=(i,)) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+    sent = words_sent(monkeypatch)
+    results = run_each(
+        wires([0, 1, 2], Network()),
+        lambda wire, i: wire.masked_sums(None, [counts[i], riders[i]], "evaluation"),
+    )
     assert sent == [2 * 64 + 2 * 5 + 1] * n
     for got_counts, got_riders in results:
         assert got_counts.dtype == torch.int64 and torch.equal(got_counts, sum(counts))
@@ -151,7 +155,9 @@ def test_several_sums_in_one_exchange_each_in_its_own_type():
         torch.testing.assert_close(got_riders, sum(riders), rtol=0, atol=1e-10)
 
 
-def test_the_parameters_average_goes_in_one_word_a_value_and_refuses_what_it_cannot_carry():
+def test_the_parameters_average_goes_in_one_word_a_value_and_refuses_what_it_cannot_carry(
+    monkeypatch,
+):
     """``narrow`` (the parameters' average, NarrowFixedPoint): one masked word per value and
     the refusal count, each sum within N 2^-33 of the exact one; a parameter beyond
     2^31 / N is refused by every member."""
@@ -160,39 +166,19 @@ def test_the_parameters_average_goes_in_one_word_a_value_and_refuses_what_it_can
     models = [torch.randn(500) * 10 for _ in range(n)]
     models[1][0] = 3e-7  # below float32's rounding where the step is finer
     members = wires([0, 1, 2], Network())
-    sent: list[int] = []
-    gather = ThreadWire.gather
+    sent = words_sent(monkeypatch)
 
-    def counting_gather(self, waiter, value):
-        sent.append(value.numel())
-        return gather(self, waiter, value)
+    def narrow(wire, i):
+        return wire.reduce(None, models[i], "sum", "average", narrow=True)
 
-    def run_narrow(values):
-        results: list[object] = [None] * n
-
-        def member(i):
-            try:
-                results[i] = members[i].reduce(None, values[i], "sum", "average", narrow=True)
-            except Exception as err:  # the test looks at each member's outcome
-                results[i] = err
-
-        threads = [threading.Thread(target=member, args=(i,)) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        return results
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ThreadWire, "gather", counting_gather)
-        results = run_narrow(models)
+    results = run_each(members, narrow)
     assert sent == [500 + 1] * n
     exact = np.sum([m.numpy().astype(np.float64) for m in models], axis=0)
     for got in results:
         assert got.dtype == torch.float32 and torch.equal(got, results[0])
         assert np.abs(got.numpy().astype(np.float64) - exact).max() <= n * 2.0**-33 + 1e-5
     models[2][3] = 2.0**31 / n  # beyond the range
-    assert all(isinstance(r, MaskOverflow) for r in run_narrow(models))
+    assert all(isinstance(r, MaskOverflow) for r in run_each(members, narrow))
 
 
 def test_a_model_average_matches_the_plain_float32_average_to_1e_6():
