@@ -27,6 +27,10 @@ CASES = {
     "slate-gt": ["--algorithm", "slate", "--gradient-tracking"],
     "slate-m": ["--algorithm", "slate-m", "--alpha", "0.5"],
     "dpsgd": ["--algorithm", "dpsgd"],
+    # Compressed gossip with local steps, four rounds a chunk: each round's receives are posted
+    # when the previous round ends (transport.DistributedCommunicator._post_next_round).
+    "slate-int8-local": ["--algorithm", "slate", "--topology", "base-2", "--gossip-every", "5",
+                         "--compress", "int8", "--checkpoint-every", "25"],
 }
 
 
@@ -37,9 +41,13 @@ def slate_command(*args: str) -> list[str]:
 def config_for(case: str) -> TrainConfig:
     flags = dict(zip(CASES[case][::2], CASES[case][1::2], strict=False))
     return TrainConfig(
-        dataset="digits", nodes=4, topology="ring", iterations=50, eval_every=25, seed=3,
-        algorithm=flags["--algorithm"], gradient_tracking="--gradient-tracking" in CASES[case],
+        dataset="digits", nodes=4, topology=flags.get("--topology", "ring"), iterations=50,
+        eval_every=25, seed=3, algorithm=flags["--algorithm"],
+        gradient_tracking="--gradient-tracking" in CASES[case],
         alpha=float(flags["--alpha"]) if "--alpha" in flags else None,
+        gossip_every=int(flags.get("--gossip-every", 1)), compress=flags.get("--compress", "none"),
+        checkpoint_every=int(flags["--checkpoint-every"]) if "--checkpoint-every" in flags
+        else None,
     )  # fmt: skip
 
 

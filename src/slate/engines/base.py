@@ -146,6 +146,8 @@ class Communicator(ABC):
         self.guard = guard
         #: The current chunk's plan for carrying the stop and join flags (:meth:`plan_flags`).
         self.flags: FlagFlood | None = None
+        #: The iterations before this one run without a stop (:meth:`run_through`).
+        self.through: int | None = None
 
     def plan_flags(self, start: int, end: int, snapshot: Callable[[], int]) -> None:
         """The chunk of iterations ``[start, end)`` comes next: where its gossip rounds reach
@@ -153,6 +155,13 @@ class Communicator(ABC):
         flag_flood`; ``snapshot``: this process's flags as bits, taken when the window opens),
         and :meth:`carried_flags` gives them at ``end`` without an exchange of their own."""
         self.flags = FlagFlood.plan(self.topology, self.settings.every, start, end, snapshot)
+
+    def run_through(self, end: int | None) -> None:
+        """The iterations before ``end`` run without a stop in between (the chunk that
+        :meth:`slate.training.run.Run.advance` runs), so a communicator may prepare their gossip
+        rounds ahead (the distributed one posts each round's receives when the previous round
+        has arrived); None: the chunk is over, nothing may stay prepared."""
+        self.through = end
 
     def forget_flags(self) -> None:
         """Drop the chunk's plan (after a failed exchange: the flags take their own)."""

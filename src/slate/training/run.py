@@ -301,6 +301,8 @@ class Run:
             done = 1
         self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
         indices = self.sampler.draw(steps - done, self.device)
+        if not self.engine.stops_between_iterations:
+            self.comm.run_through(self.iteration + steps - done)
         for k in range(steps - done):
             if self.stop_requested and self.engine.stops_between_iterations:
                 break
@@ -314,6 +316,7 @@ class Run:
             self.iteration += 1
             self._chunk_used += 1
             done += 1
+        self.comm.run_through(None)
         self._guard_finite(losses[:done], self.iteration - done)
         self.party_set.snapshot(after_evaluation=False)
         if stop_at is not None and self.ledger is not None:

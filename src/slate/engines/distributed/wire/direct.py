@@ -17,6 +17,7 @@ SealedWire` overrides only how a message is sent and opened (sealed) and how a s
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,7 +26,17 @@ from torch import Tensor
 
 from slate.engines.base import DIRECT_BYTES  # the largest message exchanged directly
 
-__all__ = ["DIRECT_BYTES", "REDUCERS", "DirectWire"]
+__all__ = ["DIRECT_BYTES", "REDUCERS", "DirectWire", "Posted"]
+
+
+@dataclass(frozen=True)
+class Posted:
+    """A receive posted ahead (:meth:`DirectWire.post_receives`): from the member at index
+    ``peer``, into ``buffer``, completed when ``work`` is."""
+
+    peer: int
+    buffer: Tensor
+    work: Any
 
 
 REDUCERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
@@ -66,6 +77,19 @@ class DirectWire:
 
     # -- exchanges -----------------------------------------------------------------------------
 
+    def post_receives(
+        self, waiter: Any, receives: list[tuple[int, Tensor]], group: Any = None, tag: int = 0
+    ) -> list[Posted]:
+        """Post a receive of one message like each ``(peer, like)`` of ``receives`` now, to be
+        waited for by a later :meth:`swap` (``posted=``). gloo sends a message only once its
+        receiver has posted the receive: a receive posted ahead saves that notice's trip."""
+        buffers = [(p, self.buffer(like)) for p, like in receives]
+        ops = [dist.P2POp(dist.irecv, b, self._global(p, group), group, tag) for p, b in buffers]
+        if not ops:
+            return []
+        works = waiter.post(lambda: dist.batch_isend_irecv(ops), [p for p, _ in receives])
+        return [Posted(p, b, w) for (p, b), w in zip(buffers, works, strict=True)]
+
     def swap(
         self,
         waiter: Any,
@@ -73,21 +97,31 @@ class DirectWire:
         receives: list[tuple[int, Tensor]],
         group: Any = None,
         check: Callable[[int, Tensor], None] | None = None,
+        tag: int = 0,
+        posted: list[Posted] | None = None,
     ) -> list[Tensor]:
         """Send each ``(peer, tensor)`` of ``sends`` and receive one message like each
         ``(peer, like)`` of ``receives``, all at once; the received messages, in order.
-        Receives are waited for (and opened, then ``check``-ed) before sends."""
+        Receives are waited for (and opened, then ``check``-ed) before sends. ``posted``: the
+        receives, already posted by :meth:`post_receives` (same peers, same order)."""
         out_messages = [(p, self.outgoing(t, p)) for p, t in sends]
-        buffers = [(p, self.buffer(like)) for p, like in receives]
-        ops = [dist.P2POp(dist.isend, m, self._global(p, group), group) for p, m in out_messages]
-        ops += [dist.P2POp(dist.irecv, b, self._global(p, group), group) for p, b in buffers]
-        if not ops:
+        ops = [dist.P2POp(dist.isend, m, self._global(p, group), group, tag)
+               for p, m in out_messages]  # fmt: skip
+        if posted is None:
+            buffers = [(p, self.buffer(like)) for p, like in receives]
+            ops += [dist.P2POp(dist.irecv, b, self._global(p, group), group, tag)
+                    for p, b in buffers]  # fmt: skip
+        else:
+            assert [r.peer for r in posted] == [p for p, _ in receives]
+            buffers = [(r.peer, r.buffer) for r in posted]
+        if not ops and not buffers:
             return []
         peers = sorted({p for p, _ in sends} | {p for p, _ in receives})
-        works = waiter.post(lambda: dist.batch_isend_irecv(ops), peers)
+        works = waiter.post(lambda: dist.batch_isend_irecv(ops), peers) if ops else []
         k = len(out_messages)
+        receiving = works[k:] if posted is None else [r.work for r in posted]
         received = []
-        for (p, buf), (_, like), work in zip(buffers, receives, works[k:], strict=True):
+        for (p, buf), (_, like), work in zip(buffers, receives, receiving, strict=True):
             waiter.point_to_point(work, p)
             message = self._opened(waiter, buf, p, like)
             if check is not None:

@@ -26,13 +26,17 @@ from slate.communication.choco import ChocoGossip, RoundEdges
 from slate.communication.gossip import GossipSettings
 from slate.engines.base import Communicator
 from slate.engines.distributed.control.failures import ExchangeFailed, FailureGuard, Waiter
+from slate.engines.distributed.wire.direct import DirectWire, Posted
 from slate.engines.distributed.wire.sealed_wire import SealedWire
 from slate.security.robust import MessageGuard
 from slate.topology import Topology
 
-__all__ = ["LEAVE", "DistributedCommunicator", "backend_for"]
+__all__ = ["GOSSIP_TAG", "LEAVE", "DistributedCommunicator", "backend_for"]
 
 LEAVE = 0.0  # the last element of a gossip message: 1 for parameters, 0 for "I have left"
+#: gloo's tag of an iteration's first gossip exchange (and its leave messages); its k-th uses
+#: GOSSIP_TAG + k. A receive posted ahead never takes another exchange's message (those use 0).
+GOSSIP_TAG = 1
 
 
 class DistributedCommunicator(Communicator):
@@ -65,6 +69,14 @@ class DistributedCommunicator(Communicator):
         self.signals_leaving = self.waiter.watches
         self._message: tuple[int, torch.dtype] | None = None  # the size and type of a message
         self._unwaited: list[Any] = []  # leave messages are never waited for
+        # Point-to-point messages go through a direct wire: under a roster the sealed one.
+        self._line = wire if wire is not None else DirectWire(rank, tuple(range(self.n)))
+        # Receives posted ahead, in posting order: ((iteration, call), the group, the receives).
+        self._ahead: list[tuple[tuple[int, int], Any, list[Posted]]] = []
+        self._call = (-1, 0)  # the last exchange: (iteration, its call within the iteration)
+        self._calls = 1  # the most exchanges an iteration has made
+        # nccl's point-to-point ignores tags: a receive posted ahead could take another message.
+        self._posts_ahead = backend_of(group) == "gloo"
         self.choco: ChocoGossip | None = None
         if self.settings.compressor is not None:
             if x0 is None:
@@ -123,43 +135,106 @@ class DistributedCommunicator(Communicator):
 
     def _swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
         """Send ``messages[k]`` to ``peers[k]`` and receive one message of the same size and type
-        from each, all at once (``batch_isend_irecv``). A message may carry one last element
-        (:meth:`_trailer`): 0 for "I have left", else 1 plus the flags its sender has heard."""
-        trailer = self._trailer()
+        from each, all at once (``batch_isend_irecv``, on :data:`GOSSIP_TAG`). A message may
+        carry one last element (:meth:`_trailer`): 0 for "I have left", else 1 plus the flags
+        its sender has heard. The receives may have been posted when the previous round ended
+        (:meth:`_post_next_round`); the next round's are posted when this one has arrived."""
+        length = messages[0].numel()
+        trailer = self._trailer(self.iteration)
         if trailer is not None:  # one tagged copy per distinct message
             tagged = {id(m): torch.cat([m, m.new_full((1,), trailer)]) for m in messages}
             messages = [tagged[id(m)] for m in messages]
         self._message = (messages[0].numel(), messages[0].dtype)
-        if self.wire is not None:
-            return self._untagged(self._sealed_swap(messages, peers), trailer)
-        received = [torch.empty_like(m) for m in messages]
-        sends = [
-            dist.P2POp(dist.isend, m, self._peer(p), self.group)
-            for m, p in zip(messages, peers, strict=True)
-        ]
-        receives = [
-            dist.P2POp(dist.irecv, buf, self._peer(p), self.group)
-            for buf, p in zip(received, peers, strict=True)
-        ]
-        works = self.waiter.post(lambda: dist.batch_isend_irecv(sends + receives), peers)
-        k = len(sends)
-        # Receives first: a neighbour that has left sends a leave message instead of its
-        # parameters, and a send to it may otherwise block.
-        for peer, work, buf in zip(peers, works[k:], received, strict=True):
-            self.waiter.point_to_point(work, peer)
-            self._check_left(peer, buf)
-        for peer, work in zip(peers, works[:k], strict=True):
-            self.waiter.point_to_point(work, peer)
+        pairs = list(zip(peers, messages, strict=True))
+        call = self._next_call()
+        posted = self._posted_for(call)
+        try:
+            received = self._line.swap(self.waiter, pairs, pairs, self.group, self._check_left,
+                                       GOSSIP_TAG + call[1], posted)  # fmt: skip
+        except BaseException:
+            self._ahead.clear()  # (a failed exchange: this group is aborted, never reused)
+            raise
+        self._post_next_round(call, length, messages[0].dtype)
         return self._untagged(received, trailer)
 
-    def _trailer(self) -> int | None:
-        """The last element of this iteration's messages: with recovery always (1 plus the
+    def _next_call(self) -> tuple[int, int]:
+        """``(t, k)``: this is the ``k``-th exchange of iteration ``t`` (SLATE's gradient
+        tracking gossips twice an iteration, the tracker then the parameters). Exchange ``k``
+        of every iteration goes on gloo's tag ``GOSSIP_TAG + k``: a receive posted ahead for
+        the next iteration's first exchange never takes this iteration's second."""
+        t, k = self._call
+        self._call = (self.iteration, k + 1 if t == self.iteration else 0)
+        self._calls = max(self._calls, self._call[1] + 1)
+        return self._call
+
+    def run_through(self, end: int | None) -> None:
+        super().run_through(end)
+        if end is None and self._ahead:
+            raise RuntimeError(
+                f"party {self.rank}: receives posted ahead for exchange {self._ahead[0][0]} "
+                "outlived their chunk"
+            )
+
+    def _posted_for(self, call: tuple[int, int]) -> list[Posted] | None:
+        """The receives posted ahead for exchange ``call`` (:meth:`_next_call`), if any."""
+        if self._ahead and self._ahead[0][1] is not self._current_group():
+            self._ahead.clear()  # posted in an aborted generation: never waited for
+        for position, (at, _, posted) in enumerate(self._ahead):
+            if at[1] != call[1]:
+                continue
+            if at != call:  # (the same tag: it would take this exchange's messages)
+                raise RuntimeError(
+                    f"party {self.rank}: receives were posted ahead for exchange {at} "
+                    f"(iteration, call), but exchange {call} came first"
+                )
+            del self._ahead[position]
+            return posted
+        return None
+
+    def _post_next_round(self, call: tuple[int, int], length: int, dtype: torch.dtype) -> None:
+        """Post the receives of the next gossip round now, when it falls within the iterations
+        promised to run (:meth:`run_through`): gloo sends a message only after its receiver's
+        notice that the receive is posted, so a receive posted at the end of the previous
+        round (the local steps between rounds cover the notice's trip) saves half a round trip
+        each round. The next round's peers and message size are public: its topology round,
+        and whether its messages carry a last element. ``call``: the exchange just done; the
+        one posted for is the same call of the next gossip iteration."""
+        every = self.settings.every
+        t = call[0] + every
+        if self.through is None or t >= self.through or not self._posts_ahead:
+            return
+        r = t // every
+        if self.topology.is_full_average_at(r):
+            return
+        peers = self._round_peers(r)
+        if not peers:
+            return
+        size = length + self._tagged(t)
+        like = torch.empty(size, dtype=dtype)
+        posted = self._line.post_receives(self.waiter, [(p, like) for p in peers], self.group,
+                                          GOSSIP_TAG + call[1])  # fmt: skip
+        self._ahead.append(((t, call[1]), self._current_group(), posted))
+
+    def _round_peers(self, r: int) -> list[int]:
+        """Whom this party swaps messages with in gossip round ``r``, in the order it sends
+        (CHOCO's edges of one party are the same: :class:`~slate.communication.choco.EdgeSlots`)."""
+        return [peer for peer, _ in self.topology.neighbours_at(self.rank, r)]
+
+    def _current_group(self) -> Any:
+        return dist.group.WORLD if self.group is None else self.group
+
+    def _trailer(self, t: int) -> int | None:
+        """The last element of iteration ``t``'s messages: with recovery always (1 plus the
         flags carried), else only in a window that carries flags
         (:mod:`slate.communication.flag_flood`); None: no last element."""
-        carrying = self.flags is not None and self.flags.carries(self.iteration)
-        if not (self.signals_leaving or carrying):
+        if not self._tagged(t):
             return None
-        return 1 + (self.flags.outgoing(self.iteration) if carrying else 0)
+        carrying = self.flags is not None and self.flags.carries(t)
+        return 1 + (self.flags.outgoing(t) if carrying else 0)
+
+    def _tagged(self, t: int) -> bool:
+        """Whether iteration ``t``'s messages carry a last element (:meth:`_trailer`)."""
+        return self.signals_leaving or (self.flags is not None and self.flags.carries(t))
 
     def _check_left(self, peer: int, message: Tensor) -> None:
         if self.signals_leaving and float(message[-1]) == LEAVE:
@@ -174,14 +249,9 @@ class DistributedCommunicator(Communicator):
                 self.flags.arrived(self.iteration, int(buf[-1]) - 1)
         return [buf[:-1] for buf in received]
 
-    def _sealed_swap(self, messages: list[Tensor], peers: list[int]) -> list[Tensor]:
-        """:meth:`_swap` with every message sealed, and opened before anything reads it."""
-        assert self.wire is not None
-        pairs = list(zip(peers, messages, strict=True))
-        return self.wire.swap(self.waiter, pairs, pairs, self.group, self._check_left)
-
     def signal_leaving(self) -> None:
-        """Send every neighbour (of any round) a leave message in place of the next one."""
+        """Send every neighbour (of any round) a leave message in place of the next one (on
+        the tag of each exchange an iteration makes: a neighbour may wait on any of them)."""
         if not (self.signals_leaving and self._message is not None):
             return
         numel, dtype = self._message
@@ -189,8 +259,10 @@ class DistributedCommunicator(Communicator):
         for r in self.topology.union_neighbours(self.rank):
             # A neighbour whose connection is already gone needs no message.
             with contextlib.suppress(RuntimeError, dist.DistBackendError):
-                sent = leave if self.wire is None else self.wire.seal(leave, r)
-                self._unwaited.append(dist.isend(sent, self._peer(r), self.group))
+                sent = leave if self.wire is None else self.wire.seal(leave, r)  # (one round)
+                for k in range(self._calls):
+                    tag = GOSSIP_TAG + k
+                    self._unwaited.append(dist.isend(sent, self._peer(r), self.group, tag))
 
     def average(self, x: Tensor) -> Tensor:
         if self.wire is not None:
@@ -214,3 +286,11 @@ class DistributedCommunicator(Communicator):
 def backend_for(device: torch.device) -> str:
     """nccl for CUDA tensors, gloo for CPU ones."""
     return "nccl" if device.type == "cuda" else "gloo"
+
+
+def backend_of(group: Any) -> str:
+    """The backend of ``group`` (the default group's when None), as a lower-case name; ""
+    when no group is open (a communicator built for a test)."""
+    if not dist.is_initialized():
+        return ""
+    return str(dist.get_backend(group)).lower()
