@@ -47,6 +47,19 @@ def test_eager_gradients_equal_those_of_the_grad_transform(problem) -> None:
     assert losses.shape == (P,) and not losses.requires_grad and not grads.requires_grad
 
 
+def test_one_party_each_gets_the_grad_transforms_gradient_without_vmap(problem) -> None:
+    """A distributed process computes for one party: its call skips vmap (a third faster on
+    w7a's MLP) and still gives the grad transform's gradient."""
+    model, x, batch = problem
+    reference = grad_transform_reference(model, x, batch)
+    for p in range(P):
+        one = Batch(batch.features[p : p + 1], batch.labels[p : p + 1])
+        compute = PartyCompute(model, sigmoid_ap_objective(0.1), n_parties=1)
+        losses, grads = compute(x[p : p + 1], one)
+        torch.testing.assert_close(grads[0], reference[p], rtol=1e-6, atol=1e-7)
+        assert losses.shape == (1,) and grads.shape == (1, x.shape[1])
+
+
 @pytest.mark.processes
 def test_compiled_gradients_match_eager(problem) -> None:
     model, x, batch = problem

@@ -31,7 +31,7 @@ CASES = {
     # when the previous round ends (transport.DistributedCommunicator._post_next_round).
     "slate-int8-local": ["--algorithm", "slate", "--topology", "base-2", "--gossip-every", "5",
                          "--compress", "int8", "--checkpoint-every", "25"],
-}
+}  # fmt: skip
 
 
 def slate_command(*args: str) -> list[str]:
