@@ -1,8 +1,9 @@
 """Small JSON facts between the distributed engine's processes, in ``uint8`` tensors.
 
 The parties exchange schemas, counts, fingerprints and welcome records as JSON text in tensors
-(:func:`gather_json`, :func:`broadcast_json`, :func:`broadcast_text`): first the lengths, then
-the padded texts. Each sender's text is checked for its length, parsed and checked against its
+(:func:`gather_json`, :func:`broadcast_json`, :func:`broadcast_text`): a gather sends each
+length with the start of its text, and the rest (if any) in a second step; a broadcast the
+length, then the text. Each sender's text is checked for its length, parsed and checked against its
 expected shape on arrival (:mod:`slate.security.messages`), naming the sender when it is
 malformed. Nothing is unpickled.
 """
@@ -18,7 +19,14 @@ from torch import Tensor
 
 from slate.security.messages import ListOf, MalformedMessage, decode, encode
 
-__all__ = ["broadcast_json", "broadcast_text", "check_sizes", "gather_json"]
+__all__ = ["FIRST_MESSAGE", "broadcast_json", "broadcast_text", "check_sizes", "gather_json"]
+
+#: Bytes of each member's first message in :func:`gather_json`: the text's length
+#: (:data:`LENGTH_BYTES`, an int64), then the text's start. w7a's schema, feature report and run
+#: settings are 265, 10 and 922 bytes: one exchange each, not two (on a wide-area link each
+#: exchange is a round trip).
+FIRST_MESSAGE = 2048
+LENGTH_BYTES = 8
 
 
 def gather_json(
@@ -29,20 +37,37 @@ def gather_json(
     members: tuple[int, ...],
     all_gather: Callable[[Tensor], list[Tensor]],
 ) -> list[Any]:
-    """Every member's ``items``, concatenated in member order (two all-gathers: the lengths,
-    then the padded texts)."""
+    """Every member's ``items``, concatenated in member order. One all-gather of
+    :data:`FIRST_MESSAGE` bytes from each member (its text's length, then the text's start)
+    serves texts that fit; when one does not, a second all-gather carries every text's rest
+    (every member sees every length after the first, so all take the same branch)."""
     data = encode(items)
-    sizes = all_gather(torch.tensor([len(data)], dtype=torch.int64))
+    room = FIRST_MESSAGE - LENGTH_BYTES
+    head = torch.zeros(FIRST_MESSAGE, dtype=torch.uint8)
+    head[:LENGTH_BYTES] = torch.tensor([len(data)], dtype=torch.int64).view(torch.uint8)
+    _fill(head[LENGTH_BYTES:], data[:room])
+    heads = all_gather(head)
+    sizes = [int(h[:LENGTH_BYTES].view(torch.int64)[0]) for h in heads]
     check_sizes(sizes, limit, what, members)
-    width = max(int(s) for s in sizes)
-    padded = torch.zeros(width, dtype=torch.uint8)
-    padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    texts = all_gather(padded)
+    rest = max(sizes) - room
+    tails = None
+    if rest > 0:
+        padded = torch.zeros(rest, dtype=torch.uint8)
+        _fill(padded, data[room:])
+        tails = all_gather(padded)
     out: list[Any] = []
-    for member, size, text in zip(members, sizes, texts, strict=True):
-        raw = text[: int(size)].numpy().tobytes()
+    for k, (member, size, h) in enumerate(zip(members, sizes, heads, strict=True)):
+        raw = h[LENGTH_BYTES : LENGTH_BYTES + min(size, room)].numpy().tobytes()
+        if tails is not None and size > room:
+            raw += tails[k][: size - room].numpy().tobytes()
         out += decode(raw, ListOf(shape), member, what, limit)
     return out
+
+
+def _fill(buffer: Tensor, data: bytes) -> None:
+    """``data`` into the start of the ``uint8`` tensor ``buffer``."""
+    if data:
+        buffer[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def broadcast_json(
