@@ -51,3 +51,37 @@ def test_the_whole_command_estimate():
     # 1 MB of gossip at half of 10 Mbit/s and 0.5 MB of collectives with headers
     transfer = 8 * (1e6 / 0.5 + 0.5e6 * 1500 / 1448) / 10e6
     assert link.seconds(1.0, 100, 1e6, 20, 0.5e6) == pytest.approx(1.0 + 120 * 0.08 + transfer)
+
+
+def test_rounds_posted_early_wait_the_one_way_trip_and_what_the_notice_still_needs():
+    link = WanLink(80.0, 10.0)
+    # 100 rounds, 60 posted early. 4 s of compute: 40 ms between rounds, half the RTT: an early
+    # round waits the data's one-way trip only (40 ms), the others a whole RTT
+    assert link.seconds(4.0, 100, 0, 0, 0, 60) == pytest.approx(4.0 + 40 * 0.08 + 60 * 0.04)
+    # 1 s of compute: 10 ms between rounds, so the notice (sent 10 ms before the peer's data
+    # was ready) still needs 30 ms of its 40 ms trip
+    assert link.seconds(1.0, 100, 0, 0, 0, 60) == pytest.approx(1.0 + 40 * 0.08 + 60 * 0.07)
+
+
+def test_the_share_of_rounds_after_another_in_their_chunk():
+    """base-2 (4 parties) with two local steps: each chunk of 12 iterations holds 6 rounds, of
+    which the last 5 follow another; the same schedule in one chunk of 12 and one of 6 (3
+    rounds, 2 early), and no chunk given (nothing posted early)."""
+    from slate.communication.gossip import GossipSettings
+    from slate.engines.simulator import SimulatorCommunicator
+    from slate.topology.registry import build_topology
+
+    def share(chunks: list[tuple[int, int]] | None) -> tuple[float, float]:
+        comm = SimulatorCommunicator(build_topology("base-2", 4), torch.device("cpu"),
+                                     torch.float32, GossipSettings(every=2))  # fmt: skip
+        x = torch.zeros(4, 3)
+        for start, end in chunks or [(0, 18)]:
+            comm.run_through(end if chunks else None)
+            for t in range(start, end):
+                comm.set_iteration(t)
+                comm.mix(x)
+            comm.run_through(None)
+        return comm.rounds_after_one, comm.rounds_here
+
+    assert share([(0, 12), (12, 18)]) == (5 + 2, 9)
+    assert share(None) == (0, 9)

@@ -148,6 +148,12 @@ class Communicator(ABC):
         self.flags: FlagFlood | None = None
         #: The iterations before this one run without a stop (:meth:`run_through`).
         self.through: int | None = None
+        # Gossip rounds counted by this process, and those of them after another round of the
+        # same chunk: a distributed process posts their receives when that round ends
+        # (:attr:`ahead_share`). Not checkpointed: the share depends on the schedule alone.
+        self.rounds_here = 0.0
+        self.rounds_after_one = 0.0
+        self._chunk_rounds = 0
 
     def plan_flags(self, start: int, end: int, snapshot: Callable[[], int]) -> None:
         """The chunk of iterations ``[start, end)`` comes next: where its gossip rounds reach
@@ -162,6 +168,15 @@ class Communicator(ABC):
         rounds ahead (the distributed one posts each round's receives when the previous round
         has arrived); None: the chunk is over, nothing may stay prepared."""
         self.through = end
+        self._chunk_rounds = 0
+
+    @property
+    def ahead_share(self) -> float:
+        """The share of gossip rounds that follow another round of the same chunk with no exact
+        average between them: a distributed process has posted their receives a round early,
+        so their messages do not wait for the receiver's notice (the ``--wan`` estimate's
+        :math:`R_a / R`, :meth:`slate.communication.gossip.WanLink.seconds`)."""
+        return self.rounds_after_one / self.rounds_here if self.rounds_here else 0.0
 
     def forget_flags(self) -> None:
         """Drop the chunk's plan (after a failed exchange: the flags take their own)."""
@@ -196,6 +211,7 @@ class Communicator(ABC):
         if not self.gossips_now:
             return x
         if self.topology.is_full_average_at(self.round):
+            self._chunk_rounds = 0  # (the next round's receives are not posted early)
             return self.average(x)
         self._count_round(self.round)
         return self._gossip(x, self.round)
@@ -231,6 +247,9 @@ class Communicator(ABC):
             self._round_degrees[key] = (sum(degrees) / len(degrees), max(degrees))
         mean, peak = self._round_degrees[key]
         if peak > 0:
+            self.rounds_here += 1
+            self.rounds_after_one += self.through is not None and self._chunk_rounds > 0
+            self._chunk_rounds += 1
             self.rounds += 1
             self.mean_messages += mean
             self.peak_messages += peak

@@ -51,15 +51,17 @@ class NetworkClock:
     def estimated_wan_seconds(
         self, elapsed: float, traffic: dict[str, float], comm: Communicator
     ) -> float:
-        """``--wan``: one party's compute, plus one RTT per gossip round and per round trip of
-        the other collectives, plus the busiest party's gossip and collective bytes at the
-        link's bandwidth (:meth:`slate.communication.gossip.WanLink.seconds`); NaN without
-        ``--wan``."""
+        """``--wan``: one party's compute, plus one RTT per gossip round (half, and what the
+        local work between rounds leaves of the other half, for a round whose receives were
+        posted when the round before ended) and per round trip of the other collectives, plus
+        the busiest party's gossip and collective bytes at the link's bandwidth
+        (:meth:`slate.communication.gossip.WanLink.seconds`); NaN without ``--wan``."""
         if self.wan is None:
             return math.nan
         collective_bytes, round_trips, _ = self.state()
         exchanged = traffic["comm_bytes_per_party"] * comm.busiest_share
+        rounds = traffic["rounds"]
         return self.wan.seconds(
-            self.compute_seconds(elapsed), traffic["rounds"], exchanged, round_trips,
-            collective_bytes,
+            self.compute_seconds(elapsed), rounds, exchanged, round_trips, collective_bytes,
+            rounds * comm.ahead_share,
         )  # fmt: skip

@@ -301,8 +301,7 @@ class Run:
             done = 1
         self._chunk_start, self._chunk_used = self.sampler.state_dict(), 0
         indices = self.sampler.draw(steps - done, self.device)
-        if not self.engine.stops_between_iterations:
-            self.comm.run_through(self.iteration + steps - done)
+        self.comm.run_through(self.iteration + steps - done)
         for k in range(steps - done):
             if self.stop_requested and self.engine.stops_between_iterations:
                 break
