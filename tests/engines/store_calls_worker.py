@@ -66,6 +66,10 @@ class CountingStore(dist.Store):
         self._note("multi_get")
         return self.inner.multi_get(keys)
 
+    @property
+    def timeout(self):
+        return self.inner.timeout
+
     def multi_set(self, keys, values):
         self._note("multi_set")
         return self.inner.multi_set(keys, values)

@@ -44,7 +44,9 @@ import torch.distributed as dist
 from slate.security.identity import SiteIdentity
 from slate.security.roster import Roster
 
-__all__ = ["ABSENT", "RECORD_LIMIT", "Records", "SigningStore", "parse_rank", "read", "wait_for"]
+__all__ = [
+    "ABSENT", "RECORD_LIMIT", "Records", "SigningStore", "multi_get_within", "parse_rank", "read",
+]  # fmt: skip
 
 RECORD_LIMIT = 64 * 1024  # bytes: every coordination record is far smaller
 FORMAT = "slate-record-2"
@@ -67,14 +69,20 @@ def read(store: Any, key: str) -> str | None:
     return None if text == ABSENT else text
 
 
-def wait_for(store: Any, keys: list[str], seconds: float) -> bool:
-    """Whether every one of ``keys`` is in the store within ``seconds`` (one round trip, plus
-    the wait)."""
+def multi_get_within(store: Any, keys: list[str], seconds: float) -> list[bytes] | None:
+    """Every one of ``keys``' values, once all are in the store, waited for up to ``seconds``;
+    None when some key is still missing then. One ``multi_get`` with the store's timeout set to
+    ``seconds``: two round trips (its own wait, then the read), where a ``wait`` and then a
+    ``multi_get`` take three. A wait that times out is cancelled by the store's client, so
+    the connection stays in step for the next call."""
+    before = store.timeout
+    store.set_timeout(datetime.timedelta(seconds=max(seconds, 0.001)))
     try:
-        store.wait(keys, datetime.timedelta(seconds=max(seconds, 0.001)))
+        return list(store.multi_get(keys))
     except (RuntimeError, dist.DistStoreError):  # (torch's DistError: the wait timed out)
-        return False
-    return True
+        return None
+    finally:
+        store.set_timeout(before)
 
 
 def parse_rank(text: str | None, nodes: int) -> int | None:
@@ -200,20 +208,26 @@ class Records:
     def get_many(
         self, keys: list[str], signers: list[int | None], wait_s: float = 0.0
     ) -> list[str | None]:
-        """:meth:`get` of each key: with ``wait_s``, first wait up to that long for all of them
-        (``wait``, one round trip), then ``multi_get`` (two); without, ``check`` (one) then
-        ``multi_get`` when all exist. Only when some key is still missing, one key at a time
-        (one round trip each)."""
+        """:meth:`get` of each key: with ``wait_s``, one ``multi_get`` that waits up to that
+        long for all of them (:func:`multi_get_within`, two round trips); without, ``check``
+        (one) then ``multi_get`` (two) when all exist. Only when some key is still missing, one
+        key at a time (one round trip each)."""
         if not keys:
             return []
-        there = wait_for(self.store, keys, wait_s) if wait_s > 0 else self.store.check(keys)
-        if not there:
+        raws = self._all_of(keys, wait_s)
+        if raws is None:
             return [self.get(key, signer) for key, signer in zip(keys, signers, strict=True)]
         found = []
-        for key, raw, signer in zip(keys, self.store.multi_get(keys), signers, strict=True):
+        for key, raw, signer in zip(keys, raws, signers, strict=True):
             opened = self.open(key, _text(raw), signer)
             found.append(None if opened is None else opened[1])
         return found
+
+    def _all_of(self, keys: list[str], wait_s: float) -> list[bytes] | None:
+        """Every key's stored value, or None when some key is missing (after ``wait_s``)."""
+        if wait_s > 0:
+            return multi_get_within(self.store, keys, wait_s)
+        return list(self.store.multi_get(keys)) if self.store.check(keys) else None
 
     def get_signed(self, key: str, generation: int | None = None) -> tuple[int, str] | None:
         """``(signer, body)`` of the record under ``key`` (signer -1 without a roster)."""
@@ -235,11 +249,11 @@ class Records:
         waited for up to that long first)."""
         if not keys:
             return []
-        there = wait_for(self.store, keys, wait_s) if wait_s > 0 else self.store.check(keys)
-        if not there:
+        raws = self._all_of(keys, wait_s)
+        if raws is None:
             return [self.get_any_session(k, s) for k, s in zip(keys, signers, strict=True)]
         found: list[tuple[str, str] | None] = []
-        for key, raw, signer in zip(keys, self.store.multi_get(keys), signers, strict=True):
+        for key, raw, signer in zip(keys, raws, signers, strict=True):
             found.append(self._any_session(key, _text(raw), signer))
         return found
 
@@ -454,10 +468,11 @@ class SigningStore(dist.Store):
         keys = [f"{base}{i}" for i in range(len(self.members))]
         for name in keys:
             self.awaited.setdefault(name, self._group_rank(name))
-        if not wait_for(self.inner, keys, self.timeout_s):
+        raws = multi_get_within(self.inner, keys, self.timeout_s)
+        if raws is None:
             self._late = True  # what is missing now had the whole timeout to show
             return
-        for name, raw in zip(keys, self.inner.multi_get(keys), strict=True):
+        for name, raw in zip(keys, raws, strict=True):
             value = self._accepted(name, raw)
             if value is not None:
                 self._fetched[name] = value
