@@ -53,14 +53,10 @@ def test_the_whole_command_estimate():
     assert link.seconds(1.0, 100, 1e6, 20, 0.5e6) == pytest.approx(1.0 + 120 * 0.08 + transfer)
 
 
-def test_rounds_posted_early_wait_the_one_way_trip_and_what_the_notice_still_needs():
+def test_rounds_posted_early_wait_half_a_round_trip():
     link = WanLink(80.0, 10.0)
-    # 100 rounds, 60 posted early. 4 s of compute: 40 ms between rounds, half the RTT: an early
-    # round waits the data's one-way trip only (40 ms), the others a whole RTT
-    assert link.seconds(4.0, 100, 0, 0, 0, 60) == pytest.approx(4.0 + 40 * 0.08 + 60 * 0.04)
-    # 1 s of compute: 10 ms between rounds, so the notice (sent 10 ms before the peer's data
-    # was ready) still needs 30 ms of its 40 ms trip
-    assert link.seconds(1.0, 100, 0, 0, 0, 60) == pytest.approx(1.0 + 40 * 0.08 + 60 * 0.07)
+    # 100 rounds, 60 of them posted early (40 ms each), 20 other round trips; 1 s of compute
+    assert link.seconds(1.0, 100, 0, 20, 0, 60) == pytest.approx(1.0 + 60 * 0.08 + 60 * 0.04)
 
 
 def test_the_share_of_rounds_after_another_in_their_chunk():

@@ -80,28 +80,24 @@ class WanLink:
 
         .. math::
 
-            T = T_{\text{compute}} + \text{RTT}\,(R - R_e + Q)
-                + R_e \Big(\frac{\text{RTT}}{2}
-                + \max\big(0, \frac{\text{RTT}}{2} - \frac{T_{\text{compute}}}{R}\big)\Big)
+            T = T_{\text{compute}} + \text{RTT}\,\big(R - \tfrac{1}{2} R_e + Q\big)
                 + \frac{8}{\text{bandwidth}} \Big(\frac{B_x}{g} + o\,B_c\Big),
 
         with :math:`R` gossip rounds (each one exchange waited for), of which :math:`R_e` had
         their receives posted when the round before ended (``early_rounds``:
-        :attr:`slate.engines.base.Communicator.ahead_share` of :math:`R`): gloo hands a message
-        over once the receiver's notice that it posted the receive has arrived, so such a round
-        waits for its data's one-way trip, and for the rest of the notice's trip when the local
-        work between rounds (:math:`T_{\text{compute}} / R`) is shorter; :math:`Q` the round
-        trips of the other collectives, waited for one after the other
+        :attr:`slate.engines.base.Communicator.ahead_share` of :math:`R`) and wait half a round
+        trip: gloo hands a message over once the receiver's notice that it posted the receive
+        has arrived, and that notice left a round earlier (measured on the emulated 80 ms link:
+        a ring round went from 188 to 125 ms, docs/wan.md); :math:`Q` the round trips of the
+        other collectives, waited for one after the other
         (:func:`~slate.engines.base.all_reduce_round_trips`,
         :func:`~slate.engines.base.all_gather_round_trips`), :math:`B_x` the busiest party's
         gossip bytes, :math:`B_c` its collective bytes, :data:`EXCHANGE_GOODPUT` :math:`g` and
         :data:`WIRE_OVERHEAD` :math:`o` (docs/communication.md, "The estimate")."""
-        rtt = self.rtt_ms / 1e3
-        between = compute_seconds / rounds if rounds else 0.0
-        early = early_rounds * (rtt / 2 + max(0.0, rtt / 2 - between))
         payload = exchanged_bytes / EXCHANGE_GOODPUT + collective_bytes * WIRE_OVERHEAD
         transfer = 8.0 * payload / (self.mbit_s * 1e6)
-        return compute_seconds + (rounds - early_rounds + round_trips) * rtt + early + transfer
+        waited = rounds - early_rounds / 2 + round_trips
+        return compute_seconds + waited * self.rtt_ms / 1e3 + transfer
 
     def whole_seconds(
         self,

@@ -51,11 +51,11 @@ class NetworkClock:
     def estimated_wan_seconds(
         self, elapsed: float, traffic: dict[str, float], comm: Communicator
     ) -> float:
-        """``--wan``: one party's compute, plus one RTT per gossip round (half, and what the
-        local work between rounds leaves of the other half, for a round whose receives were
-        posted when the round before ended) and per round trip of the other collectives, plus
-        the busiest party's gossip and collective bytes at the link's bandwidth
-        (:meth:`slate.communication.gossip.WanLink.seconds`); NaN without ``--wan``."""
+        """``--wan``: one party's compute, plus one RTT per gossip round (half for a round
+        whose receives were posted when the round before ended) and per round trip of the other
+        collectives, plus the busiest party's gossip and collective bytes at the link's
+        bandwidth (:meth:`slate.communication.gossip.WanLink.seconds`); NaN without
+        ``--wan``."""
         if self.wan is None:
             return math.nan
         collective_bytes, round_trips, _ = self.state()
