@@ -11,10 +11,13 @@ the wire:
 * **all-gather**: :func:`~slate.engines.base.all_gather_round_trips` RTTs plus ``N - 1`` pieces;
 * **exchange** with ``d`` neighbours (a gossip round: send to each, receive from each): one
   RTT plus ``d`` messages at :data:`~slate.communication.gossip.EXCHANGE_GOODPUT` of the line rate.
+* **early**: the same exchange with its receives posted when the previous one arrived, as a
+  training chunk posts them (``pause``: the other work between exchanges): half an RTT plus the
+  messages.
 
-Every probe is repeated :data:`REPEATS` times with a 5 ms pause between calls (the link idles
-between a training run's exchanges too) and no barrier between them, as in training; the table
-shows rank 0's median.
+Every probe is repeated :data:`REPEATS` times with a pause between calls (5 ms, or the
+probe's: the link idles between a training run's exchanges too) and no barrier between them, as
+in training; the table shows rank 0's median.
 
 ``python benchmarks/wan_exchange.py worker RANK SITES HOST PORT OUT`` is one site's process;
 :func:`exchange_rows` starts them in the testbed's namespaces.
@@ -47,6 +50,7 @@ class Probe:
     kind: str
     size: int
     neighbours: int = 0
+    pause: float = 0.005  # seconds of other work before each call
 
 
 PROBES = (
@@ -60,7 +64,13 @@ PROBES = (
     Probe("exchange, 1 neighbour, 34 KB", "exchange", 33_828, 1),
     Probe("exchange, 2 neighbours, 8.6 KB", "exchange", 8_600, 2),
     Probe("exchange, 2 neighbours, 34 KB (the ring, float32)", "exchange", 33_828, 2),
-)
+    # Receives posted when the previous exchange arrived, as training posts them within a chunk
+    Probe("exchange, 1 neighbour, 8.6 KB, posted early, 60 ms of work between", "early", 8_600,
+          1, 0.06),
+    Probe("exchange, 1 neighbour, 8.6 KB, posted early, 20 ms of work between", "early", 8_600,
+          1, 0.02),
+    Probe("exchange, 2 neighbours, 34 KB, posted early (the ring)", "early", 33_828, 2),
+)  # fmt: skip
 
 
 def modelled_ms(probe: Probe, sites: int, rtt_ms: float, mbit_s: float) -> float:
@@ -77,10 +87,11 @@ def modelled_ms(probe: Probe, sites: int, rtt_ms: float, mbit_s: float) -> float
     if probe.kind == "all-gather":
         sent = (sites - 1) * probe.size
         return 1e3 * link.seconds(0.0, 0.0, 0.0, all_gather_round_trips(sites), sent)
-    return 1e3 * link.seconds(0.0, 1.0, probe.neighbours * probe.size)
+    early = 1.0 if probe.kind == "early" else 0.0
+    return 1e3 * link.seconds(0.0, 1.0, probe.neighbours * probe.size, early_rounds=early)
 
 
-def _timed(call: Callable[[], None]) -> float:
+def _timed(call: Callable[[], None], pause: float = PAUSE_SECONDS) -> float:
     """Median milliseconds of ``call`` over :data:`REPEATS`, after one warm-up call. Sites
     are lined up once, before the warm-up, then call one after the other as training does:
     a site's time includes waiting for neighbours that started later."""
@@ -90,7 +101,7 @@ def _timed(call: Callable[[], None]) -> float:
     call()
     times = []
     for _ in range(REPEATS):
-        time.sleep(PAUSE_SECONDS)
+        time.sleep(pause)
         started = time.perf_counter()
         call()
         times.append(1e3 * (time.perf_counter() - started))
@@ -112,6 +123,8 @@ def _call_of(probe: Probe, rank: int, sites: int) -> Callable[[], None]:
     peers = [rank ^ 1] if probe.neighbours == 1 else [(rank + 1) % sites, (rank - 1) % sites]
     message = torch.zeros(probe.size, dtype=torch.uint8)
     inbox = [torch.empty_like(message) for _ in peers]
+    if probe.kind == "early":
+        return _early_exchange(message, peers)
 
     def exchange() -> None:
         ops = [dist.P2POp(dist.isend, message, p) for p in peers]
@@ -122,13 +135,45 @@ def _call_of(probe: Probe, rank: int, sites: int) -> Callable[[], None]:
     return exchange
 
 
+def _early_exchange(message: Any, peers: list[int]) -> Callable[[], None]:
+    """An exchange whose receives were posted when the previous one arrived (on a tag of its
+    own); ``.finish()`` sends one more message to each peer, for the receives still posted."""
+    import torch
+    import torch.distributed as dist
+
+    tag = 7
+    posted: list[Any] = []
+
+    def post() -> None:
+        posted[:] = [dist.irecv(torch.empty_like(message), p, tag=tag) for p in peers]
+
+    def exchange() -> None:
+        if not posted:
+            post()
+        sends = [dist.isend(message, p, tag=tag) for p in peers]
+        for work in posted + sends:
+            work.wait()
+        post()
+
+    def finish() -> None:
+        for work in [dist.isend(message, p, tag=tag) for p in peers] + posted:
+            work.wait()
+
+    exchange.finish = finish  # type: ignore[attr-defined]
+    return exchange
+
+
 def worker(rank: int, sites: int, host: str, port: int, out: Path) -> None:
     """One site: join the gloo group, time every probe, and (rank 0) write the medians."""
     import torch.distributed as dist
 
     store = dist.TCPStore(host, port, sites, rank == 0, timeout=datetime.timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=sites)
-    medians = {probe.label: _timed(_call_of(probe, rank, sites)) for probe in PROBES}
+    medians = {}
+    for probe in PROBES:
+        call = _call_of(probe, rank, sites)
+        medians[probe.label] = _timed(call, probe.pause)
+        getattr(call, "finish", lambda: None)()
     if rank == 0:
         out.write_text(json.dumps(medians))
     dist.barrier()
