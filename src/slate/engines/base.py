@@ -99,7 +99,7 @@ DIRECT_ROUND_TRIPS = 1
 #: and its hello) and of its teardown, whatever N: each read of the set-up waits for every
 #: site's record at once (``tests/engines/test_store_round_trips.py`` counts them at the costs
 #: measured on ``TCPStore``: connect 2, check 1, get 2, wait 1, multi_get 2, compare_set 1).
-SET_UP_STORE_ROUND_TRIPS = {"plain": 14, "sealed": 20}
+SET_UP_STORE_ROUND_TRIPS = {"plain": 15, "sealed": 21}
 TEARDOWN_STORE_ROUND_TRIPS = 1
 
 

@@ -69,6 +69,16 @@ def read(store: Any, key: str) -> str | None:
     return None if text == ABSENT else text
 
 
+def wait_for(store: Any, keys: list[str], seconds: float) -> bool:
+    """Whether every one of ``keys`` is in the store within ``seconds`` (one round trip, plus
+    the wait)."""
+    try:
+        store.wait(keys, datetime.timedelta(seconds=max(seconds, 0.001)))
+    except (RuntimeError, dist.DistStoreError):  # (torch's DistError: the wait timed out)
+        return False
+    return True
+
+
 def multi_get_within(store: Any, keys: list[str], seconds: float) -> list[bytes] | None:
     """Every one of ``keys``' values, once all are in the store, waited for up to ``seconds``;
     None when some key is still missing then. One ``multi_get`` with the store's timeout set to
@@ -468,11 +478,13 @@ class SigningStore(dist.Store):
         keys = [f"{base}{i}" for i in range(len(self.members))]
         for name in keys:
             self.awaited.setdefault(name, self._group_rank(name))
-        raws = multi_get_within(self.inner, keys, self.timeout_s)
-        if raws is None:
+        # (a wait, then a multi_get: on this thread, which gloo's process group opens on while
+        # the main thread watches the store on the same connection, the connection's timeout
+        # is never changed)
+        if not wait_for(self.inner, keys, self.timeout_s):
             self._late = True  # what is missing now had the whole timeout to show
             return
-        for name, raw in zip(keys, raws, strict=True):
+        for name, raw in zip(keys, self.inner.multi_get(keys), strict=True):
             value = self._accepted(name, raw)
             if value is not None:
                 self._fetched[name] = value
