@@ -175,7 +175,7 @@ class Communicator(ABC):
         """The share of gossip rounds that follow another round of the same chunk with no exact
         average between them: a distributed process has posted their receives a round early,
         so their messages do not wait for the receiver's notice (the ``--wan`` estimate's
-        :math:`R_a / R`, :meth:`slate.communication.gossip.WanLink.seconds`)."""
+        :math:`R_e / R`, :meth:`slate.communication.gossip.WanLink.seconds`)."""
         return self.rounds_after_one / self.rounds_here if self.rounds_here else 0.0
 
     def forget_flags(self) -> None:
