@@ -12,6 +12,7 @@ import torch
 
 from slate.algorithms.compute import Batch, PartyCompute
 from slate.algorithms.privacy import (
+    NoiseAhead,
     PrivateCompute,
     PrivateGroups,
     clip_scales,
@@ -174,6 +175,52 @@ def test_poisson_sampling_takes_each_class_at_its_declared_rate():
         per_group = (taken.reshape(steps, groups, size) != len(labels)).sum(axis=(0, 2))
         share = per_group.sum() / groups
         assert (abs(per_group - share) < 6 * math.sqrt(share)).all(), (k, per_group)
+
+
+def test_a_full_group_cuts_its_negatives_and_keeps_its_positives():
+    """Three slots for groups that expect about eight rows: most groups overflow. Each group's
+    kept rows are its positives first, and the positives taken still follow the binomial law
+    of their rate (within 6 standard deviations), which a cut in random order would break
+    (it would keep about 3/8 of them); the negatives kept are far fewer than taken."""
+    rng = np.random.default_rng(2)
+    labels = (rng.random(400) < 0.05).astype(np.int64)
+    part, (q_pos, q_neg), groups, size, steps = np.arange(400), (0.3, 0.08), 4, 3, 300
+    stream = SecretStream.for_test(7, 0, "sample")
+    sampler = PoissonGroupSampler([part], labels, [(q_pos, q_neg)], groups, size, [stream],
+                                  pad=len(labels))  # fmt: skip
+    drawn = sampler.draw(steps).numpy()[:, 0].reshape(steps, groups, size)
+    kept_labels = np.where(drawn == len(labels), -1, labels[np.minimum(drawn, len(labels) - 1)])
+    assert (kept_labels[..., :-1] >= kept_labels[..., 1:]).all()  # positives, negatives, empty
+    n_pos = int(labels.sum())
+    positives = int((kept_labels == 1).sum())
+    mean, sd = steps * n_pos * q_pos, math.sqrt(steps * n_pos * q_pos * (1 - q_pos))
+    assert abs(positives - mean) < 6 * sd, (positives, mean, sd)
+    negatives_taken = steps * (len(labels) - n_pos) * q_neg
+    assert int((kept_labels == 0).sum()) < 0.5 * negatives_taken
+
+
+def test_noise_drawn_ahead_is_the_streams_next_draws_in_order():
+    """NoiseAhead's takes are each party's stream read on demand, draw after draw, scaled by
+    its std; a take of another size is drawn on the spot; after keep() the kept party's stream
+    has moved past the draw made ahead, which is dropped."""
+    std = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    ahead = NoiseAhead([SecretStream.for_test(3, p, "noise") for p in range(2)], std)
+    plain = [SecretStream.for_test(3, p, "noise") for p in range(2)]
+
+    def on_demand(dim: int) -> torch.Tensor:
+        draws = [s.normal(dim, float(v)) for s, v in zip(plain, std, strict=True)]
+        return torch.from_numpy(np.stack(draws))
+
+    for dim in (50, 50, 50):
+        torch.testing.assert_close(ahead.take(dim), on_demand(dim), rtol=0, atol=0)
+    on_demand(50)  # the size-50 draw made ahead of the first take of 20, dropped
+    for _ in range(2):
+        torch.testing.assert_close(ahead.take(20), on_demand(20), rtol=0, atol=0)
+    ahead.keep([1])
+    plain[1].normal(20)  # the draw made ahead of the keep, dropped
+    torch.testing.assert_close(
+        ahead.take(20), torch.from_numpy(plain[1].normal(20, 0.5))[None], rtol=0, atol=0
+    )
 
 
 def test_the_divisor_is_the_expected_number_of_contributing_groups():

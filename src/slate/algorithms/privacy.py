@@ -24,7 +24,10 @@ DP-SGD, with the same ``2C`` bound (a row's slot may displace another row).
 The clipping factors aim a relative :math:`2^{-16}` below ``C``, so that the clipped gradients,
 scaled and summed in the parameters' dtype, stay within ``C`` despite rounding; the sum is then
 widened to float64, the noise drawn and added in float64, and the estimate cast to the
-parameters' dtype only after the add. Everything the algorithm does with :math:`\tilde u` afterwards
+parameters' dtype only after the add. The noise does not depend on the rows, so the next
+step's is drawn on a worker thread while this step computes (:class:`NoiseAhead`); each party's
+stream is read in the order that drawing it when needed would read it. Everything the algorithm
+does with :math:`\tilde u` afterwards
 (gradient tracking, momentum, mixing, CHOCO, ``--robust clip``) is post-processing.
 
 :class:`PrivateCompute` has :class:`~slate.algorithms.compute.PartyCompute`'s call signature, so
@@ -34,6 +37,7 @@ the algorithms run it unchanged on both engines.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,6 +48,7 @@ from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
 
 __all__ = [
+    "NoiseAhead",
     "NoiseSource",
     "PrivateCompute",
     "PrivateGroups",
@@ -110,6 +115,48 @@ def clipped_sum(grads: Tensor, clip: float) -> Tensor:
     return total.double()
 
 
+class NoiseAhead:
+    r"""Each local party's noise, ``(P, d)`` float64 of :math:`N(0, \sigma_p^2)`, drawn one
+    step ahead on a worker thread.
+
+    :meth:`take` returns the draw made for this step, if it was made for the same ``d``, and
+    starts the next one; the streams are read one draw after another, as drawing on demand
+    reads them, so a test seed gives the same numbers. A draw made ahead and never taken (the
+    run stopped, or parties left) is dropped: it was never released.
+    """
+
+    def __init__(self, sources: Sequence[NoiseSource], std: Tensor) -> None:
+        self.sources = list(sources)
+        self.std = std
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slate-dp-noise")
+        self._ahead: tuple[int, Future[Tensor]] | None = None
+
+    def _draw(self, dim: int) -> Tensor:
+        return torch.stack(
+            [
+                torch.as_tensor(source.normal(dim, float(std)), dtype=torch.float64)
+                for source, std in zip(self.sources, self.std, strict=True)
+            ]
+        )
+
+    def take(self, dim: int) -> Tensor:
+        """This step's noise for ``dim`` coordinates; the next step's starts drawing."""
+        ahead, self._ahead = self._ahead, None
+        noise = ahead[1].result() if ahead is not None and ahead[0] == dim else None
+        if noise is None:
+            noise = self._draw(dim)
+        self._ahead = (dim, self._worker.submit(self._draw, dim))
+        return noise
+
+    def keep(self, rows: list[int]) -> None:
+        """Draw only for the parties at positions ``rows``; the draw made ahead is dropped."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1].result()  # the streams are not shared with a running draw
+        self.sources = [self.sources[k] for k in rows]
+        self.std = self.std[rows]
+
+
 @dataclass(frozen=True)
 class PrivateGroups:
     """The public shape of the mechanism: ``groups`` G, ``group_size`` slots per group,
@@ -140,8 +187,7 @@ class PrivateCompute:
             raise ValueError("one noise source and one noise scale per local party")
         self.inner = inner
         self.groups = groups
-        self.noise = list(noise)
-        self.noise_std = torch.tensor(groups.noise_std, dtype=torch.float64)
+        self.noise = NoiseAhead(noise, torch.tensor(groups.noise_std, dtype=torch.float64))
         self.divisor = torch.tensor(groups.divisor, dtype=torch.float64)
 
     def __getattr__(self, name: str) -> Any:
@@ -183,13 +229,7 @@ class PrivateCompute:
             )
         losses, grads = self.group_gradients(x, batch)
         total = clipped_sum(grads, self.groups.clip)  # (P, d), float64
-        d = total.shape[1]
-        noise = torch.stack(
-            [
-                torch.as_tensor(source.normal(d, float(std)), dtype=torch.float64)
-                for source, std in zip(self.noise, self.noise_std, strict=True)
-            ]
-        ).to(total.device)
+        noise = self.noise.take(total.shape[1]).to(total.device)
         divisor = self.divisor.to(total.device)[:, None]
         estimate = ((total + noise) / divisor).to(x.dtype)
         return (losses.double().sum(dim=0) / divisor[:, 0]).to(x.dtype), estimate
@@ -198,6 +238,5 @@ class PrivateCompute:
         """Compute only for the parties at positions ``rows`` from now on."""
         self.inner.keep_parties(rows)
         kept = rows.tolist()
-        self.noise = [self.noise[k] for k in kept]
-        self.noise_std = self.noise_std[kept]
+        self.noise.keep(kept)
         self.divisor = self.divisor[kept]

@@ -68,20 +68,27 @@ class SecretStream:
     def _uniform(self, count: int) -> np.ndarray:
         """``count`` uniforms, float64: each word's top 53 bits, plus one half, times
         :math:`2^{-53}`."""
-        top = (self.words(count) >> np.uint64(11)).astype(np.float64)
-        top += 0.5
-        top *= 2.0**-53
+        top = np.multiply(self.words(count) >> np.uint64(11), 2.0**-53, dtype=np.float64)
+        top += 2.0**-54  # (w + 1/2) 2^-53: scaling by a power of two rounds alike
         return top
 
     def normal(self, count: int, std: float = 1.0) -> np.ndarray:
-        """``count`` draws of :math:`N(0, \\mathrm{std}^2)` in float64: each the sum of four
-        Box-Muller draws, halved. The radius is taken in numpy and the angle's ``cos`` and
-        ``sin`` in torch: each library's faster half here."""
+        r"""``count`` draws of :math:`N(0, \mathrm{std}^2)` in float64: each the sum of four
+        Box-Muller draws, halved.
+
+        A pair of uniforms :math:`(u_1, u_2)` gives the two draws :math:`r \cos\theta` and
+        :math:`r \sin\theta`, with :math:`r = \sqrt{-2 \ln u_1}` and :math:`\theta = 2\pi
+        u_2`; a value takes both draws of two pairs. Each pair's two draws are summed as
+        :math:`r (\cos\theta + \sin\theta) = \sqrt{2}\, r \sin(\theta + \pi/4)`, the
+        same number in one ``sin``. The radius is taken in numpy and the ``sin`` in torch: each
+        library's faster half here."""
         pairs = 2 * count  # four draws per value, two per pair of uniforms
         uniforms = self._uniform(2 * pairs)
-        radius = torch.from_numpy(np.sqrt(-2.0 * np.log(uniforms[:pairs])))
-        angle = torch.from_numpy(uniforms[pairs:]).mul_(2.0 * math.pi)
-        draws = torch.cos(angle).mul_(radius)
-        draws += torch.sin(angle).mul_(radius)  # draws 1-2 and 3-4 of each value, two by two
+        radius = uniforms[:pairs]
+        np.log(radius, out=radius)
+        radius *= -4.0  # sqrt(2) r = sqrt(-4 ln u1)
+        np.sqrt(radius, out=radius)
+        angle = torch.from_numpy(uniforms[pairs:]).mul_(2.0 * math.pi).add_(0.25 * math.pi)
+        draws = torch.sin(angle).mul_(torch.from_numpy(radius))
         halves = draws.view(2, count)
         return (halves[0] + halves[1]).mul_(0.5 * std).numpy()
