@@ -11,13 +11,15 @@ the wire:
 * **all-gather**: :func:`~slate.engines.base.all_gather_round_trips` RTTs plus ``N - 1`` pieces;
 * **exchange** with ``d`` neighbours (a gossip round: send to each, receive from each): one
   RTT plus ``d`` messages at :data:`~slate.communication.gossip.EXCHANGE_GOODPUT` of the line rate.
-* **early**: the same exchange with its receives posted when the previous one arrived, as a
-  training chunk posts them (``pause``: the other work between exchanges): half an RTT plus the
-  messages.
+* **early**: the same exchange with its receives posted when the previous one arrived
+  (``pause``: the other work between exchanges): half an RTT plus the messages, by the model;
+  **early-2**: posted two exchanges ahead, as a training chunk posts them
+  (:data:`~slate.engines.distributed.wire.transport.ROUNDS_AHEAD`).
 
 Every probe is repeated :data:`REPEATS` times with a pause between calls (5 ms, or the
 probe's: the link idles between a training run's exchanges too) and no barrier between them, as
-in training; the table shows rank 0's median.
+in training; the table shows rank 0's median, or for an exchange posted ahead its mean period
+less the pause (:func:`_timed`).
 
 ``python benchmarks/wan_exchange.py worker RANK SITES HOST PORT OUT`` is one site's process;
 :func:`exchange_rows` starts them in the testbed's namespaces.
@@ -70,6 +72,10 @@ PROBES = (
     Probe("exchange, 1 neighbour, 8.6 KB, posted early, 20 ms of work between", "early", 8_600,
           1, 0.02),
     Probe("exchange, 2 neighbours, 34 KB, posted early (the ring)", "early", 33_828, 2),
+    # ... and two exchanges ahead, as training posts them now
+    Probe("exchange, 1 neighbour, 8.6 KB, posted two early, 20 ms of work between", "early-2",
+          8_600, 1, 0.02),
+    Probe("exchange, 2 neighbours, 34 KB, posted two early (the ring)", "early-2", 33_828, 2),
 )  # fmt: skip
 
 
@@ -87,18 +93,29 @@ def modelled_ms(probe: Probe, sites: int, rtt_ms: float, mbit_s: float) -> float
     if probe.kind == "all-gather":
         sent = (sites - 1) * probe.size
         return 1e3 * link.seconds(0.0, 0.0, 0.0, all_gather_round_trips(sites), sent)
-    early = 1.0 if probe.kind == "early" else 0.0
+    early = 1.0 if probe.kind.startswith("early") else 0.0
     return 1e3 * link.seconds(0.0, 1.0, probe.neighbours * probe.size, early_rounds=early)
 
 
 def _timed(call: Callable[[], None], pause: float = PAUSE_SECONDS) -> float:
     """Median milliseconds of ``call`` over :data:`REPEATS`, after one warm-up call. Sites
     are lined up once, before the warm-up, then call one after the other as training does:
-    a site's time includes waiting for neighbours that started later."""
+    a site's time includes waiting for neighbours that started later.
+
+    An exchange posted ahead (one with ``.finish``) is timed by its period instead: the
+    :data:`REPEATS` calls and their pauses back to back, over :data:`REPEATS`, less the pause.
+    One call alone can look free, when the neighbour, running ahead, has already sent; what a
+    training chunk pays is the period."""
     import torch.distributed as dist
 
     dist.barrier()
     call()
+    if hasattr(call, "finish"):
+        started = time.perf_counter()
+        for _ in range(REPEATS):
+            time.sleep(pause)
+            call()
+        return 1e3 * ((time.perf_counter() - started) / REPEATS - pause)
     times = []
     for _ in range(REPEATS):
         time.sleep(pause)
@@ -123,8 +140,8 @@ def _call_of(probe: Probe, rank: int, sites: int) -> Callable[[], None]:
     peers = [rank ^ 1] if probe.neighbours == 1 else [(rank + 1) % sites, (rank - 1) % sites]
     message = torch.zeros(probe.size, dtype=torch.uint8)
     inbox = [torch.empty_like(message) for _ in peers]
-    if probe.kind == "early":
-        return _early_exchange(message, peers)
+    if probe.kind.startswith("early"):
+        return _early_exchange(message, peers, 2 if probe.kind == "early-2" else 1)
 
     def exchange() -> None:
         ops = [dist.P2POp(dist.isend, message, p) for p in peers]
@@ -135,29 +152,31 @@ def _call_of(probe: Probe, rank: int, sites: int) -> Callable[[], None]:
     return exchange
 
 
-def _early_exchange(message: Any, peers: list[int]) -> Callable[[], None]:
-    """An exchange whose receives were posted when the previous one arrived (on a tag of its
-    own); ``.finish()`` sends one more message to each peer, for the receives still posted."""
+def _early_exchange(message: Any, peers: list[int], depth: int) -> Callable[[], None]:
+    """An exchange whose receives were posted ``depth`` exchanges before it (on a tag of its
+    own); ``.finish()`` sends ``depth`` more messages to each peer, for the receives still
+    posted."""
     import torch
     import torch.distributed as dist
 
     tag = 7
-    posted: list[Any] = []
+    posted: list[list[Any]] = []
 
     def post() -> None:
-        posted[:] = [dist.irecv(torch.empty_like(message), p, tag=tag) for p in peers]
+        posted.append([dist.irecv(torch.empty_like(message), p, tag=tag) for p in peers])
 
     def exchange() -> None:
-        if not posted:
+        while len(posted) < depth:
             post()
         sends = [dist.isend(message, p, tag=tag) for p in peers]
-        for work in posted + sends:
+        for work in posted.pop(0) + sends:
             work.wait()
         post()
 
     def finish() -> None:
-        for work in [dist.isend(message, p, tag=tag) for p in peers] + posted:
-            work.wait()
+        for _ in range(len(posted)):
+            for work in [dist.isend(message, p, tag=tag) for p in peers] + posted.pop(0):
+                work.wait()
 
     exchange.finish = finish  # type: ignore[attr-defined]
     return exchange

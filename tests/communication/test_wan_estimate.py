@@ -59,6 +59,18 @@ def test_rounds_posted_early_wait_half_a_round_trip():
     assert link.seconds(1.0, 100, 0, 20, 0, 60) == pytest.approx(1.0 + 60 * 0.08 + 60 * 0.04)
 
 
+def test_bytes_of_rounds_posted_early_go_at_the_early_goodput():
+    """1 MB of gossip over 100 rounds, 60 of them early: 0.4 MB at half the line rate and
+    0.6 MB at 0.8 of it, each byte 8 bits at 10 Mbit/s; all early: all at 0.8."""
+    link = WanLink(80.0, 10.0)
+    waits = 100 * 0.08 - 60 * 0.04
+    bytes_seconds = 8 * (0.4e6 / 0.5 + 0.6e6 / 0.8) / 10e6
+    assert link.seconds(0.0, 100, 1e6, 0, 0, 60) == pytest.approx(waits + bytes_seconds)
+    assert link.seconds(0.0, 100, 1e6, 0, 0, 100) == pytest.approx(
+        100 * 0.04 + 8 * 1e6 / 0.8 / 10e6
+    )
+
+
 def test_the_share_of_rounds_after_another_in_their_chunk():
     """base-2 (4 parties) with two local steps: each chunk of 12 iterations holds 6 rounds, of
     which the last 5 follow another; the same schedule in one chunk of 12 and one of 6 (3

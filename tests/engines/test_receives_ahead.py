@@ -1,10 +1,10 @@
 """Receives posted ahead (slate.engines.distributed.wire.transport): within a chunk the
-distributed communicator posts each gossip round's receives when the previous round has arrived.
-On 4 gloo processes over base-2 with local steps, the mixed parameters equal the simulator's
-communicator on the same stacked values, bit for bit, whether the rounds were posted ahead or
-not; a direct exchange between two rounds (tag 0) never takes a gossip message; nothing stays
-posted past the chunk's end; and SLATE's two exchanges an iteration (the tracker, then the
-parameters) each get their own messages."""
+distributed communicator posts each gossip round's receives two rounds ahead. On 4 gloo processes
+over base-2 and the ring with local steps, the mixed parameters are the same bits whether the
+rounds were posted ahead or not, and the simulator communicator's on the same stacked values
+(on the ring a pair then holds two receives of one tag); a direct exchange between two rounds
+(tag 0) never takes a gossip message; nothing stays posted past the chunk's end; and SLATE's two
+exchanges an iteration (the tracker, then the parameters) each get their own messages."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from slate.communication.gossip import GossipSettings
 from slate.engines.distributed.control.failures import FailureGuard, Waiter
 from slate.engines.distributed.wire.direct import DirectWire
-from slate.engines.distributed.wire.transport import DistributedCommunicator
+from slate.engines.distributed.wire.transport import ROUNDS_AHEAD, DistributedCommunicator
 from slate.engines.simulator import SimulatorCommunicator
 from slate.topology.registry import build_topology
 
@@ -32,9 +32,9 @@ def _values(t: int, k: int) -> torch.Tensor:
     return torch.randn(WORLD, D, generator=g, dtype=torch.float64)
 
 
-def _party(rank: int, init: str, ahead: bool, out) -> None:
+def _party(rank: int, init: str, ahead: bool, name: str, out) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
-    topology = build_topology("base-2", WORLD)
+    topology = build_topology(name, WORLD)
     comm = DistributedCommunicator(topology, rank, waiter=Waiter(FailureGuard(rank)),
                                    settings=GossipSettings(every=EVERY))  # fmt: skip
     posted = []
@@ -45,38 +45,39 @@ def _party(rank: int, init: str, ahead: bool, out) -> None:
         return real_swap(*args, **kwargs)
 
     comm._line.swap = watched
-    mixed, gathered = {}, {}
+    mixed, gathered, depth = {}, {}, 0
     comm.run_through(END if ahead else None)
     for t in range(END):
         comm.set_iteration(t)
         for k in range(2):  # two exchanges an iteration, as gradient tracking makes
             mixed[(t, k)] = comm.mix(_values(t, k)[rank : rank + 1].clone())
+            depth = max(depth, len(comm._ahead))
         if t == 6:  # a direct exchange between two rounds, on tag 0
             mine = torch.full((3,), float(rank))
             gathered = DirectWire(rank, tuple(range(WORLD))).gather(comm.waiter, mine)
     left_posted = len(comm._ahead)
     comm.run_through(None)
-    out[rank] = (mixed, gathered, posted, left_posted)
+    out[rank] = (mixed, gathered, posted, left_posted, depth)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _run(tmp_path, ahead: bool) -> dict:
-    init = f"file://{tmp_path / ('store-ahead' if ahead else 'store')}"
+def _run(tmp_path, ahead: bool, name: str) -> dict:
+    init = f"file://{tmp_path / (name + ('-store-ahead' if ahead else '-store'))}"
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_party, args=(init, ahead, out), nprocs=WORLD)
+        mp.spawn(_party, args=(init, ahead, name, out), nprocs=WORLD)
         return dict(out)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+@pytest.fixture(scope="module", params=["base-2", "ring"])
+def runs(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ahead")
-    return {ahead: _run(tmp, ahead) for ahead in (True, False)}
+    return request.param, {ahead: _run(tmp, ahead, request.param) for ahead in (True, False)}
 
 
-def _simulated() -> dict:
-    topology = build_topology("base-2", WORLD)
+def _simulated(name: str) -> dict:
+    topology = build_topology(name, WORLD)
     comm = SimulatorCommunicator(topology, torch.device("cpu"), torch.float64,
                                  GossipSettings(every=EVERY))  # fmt: skip
     mixed = {}
@@ -89,28 +90,36 @@ def _simulated() -> dict:
 
 @pytest.mark.processes
 def test_gossip_with_receives_posted_ahead_equals_the_simulator(runs):
-    reference = _simulated()
-    for ahead in (True, False):
-        for rank, (mixed, _, _, _) in runs[ahead].items():
-            for key, value in reference.items():
-                torch.testing.assert_close(mixed[key][0], value[rank], rtol=0, atol=0)
+    """Posted ahead or not, the same bits; and the simulator's values, bit for bit on base-2
+    (weights 1/2) and to float64 rounding on the ring (its matrix product sums the thirds in
+    another order)."""
+    name, runs = runs
+    reference = _simulated(name)
+    tolerance = 0.0 if name == "base-2" else 1e-15
+    for rank, (mixed, *_) in runs[True].items():
+        for key, value in reference.items():
+            assert torch.equal(mixed[key], runs[False][rank][0][key]), (name, rank, key)
+            torch.testing.assert_close(mixed[key][0], value[rank], rtol=0, atol=tolerance)
 
 
 @pytest.mark.processes
 def test_every_round_but_the_chunks_first_was_posted_ahead(runs):
+    _, runs = runs
     rounds = END // EVERY
-    for rank, (_, _, posted, left) in runs[True].items():
-        # two exchanges a round; each round's receives posted at the previous round's end
+    for rank, (_, _, posted, left, depth) in runs[True].items():
+        # two exchanges a round; each round's receives posted at an earlier round's end
         assert posted == [False, False] + [True, True] * (rounds - 1), rank
+        assert depth == 2 * ROUNDS_AHEAD  # each exchange's next rounds, posted at once
         assert left == 0  # the last round posts nothing: the chunk ends there
-    for _, (_, _, posted, _) in runs[False].items():
-        assert posted == [False, False] * rounds
+    for _, (_, _, posted, _, depth) in runs[False].items():
+        assert posted == [False, False] * rounds and depth == 0
 
 
 @pytest.mark.processes
 def test_a_direct_exchange_between_rounds_gets_its_own_messages(runs):
+    _, runs = runs
     for ahead in (True, False):
-        for rank, (_, gathered, _, _) in runs[ahead].items():
+        for rank, (_, gathered, *_) in runs[ahead].items():
             expected = [torch.full((3,), float(r)) for r in range(WORLD)]
             for got, want in zip(gathered, expected, strict=True):
                 assert torch.equal(got, want), rank

@@ -19,6 +19,7 @@ from slate.errors import ConfigError
 from slate.topology import Topology
 
 __all__ = [
+    "EARLY_GOODPUT",
     "EXCHANGE_GOODPUT",
     "WIRE_OVERHEAD",
     "GossipSettings",
@@ -39,6 +40,11 @@ WIRE_OVERHEAD = 1500 / 1448
 #: acknowledgements included), from 1.5x to 2.2x for 8.6-68 KB to one, two or three
 #: neighbours (``python -m benchmarks --only wan``, "One exchange").
 EXCHANGE_GOODPUT = 0.5
+#: The same share for a gossip round whose receives were posted rounds before it: its sender
+#: sends at once, on a connection kept busy by the rounds before, and the ring's two 34 KB
+#: messages took 68 ms on top of half an RTT at 10 Mbit/s, 0.8 of the line rate
+#: (``python -m benchmarks --only wan``, "posted two early").
+EARLY_GOODPUT = 0.8
 
 
 @dataclass(frozen=True)
@@ -81,20 +87,25 @@ class WanLink:
         .. math::
 
             T = T_{\text{compute}} + \text{RTT}\,\big(R - \tfrac{1}{2} R_e + Q\big)
-                + \frac{8}{\text{bandwidth}} \Big(\frac{B_x}{g} + o\,B_c\Big),
+                + \frac{8}{\text{bandwidth}} \Big(B_x \Big(\frac{1 - e}{g} + \frac{e}{g_e}\Big)
+                + o\,B_c\Big),
 
         with :math:`R` gossip rounds (each one exchange waited for), of which :math:`R_e` had
-        their receives posted when the round before ended (``early_rounds``:
+        their receives posted rounds before (``early_rounds``:
         :attr:`slate.engines.base.Communicator.ahead_share` of :math:`R`) and wait half a round
         trip: gloo hands a message over once the receiver's notice that it posted the receive
-        has arrived, and that notice left a round earlier (measured on the emulated 80 ms link:
-        a ring round went from 188 to 125 ms, docs/wan.md); :math:`Q` the round trips of the
+        has arrived, and that notice left a round or two earlier (measured on the emulated 80 ms
+        link, docs/wan.md); :math:`Q` the round trips of the
         other collectives, waited for one after the other
         (:func:`~slate.engines.base.all_reduce_round_trips`,
         :func:`~slate.engines.base.all_gather_round_trips`), :math:`B_x` the busiest party's
-        gossip bytes, :math:`B_c` its collective bytes, :data:`EXCHANGE_GOODPUT` :math:`g` and
-        :data:`WIRE_OVERHEAD` :math:`o` (docs/communication.md, "The estimate")."""
-        payload = exchanged_bytes / EXCHANGE_GOODPUT + collective_bytes * WIRE_OVERHEAD
+        gossip bytes (a share :math:`e = R_e / R` of them in the early rounds, at
+        :data:`EARLY_GOODPUT` :math:`g_e`), :math:`B_c` its collective bytes,
+        :data:`EXCHANGE_GOODPUT` :math:`g` and :data:`WIRE_OVERHEAD` :math:`o`
+        (docs/communication.md, "The estimate")."""
+        early = early_rounds / rounds if rounds else 0.0
+        gossip = exchanged_bytes * ((1.0 - early) / EXCHANGE_GOODPUT + early / EARLY_GOODPUT)
+        payload = gossip + collective_bytes * WIRE_OVERHEAD
         transfer = 8.0 * payload / (self.mbit_s * 1e6)
         waited = rounds - early_rounds / 2 + round_trips
         return compute_seconds + waited * self.rtt_ms / 1e3 + transfer

@@ -52,7 +52,7 @@ class NetworkClock:
         self, elapsed: float, traffic: dict[str, float], comm: Communicator
     ) -> float:
         """``--wan``: one party's compute, plus one RTT per gossip round (half for a round
-        whose receives were posted when the round before ended) and per round trip of the other
+        whose receives were posted rounds before) and per round trip of the other
         collectives, plus the busiest party's gossip and collective bytes at the link's
         bandwidth (:meth:`slate.communication.gossip.WanLink.seconds`); NaN without
         ``--wan``."""

@@ -108,14 +108,18 @@ def publish_store_nonce(store: Any) -> str:
 
 
 def read_store_nonce(store: Any, timeout_s: float = 0.0) -> str | None:
-    """The store's nonce (waiting up to ``timeout_s`` for it), or None when there is none."""
-    if timeout_s > 0:
+    """The store's nonce (waiting up to ``timeout_s`` for it), or None when there is none.
+
+    One round trip when the nonce is there, as it is from the moment ``slate rendezvous``
+    listens: the read comes first, and only a missing nonce is waited for, then read again."""
+    text = read(store, STORE_NONCE_KEY)
+    if text is None and timeout_s > 0:
         try:
             store.wait([STORE_NONCE_KEY], datetime.timedelta(seconds=timeout_s))
         except (RuntimeError, dist.DistStoreError):
             return None
-    text = read(store, STORE_NONCE_KEY)
-    return text if is_nonce(text) else None
+        text = read(store, STORE_NONCE_KEY)
+    return text if text is not None and is_nonce(text) else None
 
 
 @dataclass

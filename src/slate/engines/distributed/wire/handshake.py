@@ -247,9 +247,13 @@ class Hello:
         waits.until(deadline)
         k = len(sends)
         ranks = [self.members[peer] for peer in others]
-        published = self.published or dict(  # every hello at once: each member published its
-            zip(ranks, self.records.get_many(  # own before the group opened (three round trips)
-                [hello_key(self.generation, r) for r in ranks], [self._signer(r) for r in ranks]
+        # Every hello at once: each member published its own before the group opened, so one
+        # multi_get finds them (two round trips); one still missing is waited for a moment.
+        wait_s = min(REPORT_WAIT_S, max(0.001, deadline - time.monotonic()))
+        published = self.published or dict(
+            zip(ranks, self.records.get_many(
+                [hello_key(self.generation, r) for r in ranks], [self._signer(r) for r in ranks],
+                wait_s,
             ), strict=True)
         )  # fmt: skip
         for j, peer in enumerate(others):

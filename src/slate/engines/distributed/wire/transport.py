@@ -37,6 +37,11 @@ LEAVE = 0.0  # the last element of a gossip message: 1 for parameters, 0 for "I 
 #: gloo's tag of an iteration's first gossip exchange (and its leave messages); its k-th uses
 #: GOSSIP_TAG + k. A receive posted ahead never takes another exchange's message (those use 0).
 GOSSIP_TAG = 1
+#: How many gossip rounds ahead a round's receives are posted, within a chunk: the notice that a
+#: receive is posted then has a whole round to reach its sender, which at one round ahead it
+#: often had not (it left when the previous round arrived, and the sender was ready to send
+#: after only the local steps between the rounds).
+ROUNDS_AHEAD = 2
 
 
 class DistributedCommunicator(Communicator):
@@ -176,7 +181,8 @@ class DistributedCommunicator(Communicator):
             )
 
     def _posted_for(self, call: tuple[int, int]) -> list[Posted] | None:
-        """The receives posted ahead for exchange ``call`` (:meth:`_next_call`), if any."""
+        """The receives posted ahead for exchange ``call`` (:meth:`_next_call`), if any: the
+        first posted on its tag, which gloo fills first."""
         if self._ahead and self._ahead[0][1] is not self._current_group():
             self._ahead.clear()  # posted in an aborted generation: never waited for
         for position, (at, _, posted) in enumerate(self._ahead):
@@ -192,28 +198,34 @@ class DistributedCommunicator(Communicator):
         return None
 
     def _post_next_round(self, call: tuple[int, int], length: int, dtype: torch.dtype) -> None:
-        """Post the receives of the next gossip round now, when it falls within the iterations
-        promised to run (:meth:`run_through`): gloo sends a message only after its receiver's
-        notice that the receive is posted, so a receive posted at the end of the previous
-        round (the local steps between rounds cover the notice's trip) saves half a round trip
-        each round. The next round's peers and message size are public: its topology round,
-        and whether its messages carry a last element. ``call``: the exchange just done; the
-        one posted for is the same call of the next gossip iteration."""
+        """Post the receives of the next :data:`ROUNDS_AHEAD` gossip rounds that are not posted
+        yet, when they fall within the iterations promised to run (:meth:`run_through`): gloo
+        sends a message only after its receiver's notice that the receive is posted, so a
+        receive posted rounds before its own saves up to half a round trip each round. The
+        later rounds' peers and message sizes are public: their topology rounds, and whether
+        their messages carry a last element. ``call``: the exchange just done; the ones posted
+        for are the same call of the next gossip iterations, on the same gloo tag, in order
+        (gloo fills a pair's receives of one tag in the order they were posted)."""
+        if self.through is None or not self._posts_ahead:
+            return
         every = self.settings.every
-        t = call[0] + every
-        if self.through is None or t >= self.through or not self._posts_ahead:
-            return
-        r = t // every
-        if self.topology.is_full_average_at(r):
-            return
-        peers = self._round_peers(r)
-        if not peers:
-            return
-        size = length + self._tagged(t)
-        like = torch.empty(size, dtype=dtype)
-        posted = self._line.post_receives(self.waiter, [(p, like) for p in peers], self.group,
-                                          GOSSIP_TAG + call[1])  # fmt: skip
-        self._ahead.append(((t, call[1]), self._current_group(), posted))
+        posted_for = {at for at, _, _ in self._ahead}
+        for ahead in range(1, ROUNDS_AHEAD + 1):
+            t = call[0] + ahead * every
+            if t >= self.through:
+                return
+            r = t // every
+            if self.topology.is_full_average_at(r):
+                return  # (an exact average: an all-reduce, not messages; posting stops there)
+            if (t, call[1]) in posted_for:
+                continue
+            peers = self._round_peers(r)
+            if not peers:
+                continue
+            like = torch.empty(length + self._tagged(t), dtype=dtype)
+            posted = self._line.post_receives(self.waiter, [(p, like) for p in peers],
+                                              self.group, GOSSIP_TAG + call[1])  # fmt: skip
+            self._ahead.append(((t, call[1]), self._current_group(), posted))
 
     def _round_peers(self, r: int) -> list[int]:
         """Whom this party swaps messages with in gossip round ``r``, in the order it sends
