@@ -5,6 +5,8 @@ alone, the binomial law of the sample, and the Gaussian law of the noise."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -204,7 +206,17 @@ def test_noise_drawn_ahead_is_the_streams_next_draws_in_order():
     its std; a take of another size is drawn on the spot; after keep() the kept party's stream
     has moved past the draw made ahead, which is dropped."""
     std = torch.tensor([2.0, 0.5], dtype=torch.float64)
-    ahead = NoiseAhead([SecretStream.for_test(3, p, "noise") for p in range(2)], std)
+
+    class Slow(SecretStream):
+        """Draws slowly on the worker thread, so that a take that does not wait for the draw
+        made ahead would read the stream while it runs."""
+
+        def normal(self, count: int, std: float = 1.0):
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(0.05)
+            return super().normal(count, std)
+
+    ahead = NoiseAhead([Slow.for_test(3, p, "noise") for p in range(2)], std)
     plain = [SecretStream.for_test(3, p, "noise") for p in range(2)]
 
     def on_demand(dim: int) -> torch.Tensor:

@@ -142,7 +142,10 @@ class NoiseAhead:
     def take(self, dim: int) -> Tensor:
         """This step's noise for ``dim`` coordinates; the next step's starts drawing."""
         ahead, self._ahead = self._ahead, None
-        noise = ahead[1].result() if ahead is not None and ahead[0] == dim else None
+        noise = None
+        if ahead is not None:
+            drawn = ahead[1].result()  # (always awaited: the streams are not shared with it)
+            noise = drawn if ahead[0] == dim else None
         if noise is None:
             noise = self._draw(dim)
         self._ahead = (dim, self._worker.submit(self._draw, dim))
