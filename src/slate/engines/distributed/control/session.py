@@ -119,7 +119,7 @@ def read_store_nonce(store: Any, timeout_s: float = 0.0) -> str | None:
         except (RuntimeError, dist.DistStoreError):
             return None
         text = read(store, STORE_NONCE_KEY)
-    return text if text is not None and is_nonce(text) else None
+    return text if is_nonce(text) else None
 
 
 @dataclass
