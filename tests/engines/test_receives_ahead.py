@@ -32,8 +32,13 @@ def _values(t: int, k: int) -> torch.Tensor:
     return torch.randn(WORLD, D, generator=g, dtype=torch.float64)
 
 
-def _party(rank: int, init: str, ahead: bool, name: str, out) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
+TOPOLOGIES = ("base-2", "ring")
+
+
+def _variant(rank: int, name: str, ahead: bool) -> tuple:
+    """One communicator's chunk on ``name``, its receives posted ahead or not: what it mixed and
+    gathered, whether each exchange found posted receives, what was left posted, and the most
+    receives it held posted at once."""
     topology = build_topology(name, WORLD)
     comm = DistributedCommunicator(topology, rank, waiter=Waiter(FailureGuard(rank)),
                                    settings=GossipSettings(every=EVERY))  # fmt: skip
@@ -57,23 +62,38 @@ def _party(rank: int, init: str, ahead: bool, name: str, out) -> None:
             gathered = DirectWire(rank, tuple(range(WORLD))).gather(comm.waiter, mine)
     left_posted = len(comm._ahead)
     comm.run_through(None)
-    out[rank] = (mixed, gathered, posted, left_posted, depth)
-    dist.barrier()
+    return mixed, gathered, posted, left_posted, depth
+
+
+def _party(rank: int, init: str, out) -> None:
+    """Every topology, posted ahead and not, one after the other in one process group."""
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
+    results = {}
+    for name in TOPOLOGIES:
+        for ahead in (True, False):
+            results[(name, ahead)] = _variant(rank, name, ahead)
+            dist.barrier()  # (nothing of one variant is in flight during the next)
+    out[rank] = results
     dist.destroy_process_group()
 
 
-def _run(tmp_path, ahead: bool, name: str) -> dict:
-    init = f"file://{tmp_path / (name + ('-store-ahead' if ahead else '-store'))}"
+@pytest.fixture(scope="module")
+def all_runs(tmp_path_factory) -> dict:
+    init = f"file://{tmp_path_factory.mktemp('ahead') / 'store'}"
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_party, args=(init, ahead, name, out), nprocs=WORLD)
+        mp.spawn(_party, args=(init, out), nprocs=WORLD)
         return dict(out)
 
 
-@pytest.fixture(scope="module", params=["base-2", "ring"])
-def runs(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ahead")
-    return request.param, {ahead: _run(tmp, ahead, request.param) for ahead in (True, False)}
+@pytest.fixture(params=TOPOLOGIES)
+def runs(request, all_runs) -> tuple[str, dict]:
+    """``(topology, {ahead: {rank: that variant's results}})``."""
+    name = request.param
+    return name, {
+        ahead: {rank: results[(name, ahead)] for rank, results in all_runs.items()}
+        for ahead in (True, False)
+    }
 
 
 def _simulated(name: str) -> dict:
