@@ -28,7 +28,7 @@ CASES = {
     "slate-m": ["--algorithm", "slate-m", "--alpha", "0.5"],
     "dpsgd": ["--algorithm", "dpsgd"],
     # Compressed gossip with local steps, four rounds a chunk: each round's receives are posted
-    # when the previous round ends (transport.DistributedCommunicator._post_next_round).
+    # rounds ahead (transport.DistributedCommunicator._post_rounds_ahead).
     "slate-int8-local": ["--algorithm", "slate", "--topology", "base-2", "--gossip-every", "5",
                          "--compress", "int8", "--checkpoint-every", "25"],
 }  # fmt: skip

@@ -1,10 +1,11 @@
 """Receives posted ahead (slate.engines.distributed.wire.transport): within a chunk the
 distributed communicator posts each gossip round's receives two rounds ahead. On 4 gloo processes
-over base-2 and the ring with local steps, the mixed parameters are the same bits whether the
-rounds were posted ahead or not, and the simulator communicator's on the same stacked values
-(on the ring a pair then holds two receives of one tag); a direct exchange between two rounds
-(tag 0) never takes a gossip message; nothing stays posted past the chunk's end; and SLATE's two
-exchanges an iteration (the tracker, then the parameters) each get their own messages."""
+over base-2 and the ring with local steps (on the ring a pair then holds two receives of one
+tag), the mixed parameters are the same bits whether the rounds were posted ahead or not, and
+equal the simulator communicator's on the same stacked values (bit for bit on base-2, to float64
+rounding on the ring); a direct exchange between two rounds (tag 0) never takes a gossip
+message; nothing stays posted past the chunk's end; and SLATE's two exchanges an iteration (the
+tracker, then the parameters) each get their own messages."""
 
 from __future__ import annotations
 

@@ -165,8 +165,8 @@ class Communicator(ABC):
     def run_through(self, end: int | None) -> None:
         """The iterations before ``end`` run without a stop in between (the chunk that
         :meth:`slate.training.run.Run.advance` runs), so a communicator may prepare their gossip
-        rounds ahead (the distributed one posts each round's receives when the previous round
-        has arrived); None: the chunk is over, nothing may stay prepared."""
+        rounds ahead (the distributed one posts each round's receives two rounds before it);
+        None: the chunk is over, nothing may stay prepared."""
         self.through = end
         self._chunk_rounds = 0
 

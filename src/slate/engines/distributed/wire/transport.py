@@ -142,8 +142,8 @@ class DistributedCommunicator(Communicator):
         """Send ``messages[k]`` to ``peers[k]`` and receive one message of the same size and type
         from each, all at once (``batch_isend_irecv``, on :data:`GOSSIP_TAG`). A message may
         carry one last element (:meth:`_trailer`): 0 for "I have left", else 1 plus the flags
-        its sender has heard. The receives may have been posted when the previous round ended
-        (:meth:`_post_next_round`); the next round's are posted when this one has arrived."""
+        its sender has heard. The receives may have been posted rounds before
+        (:meth:`_post_rounds_ahead`); the next rounds' are posted when this one has arrived."""
         length = messages[0].numel()
         trailer = self._trailer(self.iteration)
         if trailer is not None:  # one tagged copy per distinct message
@@ -159,7 +159,7 @@ class DistributedCommunicator(Communicator):
         except BaseException:
             self._ahead.clear()  # (a failed exchange: this group is aborted, never reused)
             raise
-        self._post_next_round(call, length, messages[0].dtype)
+        self._post_rounds_ahead(call, length, messages[0].dtype)
         return self._untagged(received, trailer)
 
     def _next_call(self) -> tuple[int, int]:
@@ -197,7 +197,7 @@ class DistributedCommunicator(Communicator):
             return posted
         return None
 
-    def _post_next_round(self, call: tuple[int, int], length: int, dtype: torch.dtype) -> None:
+    def _post_rounds_ahead(self, call: tuple[int, int], length: int, dtype: torch.dtype) -> None:
         """Post the receives of the next :data:`ROUNDS_AHEAD` gossip rounds that are not posted
         yet, when they fall within the iterations promised to run (:meth:`run_through`): gloo
         sends a message only after its receiver's notice that the receive is posted, so a
