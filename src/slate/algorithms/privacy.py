@@ -19,7 +19,10 @@ adding or removing it moves the clipped sum by at most ``2C`` (its group's clipp
 flip from one vector of norm ``C`` to another), and the noise's standard deviation is ``2C``
 times the noise multiplier ``z`` the accountant calibrated (:mod:`slate.training.accountant`).
 Losses that are sums over rows (D-PSGD's cross-entropy, CODA's) use groups of one row: standard
-DP-SGD, with the same ``2C`` bound (a row's slot may displace another row).
+DP-SGD, with the same ``2C`` bound (a row's slot may displace another row); on slate's MLP their
+per-row norms come from the layers' inputs and output gradients, without a copy of the
+parameters per row, and larger groups' gradients from one product per layer
+(:mod:`slate.algorithms.chain_clipping`).
 
 The clipping factors aim a relative :math:`2^{-16}` below ``C``, so that the clipped gradients,
 scaled and summed in the parameters' dtype, stay within ``C`` despite rounding; the sum is then
@@ -44,6 +47,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from slate.algorithms.chain_clipping import LinearChainClipping, linear_chain
 from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
 
@@ -190,6 +194,9 @@ class PrivateCompute:
             raise ValueError("one noise source and one noise scale per local party")
         self.inner = inner
         self.groups = groups
+        chain = linear_chain(inner.module)
+        #: on a Linear chain: the groups' gradients without a copy of the parameters per group
+        self.chain = None if chain is None else LinearChainClipping(inner, chain, groups.groups)
         self.noise = NoiseAhead(noise, torch.tensor(groups.noise_std, dtype=torch.float64))
         self.divisor = torch.tensor(groups.divisor, dtype=torch.float64)
 
@@ -230,8 +237,11 @@ class PrivateCompute:
                 "iterates (SLATE-M's STORM estimator), which --dp-epsilon does not account; use "
                 "--momentum ema."
             )
-        losses, grads = self.group_gradients(x, batch)
-        total = clipped_sum(grads, self.groups.clip)  # (P, d), float64
+        if self.chain is not None:
+            losses, total = self.chain(x, batch, self.groups.clip, _CLIP_MARGIN)
+        else:
+            losses, grads = self.group_gradients(x, batch)
+            total = clipped_sum(grads, self.groups.clip)  # (P, d), float64
         noise = self.noise.take(total.shape[1]).to(total.device)
         divisor = self.divisor.to(total.device)[:, None]
         estimate = ((total + noise) / divisor).to(x.dtype)
