@@ -113,7 +113,7 @@ class LinearChainClipping:
         else:
             norms2, parts = _group_norms(inputs, deltas, groups)
         if extra_grads is not None:
-            norms2 = norms2 + extra_grads.square().sum(dim=-1).double()
+            norms2 = norms2 + _squared_norms(extra_grads)
         scales = (clip * margin / norms2.sqrt()).clamp(max=1.0).to(x.dtype)  # (P, G)
         if parts is None:
             total = _rows_sum(inputs, deltas, scales)
@@ -134,13 +134,18 @@ class LinearChainClipping:
         return self._group_losses(rows, group_labels, extra)
 
 
+def _squared_norms(t: Tensor) -> Tensor:
+    """The squared L2 norm of ``t`` over its last dimension, taken in ``t``'s dtype (as the
+    generic path's) and squared in float64."""
+    return torch.linalg.vector_norm(t, dim=-1).double().square()
+
+
 def _row_norms(inputs: list[Tensor], deltas: list[Tensor]) -> Tensor:
     """Each row's squared gradient norm over every layer, ``(P, R)`` float64:
     :math:`\\sum_l \\lVert \\delta_i^l \\rVert^2 (\\lVert a_i^l \\rVert^2 + 1)` (weight, bias)."""
     total: Any = 0.0
     for a, delta in zip(inputs, deltas, strict=True):
-        d2 = delta.square().sum(dim=-1).double()
-        total = total + d2 * (a.square().sum(dim=-1).double() + 1.0)
+        total = total + _squared_norms(delta) * (_squared_norms(a) + 1.0)
     return total
 
 
@@ -168,6 +173,6 @@ def _group_norms(
         d_g = delta.reshape(parties * groups, -1, delta.shape[-1])  # (P G, k, out)
         weight = torch.bmm(d_g.transpose(1, 2), a_g).view(parties, groups, -1)
         bias = d_g.sum(dim=1).view(parties, groups, -1)
-        total = total + weight.square().sum(dim=-1).double() + bias.square().sum(dim=-1).double()
+        total = total + _squared_norms(weight) + _squared_norms(bias)
         parts += [weight, bias]
     return total, parts
