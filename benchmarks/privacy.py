@@ -529,15 +529,16 @@ def noise_from_seed(seed: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def clipping_skipped() -> Iterator[None]:
-    """Planted bug 2: the group gradients summed unclipped."""
-    from slate.algorithms import privacy
+    """Planted bug 2: the group gradients summed unclipped (every factor 1, on every path that
+    computes the groups' gradients)."""
+    from slate.algorithms import clipping
 
-    original = privacy.clipped_sum
-    privacy.clipped_sum = lambda grads, clip: grads.double().sum(dim=0)
+    original = clipping.clip_factors
+    clipping.clip_factors = lambda norms, clip: torch.ones_like(norms)
     try:
         yield
     finally:
-        privacy.clipped_sum = original
+        clipping.clip_factors = original
 
 
 def same_messages(s: Settings, data: W7a, parties: int, steps: int = 5) -> bool:

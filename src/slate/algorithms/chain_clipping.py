@@ -23,7 +23,8 @@ layer :math:`l` is then
   over the groups, its norm taken as the generic path takes it, and the clipped sum is one
   more product with the factors.
 
-Here :math:`s_g = \min(1, C (1 - 2^{-16}) / \lVert \nabla L_g \rVert)`. The algorithm's own
+Here :math:`s_g = \min(1, C (1 - 2^{-16}) / \lVert \nabla L_g \rVert)`
+(:func:`slate.algorithms.clipping.clip_factors`). The algorithm's own
 variables (CODA's ``a``, ``b``, ``alpha``) get one copy per group, since they are few. Squares are
 summed in the parameters' dtype, as the generic path's norm is (sums of squares, whose relative
 rounding stays far below the clipping margin), then added in float64; the clipped sum is taken
@@ -39,6 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import vmap
 
+from slate.algorithms import clipping
 from slate.algorithms.compute import Batch, PartyCompute
 
 __all__ = ["LinearChainClipping", "linear_chain"]
@@ -92,12 +94,9 @@ class LinearChainClipping:
             h = z.relu() if k + 1 < len(self.chain) else z
         return inputs, outputs, h.squeeze(-1)
 
-    def __call__(
-        self, x: Tensor, batch: Batch, clip: float, margin: float
-    ) -> tuple[Tensor, Tensor]:
+    def __call__(self, x: Tensor, batch: Batch, clip: float) -> tuple[Tensor, Tensor]:
         """``(losses (G, P), clipped sum (P, d) float64)`` at ``x (P, d)``: each group's
-        gradient scaled by :math:`\\min(1, C \\cdot margin / \\lVert \\nabla L_g \\rVert)`, then
-        summed."""
+        gradient scaled by :func:`slate.algorithms.clipping.clip_factors`, then summed."""
         parties, groups = x.shape[0], self.groups
         with torch.enable_grad():
             inputs, outputs, logits = self.forward(x, batch.features)
@@ -114,7 +113,7 @@ class LinearChainClipping:
             norms2, parts = _group_norms(inputs, deltas, groups)
         if extra_grads is not None:
             norms2 = norms2 + _squared_norms(extra_grads)
-        scales = (clip * margin / norms2.sqrt()).clamp(max=1.0).to(x.dtype)  # (P, G)
+        scales = clipping.clip_factors(norms2.sqrt(), clip).to(x.dtype)  # (P, G)
         if parts is None:
             total = _rows_sum(inputs, deltas, scales)
         else:

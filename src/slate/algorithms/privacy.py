@@ -47,6 +47,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from slate.algorithms import clipping
 from slate.algorithms.chain_clipping import LinearChainClipping, linear_chain
 from slate.algorithms.compute import Batch, Objective, PartyCompute
 from slate.errors import ConfigError
@@ -98,17 +99,10 @@ def expected_contributors(
     return q_pos * positives + q_neg * negatives
 
 
-#: Clipping aims a hair below ``C`` (a relative :math:`2^{-16}`), so that rounding in the
-#: parameters' dtype (float32's relative error over a norm of millions of terms stays below
-#: :math:`10^{-6}`) can never take a clipped gradient past ``C``.
-_CLIP_MARGIN = 1.0 - 2.0**-16
-
-
 def clip_scales(grads: Tensor, clip: float) -> Tensor:
-    """Each group's factor :math:`\\min(1, C (1 - 2^{-16}) / \\lVert g \\rVert_2)` (``(G, P)``,
+    """Each group's factor (:func:`slate.algorithms.clipping.clip_factors`, ``(G, P)``,
     float64) for the gradients ``grads[g, p]`` (``(G, P, d)``)."""
-    norms = torch.linalg.vector_norm(grads, dim=-1).double()
-    return (clip * _CLIP_MARGIN / norms).clamp(max=1.0)  # a zero gradient: C / 0 = inf -> 1
+    return clipping.clip_factors(torch.linalg.vector_norm(grads, dim=-1).double(), clip)
 
 
 def clipped_sum(grads: Tensor, clip: float) -> Tensor:
@@ -238,7 +232,7 @@ class PrivateCompute:
                 "--momentum ema."
             )
         if self.chain is not None:
-            losses, total = self.chain(x, batch, self.groups.clip, _CLIP_MARGIN)
+            losses, total = self.chain(x, batch, self.groups.clip)
         else:
             losses, grads = self.group_gradients(x, batch)
             total = clipped_sum(grads, self.groups.clip)  # (P, d), float64
