@@ -25,11 +25,11 @@ layer :math:`l` is then
 
 Here :math:`s_g = \min(1, C (1 - 2^{-16}) / \lVert \nabla L_g \rVert)`
 (:func:`slate.algorithms.clipping.clip_factors`). The algorithm's own
-variables (CODA's ``a``, ``b``, ``alpha``) get one copy per group, since they are few. Squares are
-summed in the parameters' dtype, as the generic path's norm is (sums of squares, whose relative
-rounding stays far below the clipping margin), then added in float64; the clipped sum is taken
-in the parameters' dtype and widened, as there. The two paths agree to float rounding
-(``tests/algorithms/test_chain_clipping.py``).
+variables (CODA's ``a``, ``b``, ``alpha``) get one copy per group, since they are few. Each piece's
+norm is taken in the parameters' dtype, as the generic path's is (a sum of squares, whose
+relative rounding stays far below the clipping margin), then squared and added in float64;
+the clipped sum is taken in the parameters' dtype and widened, as there. The two paths agree
+to float rounding (``tests/algorithms/test_chain_clipping.py``).
 """
 
 from __future__ import annotations
