@@ -349,7 +349,9 @@ def test_n_parties_is_chosen_from_the_positives_as_slate_train_chooses_it() -> N
 def test_threads_default_to_the_cli_rule_for_the_fit_only(imbalanced) -> None:
     """``threads=None`` follows ``slate train``'s default (one thread for a
     small model) during ``fit``, then gives the process its own count back; an explicit count
-    is set for the process, as ``--threads`` is. The model is the same either way."""
+    is set for the process, as ``--threads`` is. The model is the same either way, to a bound:
+    a kernel may split one sum among threads, which changes its float32 rounding (the logits
+    were equal bit for bit on the machines tried; docs/testing.md)."""
     import torch
 
     X, y = imbalanced
@@ -360,6 +362,8 @@ def test_threads_default_to_the_cli_rule_for_the_fit_only(imbalanced) -> None:
         assert default.threads_ == 1 and torch.get_num_threads() == 2
         two = SlateClassifier(n_parties=4, iterations=100, threads=2).fit(X, y)
         assert two.threads_ == 2 and torch.get_num_threads() == 2
-        np.testing.assert_array_equal(default.decision_function(X), two.decision_function(X))
+        np.testing.assert_allclose(
+            default.decision_function(X), two.decision_function(X), rtol=0, atol=1e-5
+        )
     finally:
         torch.set_num_threads(before)

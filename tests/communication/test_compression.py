@@ -182,6 +182,7 @@ def test_payload_bytes_by_formula(spec: str, d: int, expected: int) -> None:
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("d", (1, 9, 255, 257, 1031))
 @pytest.mark.parametrize("kind", ("gauss", "heavy", "sparse", "ties", "scales"))
+@pytest.mark.kernels
 def test_encode_and_decode_match_the_reference(spec: str, d: int, kind: str) -> None:
     x = random_rows(4, d, seed=d, kind=kind)
     c = parse_compressor(spec)
@@ -326,6 +327,7 @@ def test_no_rows(spec: str) -> None:
 
 
 @pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.kernels
 def test_rows_are_independent_of_the_batch_and_threads(spec: str) -> None:
     x = torch.from_numpy(random_rows(5, 40_000, seed=3, kind="heavy"))
     c = parse_compressor(spec)

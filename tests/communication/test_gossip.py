@@ -43,6 +43,7 @@ def _parameters(n: int, d: int, seed: int = 0, dtype=torch.float64) -> tuple[tor
 
 
 @pytest.mark.parametrize("every", [1, 3, 5])
+@pytest.mark.kernels
 def test_local_steps_gossip_only_every_h_th_iteration(every):
     topology = build_topology("ring", 6)
     comm = SimulatorCommunicator(topology, CPU, torch.float64, GossipSettings(every=every))
@@ -79,6 +80,7 @@ def test_time_varying_rounds_advance_by_gossip_round():
 
 
 @pytest.mark.parametrize("name,n", [("base-2", 20), ("base-3", 11), ("one-peer-exponential", 16)])
+@pytest.mark.kernels
 def test_one_cycle_of_gossip_is_the_exact_average(name, n):
     topology = build_topology(name, n)
     comm = SimulatorCommunicator(topology, CPU, torch.float64)
@@ -143,6 +145,7 @@ def choco_reference(W_of, x, moves, compress, gamma):
     [("ring", 6, "int8", 0.5), ("base-2", 6, "topk:0.3", 0.2), ("ring", 5, "sign", 0.3),
      ("one-peer-exponential", 8, "int8", 0.7)],
 )  # fmt: skip
+@pytest.mark.kernels
 def test_choco_simulator_equals_the_per_edge_reference(name, n, spec, gamma):
     topology = build_topology(name, n)
     compressor = parse_compressor(spec)
@@ -165,6 +168,7 @@ def test_choco_simulator_equals_the_per_edge_reference(name, n, spec, gamma):
     assert comm.rounds == len(moves)
 
 
+@pytest.mark.kernels
 def test_choco_with_an_exact_compressor_and_unit_step_is_plain_gossip():
     """C = identity and gamma = 1: the copies equal the parameters after each round, so the
     round is x + sum_j w_ij (x_j - x_i) = W x (up to float32 rounding: "none" sends float32)."""
@@ -177,6 +181,7 @@ def test_choco_with_an_exact_compressor_and_unit_step_is_plain_gossip():
     torch.testing.assert_close(comm.mix(x), W @ x, rtol=0, atol=1e-6)
 
 
+@pytest.mark.kernels
 def test_choco_preserves_the_average():
     topology = build_topology("base-2", 7)
     settings = GossipSettings(compressor=parse_compressor("topk:0.2"), consensus_step=0.3)
@@ -359,6 +364,7 @@ def _run_parties(world, init, spec, topology_name, every):
     [("int8", "base-2", 2, 5), ("topk:0.2", "one-peer-exponential", 1, 4),
      ("none", "base-3", 3, 4), ("sign", "ring", 1, 4)],
 )  # fmt: skip
+@pytest.mark.kernels
 def test_distributed_communicator_equals_the_simulator(tmp_path, spec, topology_name, every, world):
     """Every party counts the same rounds, also one idle in some round of base-2 over 5."""
     results = _run_parties(world, f"file://{tmp_path / 'store'}", spec, topology_name, every)

@@ -49,6 +49,7 @@ def _moments_over_processes(blocks, processes):
     st.sampled_from([1.0, 1e3, 1e6]),
     st.integers(0, 2**31 - 1),
 )
+@pytest.mark.kernels
 def test_federated_moments_equal_pooled_numpy(parties, width, scale, seed):
     rng = np.random.default_rng(seed)
     blocks = [

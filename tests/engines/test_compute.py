@@ -38,6 +38,7 @@ def grad_transform_reference(model, x, batch):
     return vmap(grad(loss))(x, batch.features, batch.labels)
 
 
+@pytest.mark.kernels
 def test_eager_gradients_equal_those_of_the_grad_transform(problem) -> None:
     model, x, batch = problem
     losses, grads = PartyCompute(model, sigmoid_ap_objective(0.1), n_parties=P)(x, batch)
@@ -47,6 +48,7 @@ def test_eager_gradients_equal_those_of_the_grad_transform(problem) -> None:
     assert losses.shape == (P,) and not losses.requires_grad and not grads.requires_grad
 
 
+@pytest.mark.kernels
 def test_one_party_each_gets_the_grad_transforms_gradient_without_vmap(problem) -> None:
     """A distributed process computes for one party: its call skips vmap (a third faster on
     w7a's MLP) and still gives the grad transform's gradient."""

@@ -110,6 +110,7 @@ def _simulated(name: str) -> dict:
 
 
 @pytest.mark.processes
+@pytest.mark.kernels
 def test_gossip_with_receives_posted_ahead_equals_the_simulator(runs):
     """Posted ahead or not, the same bits; and the simulator's values, bit for bit on base-2
     (weights 1/2) and to float64 rounding on the ring (its matrix product sums the thirds in

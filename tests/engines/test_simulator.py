@@ -92,6 +92,7 @@ def run_reference_slate(problem, topology_name, gradient_tracking, lr=0.05):
 
 @pytest.mark.parametrize("gradient_tracking", [False, True])
 @pytest.mark.parametrize("topology_name", ["ring", "star"])
+@pytest.mark.kernels
 def test_slate_simulator_equals_per_party_loop(problem, topology_name, gradient_tracking):
     ours, _, _ = run_simulator(problem, "slate", topology_name, gradient_tracking)
     reference = run_reference_slate(problem, topology_name, gradient_tracking)
@@ -100,6 +101,7 @@ def test_slate_simulator_equals_per_party_loop(problem, topology_name, gradient_
     assert float((ours - ours.mean(0)).abs().max()) > 1e-6
 
 
+@pytest.mark.kernels
 def test_dpsgd_full_topology_equals_centralised_sgd(problem):
     x, y, indices, model = problem
     ours, _, _ = run_simulator(problem, "dpsgd", "full", gradient_tracking=False, lr=0.1)
@@ -123,6 +125,7 @@ def test_gradient_tracking_keeps_mean_of_v_equal_to_mean_of_u(problem, algorithm
     assert not torch.allclose(trace[-1]["v"], trace[-1]["u"])
 
 
+@pytest.mark.kernels
 def test_federated_topology_agrees_only_after_averaging_rounds(problem):
     x, y, indices, model = problem
     topology = build_topology("federated", N_PARTIES, fed_period=5)
@@ -156,6 +159,7 @@ def test_gossip_traffic_counts_one_buffer_per_neighbour(problem):
 
 @pytest.mark.parametrize("topology_name", ["ring", "full", "torus", "exponential"])
 @pytest.mark.parametrize("width", [50, 70000])  # one block, and many blocks of columns
+@pytest.mark.kernels
 def test_mixing_equals_the_dense_product(topology_name, width) -> None:
     """mix and mix_step (sparse W, column blocks, fused step) against W @ (x - lr v) in float64."""
     n = 16

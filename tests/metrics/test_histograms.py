@@ -63,6 +63,7 @@ def _pooled(case):
 
 @settings(max_examples=150, deadline=None)
 @given(scored_parties())
+@pytest.mark.kernels
 def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
     scores, labels, index, counts = _pooled(case)
     found = metrics_from_counts(counts)
@@ -77,6 +78,7 @@ def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
 
 @settings(max_examples=50, deadline=None)
 @given(scored_parties())
+@pytest.mark.kernels
 def test_binned_pr_curve_is_sklearns_on_the_bin_indices(case):
     _, labels, index, counts = _pooled(case)
     precision, recall, thresholds = BinnedMetrics(counts).precision_recall_curve()

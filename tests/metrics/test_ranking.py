@@ -48,6 +48,7 @@ def _make_case(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.kernels
 def test_ap_auroc_curve_match_sklearn(kind: str, seed: int, dtype: torch.dtype) -> None:
     s, y = _make_case(kind, seed)
     ts, ty = torch.tensor(s, dtype=dtype), torch.tensor(y)

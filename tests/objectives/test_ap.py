@@ -134,6 +134,7 @@ def test_margin_must_be_positive():
         APLoss(margin=0.0)
 
 
+@pytest.mark.kernels
 def test_functional_core_runs_under_vmap():
     logits, labels = random_batch(0)
     stacked = torch.stack([logits, logits.flip(0)])

@@ -99,9 +99,10 @@ def torch_threads():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.kernels
 def test_the_thread_default_is_resolved_recorded_and_changes_no_number(tmp_path, torch_threads):
     """``--threads`` unset resolves to one thread for a small model, recorded
-    in summary.json's config; the run's model.pt is byte-identical with 1 and 2 threads."""
+    in summary.json's config; the run's model is the same with 1 and 2 threads, to a bound."""
     common = ["train", "--dataset", "digits", "--iterations", "60", "--nodes", "4",
               "--hidden", "64", "--no-progress", "--out"]  # fmt: skip
     folders = {}
@@ -113,6 +114,13 @@ def test_the_thread_default_is_resolved_recorded_and_changes_no_number(tmp_path,
         assert config["threads"] == (1 if threads is None else threads)
         assert torch.get_num_threads() == config["threads"]
         folders[threads] = out
-    model = (folders[1] / "model.pt").read_bytes()
-    assert (folders[2] / "model.pt").read_bytes() == model
-    assert (folders[None] / "model.pt").read_bytes() == model
+    # The unset default is one thread: the same process settings, so the same bytes.
+    assert (folders[None] / "model.pt").read_bytes() == (folders[1] / "model.pt").read_bytes()
+    # 1 and 2 threads: byte-identical on the machines tried, but not guaranteed, since a kernel
+    # may split one sum among the threads (ATen's reductions of 32 768 values or more, MKL's
+    # products), which changes its float32 rounding. 60 steps of that stay within 1e-5, the
+    # bound the engines are held to (docs/testing.md, "Exact and bounded claims").
+    one, two = (torch.load(folders[t] / "model.pt", weights_only=True) for t in (1, 2))
+    assert one.keys() == two.keys()
+    for key, value in one.items():
+        torch.testing.assert_close(two[key], value, rtol=0, atol=1e-5)

@@ -56,6 +56,7 @@ def test_explicit_evaluation_settings_are_kept() -> None:
     assert (filled.eval_every, filled.party_ap) == (7, True)
 
 
+@pytest.mark.kernels
 def test_party_logits_equal_each_partys_own_model() -> None:
     run = Run(config(iterations=5, nodes=3))
     run.advance(5)

@@ -11,8 +11,9 @@ the rows, and is **deterministic**: the payload is a function of the row's value
 any ``R`` and any number of threads, and the same bytes on CPU and CUDA: every number that
 reaches the payload comes from exact operations (max, comparison, top-k values, integer
 counts) or from single IEEE float operations done elementwise (one division, a fixed tree of
-additions), never from a library reduction whose association order may vary. That is what lets the
-simulator and the distributed engine agree bit for bit.
+additions), never from a library reduction whose association order may vary. That is what lets
+both engines encode a row alike: the same row gives the same bytes in the simulator and in the
+distributed engine (the engines' rows themselves agree to float32 rounding, docs/testing.md).
 
 Contraction
 -----------
