@@ -24,6 +24,7 @@ from typing import Any
 __all__ = [
     "AGREE",
     "DATASET_DEFAULTS",
+    "DP_FEATURE_RANGE",
     "TrainConfig",
     "agreed",
     "agreed_fields",
@@ -91,6 +92,12 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "csv": {"model": "mlp", "lr": "auto", "iterations": 5000},
 }
 
+#: The public range of every LIBSVM feature value under ``--dp-epsilon`` when ``--feature-range``
+#: is not given: svm-scale's default output range, which also holds 0/1 features (w7a, a9a).
+#: Every site declares it in place of its own smallest and largest values, and clips a cell
+#: outside it (slate.data.parts.PartReader; docs/privacy.md, "What a site sends at set-up").
+DP_FEATURE_RANGE = (-1.0, 1.0)
+
 # Where the paper's SLATE-M or CODA runs differ from the dataset's SLATE run.
 ALGORITHM_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("cifar10", "slate-m"): {"positives": 25},
@@ -125,6 +132,7 @@ class TrainConfig:
     label_column: str | None = per_site(None)
     positive_label: str | None = per_site(None)
     n_features: int | None = per_site(None)
+    feature_range: tuple[float, float] | None = agreed(None)  # libsvm: the public value range
     party_files: bool = per_site(False)
     standardize: bool | None = agreed(None)
     id_columns: tuple[str, ...] = per_site(())
@@ -189,6 +197,8 @@ class TrainConfig:
             del values["robust"]
         if values["schema"] is None:  # likewise
             del values["schema"]
+        if values["feature_range"] is None:  # likewise
+            del values["feature_range"]
         if values["dp_epsilon"] is None:  # likewise the privacy flags (docs/privacy.md)
             for key in ("dp_epsilon", "dp_delta", "dp_clip", "dp_groups"):
                 del values[key]
@@ -221,6 +231,9 @@ def resolve_config(config: TrainConfig, parameters: Mapping[str, Any] | None = N
         resolved.standardize = resolved.dataset == "csv"
     if resolved.dp_epsilon is not None and config.momentum is None:
         resolved.momentum = "ema"  # SLATE-M under --dp-epsilon: STORM is not accounted
+    if resolved.dp_epsilon is not None and resolved.dataset == "libsvm":
+        # a public range, never the rows' own minimum and maximum (docs/privacy.md)
+        resolved.feature_range = tuple(resolved.feature_range or DP_FEATURE_RANGE)
     # eval_every and party_ap stay None here: their defaults depend on the test set's size,
     # which is known once the data is loaded (the run's plan, slate.training.plan).
     if resolved.checkpoint_every is None:

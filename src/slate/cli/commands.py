@@ -86,6 +86,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if key in values:
             values[key] = comma_items(values[key])
     values["drop_party"] = tuple(values.get("drop_party") or ())
+    if values.get("feature_range") is not None:
+        values["feature_range"] = tuple(values["feature_range"])
     return TrainConfig(**values)
 
 
@@ -116,6 +118,8 @@ def explicit_flags(argv: Sequence[str]) -> dict:
             explicit[key] = comma_items(explicit[key])
     if "drop_party" in explicit:
         explicit["drop_party"] = tuple(explicit["drop_party"])
+    if explicit.get("feature_range") is not None:
+        explicit["feature_range"] = tuple(explicit["feature_range"])
     return explicit
 
 

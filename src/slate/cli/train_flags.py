@@ -152,6 +152,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "all parties' files with per-party files)",
     )
     data.add_argument(
+        "--feature-range",
+        nargs=2,
+        type=float,
+        metavar=("LO", "HI"),
+        help="libsvm: the public range of every feature value (LO <= 0 <= HI; the same at "
+        "every site): each site declares it in place of its rows' own smallest and largest "
+        "values, and clips a value outside it into it, saying so in its own output only "
+        "(default: none, each site declares its own range; under --dp-epsilon -1 1; "
+        "docs/privacy.md)",
+    )
+    data.add_argument(
         "--test-fraction",
         type=float,
         default=0.25,

@@ -7,9 +7,13 @@ against what it must equal or where it must lie, from facts every site declared 
 
 * **Row counts per class** (train and test: :class:`~slate.data.schema.PartyCounts`), in each
   site's schema. They are public by design: every site receives every site's.
-* **Value ranges**: per numeric CSV column, the smallest and largest value of the site's
-  training rows (``[lo, hi]``, ``None`` when the column is empty there); for LIBSVM rows one
-  range over all features, zero included (missing features are zeros).
+* **Value ranges**: per numeric CSV column, the range the ``--schema`` file declares for it, or
+  else the smallest and largest value of the site's training rows (``[lo, hi]``, ``None`` when
+  the column is empty there); for LIBSVM rows one range over all features: the public
+  ``--feature-range`` (under ``--dp-epsilon`` by default ``[-1, 1]``), whose outliers each
+  site clips into it (:func:`clip_to_range`), or else the rows' own, zero included (missing
+  features are zeros). A site's own range depends on its rows: under ``--dp-epsilon`` only
+  public ranges are declared (docs/privacy.md).
 
 Every site receives the same declarations, or the run stops: each declaration's digest is part
 of the run settings that every site compares before step 1
@@ -30,8 +34,7 @@ A check that fails stops the run with :class:`DeclarationBroken`: one paragraph 
 what it should be and what it is, and saying that a participant lied (a sum cannot tell who).
 A declaration that cannot be true (more positives than rows, a range with ``lo > hi``) names
 its site. What the checks cannot catch: a liar that keeps every sum within bounds (it moves its
-own rows' share only), or that declares a wider range than its data holds (its declaration is
-on record, signed by its seal, in every site's ``summary.json``: ``declarations``).
+own rows' share only), or that declares a wider range than its data holds.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ __all__ = [
     "ALL_FEATURES",
     "DeclarationBroken",
     "Declared",
+    "clip_to_range",
     "evaluation_count_problem",
+    "public_ranges",
     "value_ranges",
 ]
 
@@ -78,6 +83,40 @@ def value_ranges(
         present = values[~np.isnan(values)]
         ranges[column] = [float(present.min()), float(present.max())] if present.size else None
     return ranges
+
+
+def public_ranges(span: Sequence[float]) -> dict[str, list[float] | None]:
+    """What a site declares of its LIBSVM rows under a public range (``--feature-range``, or
+    under ``--dp-epsilon`` its default): that range, over every feature, and nothing of its
+    own rows."""
+    lo, hi = span
+    return {ALL_FEATURES: [float(lo), float(hi)]}
+
+
+def clip_to_range(
+    x: np.ndarray, span: Sequence[float], where: str
+) -> tuple[np.ndarray, str | None]:
+    """``x`` with every value outside the public range ``span`` clipped into it, and this
+    site's note saying how many values were clipped and how far they lay (``None``: none was).
+
+    The note is for the site's own output only: a refusal, or anything sent about these
+    values, would tell the other sites that such a row exists (docs/privacy.md). ``where``
+    names the file."""
+    lo, hi = (float(v) for v in span)
+    with np.errstate(invalid="ignore"):
+        outside = (x < lo) | (x > hi)
+    count = int(outside.sum())
+    if count == 0:
+        return x, None
+    values = x[outside]
+    low, high = float(values.min()), float(values.max())
+    found = f"{low:g}" if low == high else f"from {low:g} to {high:g}"
+    note = (
+        f"note: {where}: {count} feature value{'s' if count != 1 else ''} ({found}) outside "
+        f"the public range [{lo:g}, {hi:g}] (--feature-range) clipped into it. Only this site "
+        "is told: nothing about these values is sent."
+    )
+    return np.clip(x, lo, hi).astype(x.dtype, copy=False), note
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,7 @@ def cut(
         ),
         preprocessing=agreement.transform,
         notes=agreement.notes,
+        own_notes=[note for s in shards for note in s.notes],
         counts=counts,
         declared=agreement.declared,
         held_out=held,

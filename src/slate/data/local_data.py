@@ -69,7 +69,11 @@ class LocalData:
         test_split: how the held-out set was made.
         description: one line for the console.
         preprocessing: the fitted transform, applied to every feature row here.
-        notes: warnings for the console (parties short of positives).
+        notes: warnings for the console (parties short of positives), the same at every
+            process: the main one prints them.
+        own_notes: notes about this process's own parties' rows (per-party files: values
+            clipped into the public range), printed by this process, main or not, and never
+            sent.
         counts: every party's row counts (per-party files only).
         declared: every party's declarations, row counts and value ranges (per-party files
             only; :mod:`slate.data.declared`).
@@ -93,6 +97,7 @@ class LocalData:
     description: str
     preprocessing: Any = None
     notes: list[str] = field(default_factory=list)
+    own_notes: list[str] = field(default_factory=list)
     counts: list[PartyCounts] = field(default_factory=list)
     declared: Declared | None = None
     held_out: str = "test"

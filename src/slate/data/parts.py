@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from slate.data.declared import value_ranges
+from slate.data.declared import clip_to_range, value_ranges
 from slate.data.schema import PartyCounts, Schema
 from slate.errors import ConfigError, DataError
 
@@ -190,21 +190,26 @@ class TablePart:
 class PartReader:
     """How this run's files become parts, decided once: CSV tables read with ``options`` (a
     :class:`~slate.data.options.TableOptions`), or, where ``options`` is ``None``, LIBSVM files
-    read with the spec's width, index base, dtype and positive label."""
+    read with the spec's width, index base, dtype and positive label, every value outside the
+    public ``feature_range`` (where there is one) clipped into it."""
 
     options: Any
     n_features: int | None = None
     zero_based: bool = False
     dtype: Any = np.float32
     positive: str | None = None
+    feature_range: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, spec: Any, options: Any) -> PartReader:
         """The reader of a :class:`~slate.data.spec.DataSpec` (and the table options, if any)."""
-        return cls(options, spec.n_features, spec.zero_based, spec.read_dtype, spec.positive_label)
+        return cls(options, spec.n_features, spec.zero_based, spec.read_dtype, spec.positive_label,
+                   spec.public_range)  # fmt: skip
 
     def read(self, path: str, labels: str = "required") -> tuple[Part, str | None]:
-        """The part in file ``path`` and the reader's note (or ``None``); ``labels`` is as in
+        """The part in file ``path`` and the reader's notes, one per line (or ``None``), the
+        clipping into the public range among them (this site's alone:
+        :func:`~slate.data.declared.clip_to_range`); ``labels`` is as in
         :meth:`~slate.data.options.TableOptions.read` (tables only)."""
         if self.options is not None:
             return TablePart(self.options.read(path, labels=labels)), None
@@ -214,7 +219,11 @@ class PartReader:
             path, n_features=self.n_features, zero_based=self.zero_based, dtype=self.dtype,
             positive=self.positive,
         )  # fmt: skip
-        return ArrayPart(read.x, read.y), read.note
+        x, clipped = read.x, None
+        if self.feature_range is not None:
+            x, clipped = clip_to_range(x, self.feature_range, path)
+        notes = [note for note in (read.note, clipped) if note]
+        return ArrayPart(x, read.y), "\n".join(notes) or None
 
 
 @dataclass

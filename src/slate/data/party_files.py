@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from slate.data.declared import public_ranges
 from slate.data.options import TableOptions
 from slate.data.parts import Part, PartReader, Shard
 from slate.data.schema import PartyCounts, Schema
@@ -58,9 +59,13 @@ def _read_party(spec: DataSpec, reader: PartReader, rank: int) -> Shard:
     train_path = party_path(spec.train, rank)
     test_path = party_path(spec.test, rank) if spec.test else None
     validating = spec.validation_fraction is not None
+    notes: list[str] = []  # this site's own, never sent (the clipping into a public range)
 
     def read(path: str) -> Part:
-        return reader.read(path, labels="single_class_ok")[0]
+        part, note = reader.read(path, labels="single_class_ok")
+        if note:
+            notes.extend(note.split("\n"))
+        return part
 
     train = read(train_path)
     test_later = None
@@ -94,7 +99,16 @@ def _read_party(spec: DataSpec, reader: PartReader, rank: int) -> Shard:
         dictionary = options.dictionary
         ranges = dictionary.declared_ranges(schema.ranges, train_path)
         schema = dataclasses.replace(schema, dictionary=dictionary.digest, ranges=ranges)
+    if options is None and spec.public_range is not None:  # public: nothing of the rows
+        schema = dataclasses.replace(schema, ranges=public_ranges(spec.public_range))
+    if options is None and spec.dp_epsilon is not None and spec.n_features is None:
+        notes.append(
+            f"note: without --n-features this site sends the largest feature index of its "
+            f"files ({schema.n_features}) as its feature count, outside --dp-epsilon: a row "
+            "using an index no other row uses would show in it. Give --n-features (the same "
+            "at every site) to declare a public width."
+        )
     return Shard(
         train, held, held_split, test_split, test_later, rank=rank, schema=schema,
-        name=spec.dataset, held_out="validation" if validating else "test",
+        name=spec.dataset, notes=notes, held_out="validation" if validating else "test",
     )  # fmt: skip

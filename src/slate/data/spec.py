@@ -26,9 +26,10 @@ class DataSpec:
     The names and meanings are those of :class:`~slate.config.TrainConfig`'s fields of the same
     name: which dataset and files (``dataset`` ... ``download``), how a held-out part is made
     (``test_fraction``, ``split_seed``, ``validation_fraction``), how LIBSVM files and CSV tables
-    are read and encoded (``n_features`` ... ``min_frequency``, ``schema`` the declared data
-    dictionary), and how the training rows are
-    cut into parties (``nodes`` ... ``batch_size``).
+    are read and encoded (``n_features`` ... ``min_frequency``, ``feature_range`` the public
+    range of LIBSVM values, ``schema`` the declared data dictionary), and how the training rows
+    are cut into parties (``nodes`` ... ``batch_size``); ``dp_epsilon``: whether the run is
+    private (what a site declares then: docs/privacy.md).
     """
 
     dataset: str = "digits"
@@ -41,6 +42,7 @@ class DataSpec:
     split_seed: int = 0
     validation_fraction: float | None = None
     n_features: int | None = None
+    feature_range: tuple[float, float] | None = None
     zero_based: bool = False
     positive_label: str | None = None
     standardize: bool | None = None
@@ -62,6 +64,7 @@ class DataSpec:
     dirichlet_alpha: float = 0.5
     positives: int | None = None
     batch_size: int | None = None
+    dp_epsilon: float | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> DataSpec:
@@ -72,6 +75,18 @@ class DataSpec:
     def of(cls, source: Any) -> DataSpec:
         """``source`` itself when it is a spec, else the spec of that configuration."""
         return source if isinstance(source, DataSpec) else cls.from_config(source)
+
+    @property
+    def public_range(self) -> tuple[float, float] | None:
+        """The public range of LIBSVM values: ``--feature-range``, or under ``--dp-epsilon``
+        :data:`~slate.config.DP_FEATURE_RANGE`; ``None``: each site declares its rows' own."""
+        if self.feature_range is not None:
+            return (float(self.feature_range[0]), float(self.feature_range[1]))
+        if self.dp_epsilon is not None and self.dataset == "libsvm":
+            from slate.config import DP_FEATURE_RANGE
+
+            return DP_FEATURE_RANGE
+        return None
 
     @property
     def per_party(self) -> bool:

@@ -76,7 +76,7 @@ def _read_libsvm_files(spec: DataSpec, validation: float | None, validation_seed
     def read(path: str) -> Part:
         part, note = reader.read(path)
         if note:
-            notes.append(note)
+            notes.extend(note.split("\n"))
         return part
 
     train, later = read(spec.train), None

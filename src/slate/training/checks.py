@@ -206,6 +206,7 @@ def check_config(config: TrainConfig) -> None:
     check_robust(config.robust)
     _check_validation(config)
     _check_positive_label(config)
+    check_feature_range(config)
     check_privacy(config)
 
 
@@ -258,6 +259,29 @@ def check_privacy(config: TrainConfig) -> None:
     for refused, why in refusals:
         if refused:
             raise ConfigError(f"Refused under --dp-epsilon {epsilon:g}: {why}")
+
+
+def check_feature_range(config: TrainConfig) -> None:
+    """``--feature-range LO HI``: LIBSVM only, two finite numbers with ``LO <= 0 <= HI`` and
+    ``LO < HI`` (a missing feature is a zero, so zero must lie in the range)."""
+    span = config.feature_range
+    if span is None:
+        return
+    if config.dataset != "libsvm":
+        raise ConfigError(
+            f"--feature-range gives the public range of LIBSVM feature values; --dataset "
+            f"{config.dataset} does not take it. A table's ranges are declared per column in "
+            'its --schema file ("range": [lo, hi]; docs/data.md).'
+        )
+    if len(span) != 2:
+        raise ConfigError(f"--feature-range takes two numbers, LO and HI; got {list(span)}.")
+    lo, hi = (float(v) for v in span)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or not lo <= 0.0 <= hi or lo == hi:
+        raise ConfigError(
+            f"--feature-range {lo:g} {hi:g} is not a usable range: LO and HI must be finite, "
+            "LO < HI, and zero must lie between them (a feature a LIBSVM row leaves out is a "
+            "zero). For features scaled to [0, 1] give 0 1; for svm-scale's default, -1 1."
+        )
 
 
 def _check_positive_label(config: TrainConfig) -> None:

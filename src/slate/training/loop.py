@@ -489,6 +489,8 @@ def _drive(
 
     for note in run.data.notes:
         say(note)
+    for note in getattr(run.data, "own_notes", ()):  # this site's alone (per-party files)
+        log(note)
     out = None
     if write:
         folder = plan.out or default_out_dir(settings.data.dataset, settings.algorithm.name)
