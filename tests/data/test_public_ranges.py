@@ -14,10 +14,11 @@ from slate.cli.commands import config_from_args
 from slate.cli.parser import build_parser
 from slate.config import DP_FEATURE_RANGE, TrainConfig, resolve_config
 from slate.data.declared import ALL_FEATURES, clip_to_range, public_ranges
-from slate.data.party_files import read_party_files
+from slate.data.party_files import PRIVATE_READ_ERROR, read_party_files
 from slate.data.spec import DataSpec
 from slate.errors import ConfigError
 from slate.training.checks import check_feature_range
+from tests.sites import slate_here
 
 PLANTED = 4242.5
 
@@ -107,3 +108,34 @@ def test_a_bad_range_is_one_paragraph(flags, words):
     with pytest.raises(ConfigError, match="--feature-range") as caught:
         check_feature_range(config)
     assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_under_dp_an_index_beyond_the_declared_width_is_dropped_at_home(tmp_path):
+    write_site(tmp_path / "site1", planted=None)
+    shards, _ = read_party_files(spec_of(tmp_path, dp_epsilon=8.0, n_features=2), [1])
+    shard = shards[0]
+    assert shard.schema.error is None and shard.schema.n_features == 2
+    assert shard.train.x.shape[1] == 2 and shard.held.x.shape[1] == 2
+    dropped = [note for note in shard.notes if "dropped" in note]
+    assert dropped and "beyond --n-features 2" in dropped[0]
+    plain, _ = read_party_files(spec_of(tmp_path, n_features=2), [1])  # without DP: refused
+    assert "feature index 3" in (plain[0].schema.error or "")
+
+
+def test_under_dp_why_a_file_cannot_be_read_stays_at_its_site(tmp_path):
+    write_site(tmp_path / "site0", planted=None)
+    write_site(tmp_path / "site1", planted=None)
+    (tmp_path / "site1" / "train.svm").write_text("+1 1:1\n-1 2:oops\n")
+    shards, _ = read_party_files(spec_of(tmp_path, dp_epsilon=8.0), [0, 1])
+    assert shards[1].schema.error == PRIVATE_READ_ERROR and "oops" in shards[1].notes[0]
+    plain, _ = read_party_files(spec_of(tmp_path), [1])  # without DP the reason is sent
+    assert "oops" in (plain[0].schema.error or "")
+    flags = ["train", "--dataset", "libsvm", "--train", str(tmp_path / "site{rank}" / "train.svm"),
+             "--test", str(tmp_path / "site{rank}" / "test.svm"), "--nodes", "2",
+             "--positives", "1", "--batch-size", "2", "--iterations", "2", "--lr", "0.05",
+             "--dp-epsilon", "8", "--no-progress", "--no-plots"]  # fmt: skip
+    done = slate_here(*flags)
+    assert done.returncode != 0
+    said = " ".join(done.stderr.split())
+    assert "Party 1 could not read its data: the reason stays at its site" in said
+    assert "Party 1 (here):" in said and "oops" in said

@@ -36,6 +36,7 @@ from slate.data.schema import (
     SCHEMA_SHAPE,
     PartyCounts,
     Schema,
+    SchemaMismatch,
     check_agreement,
     check_both_test_classes,
     check_party_files_counts,
@@ -101,7 +102,7 @@ def agree(
     if not whole:
         shared = exchange.gather_json([s.schema.to_json() for s in shards], SCHEMA_SHAPE, "schema")
         everyone = [Schema.from_json(raw) for raw in shared]
-        check_agreement(everyone)
+        _check_agreement(everyone, shards)
         counts = [s.counts for s in everyone]
         declared = Declared.of(counts, [s.ranges for s in everyone])
         notes = check_party_files_counts(counts, spec.positives, spec.batch_size)
@@ -125,6 +126,20 @@ def agree(
         ]
     digest = dictionary.digest if dictionary is not None else None
     return Agreement(transform, width, counts, notes, declared, digest)
+
+
+def _check_agreement(everyone: list[Schema], shards: list[Shard]) -> None:
+    """:func:`~slate.data.schema.check_agreement`, with this process's own reasons added where
+    its parties' files could not be read and only a generic reason was sent (under
+    ``--dp-epsilon``: :data:`~slate.data.party_files.PRIVATE_READ_ERROR`)."""
+    try:
+        check_agreement(everyone)
+    except SchemaMismatch as err:
+        own = [f"Party {s.rank} (here): {note}" for s in shards if s.train is None
+               for note in s.notes]  # fmt: skip
+        if not own:
+            raise
+        raise SchemaMismatch(" ".join([str(err), *own])) from None
 
 
 def cut(

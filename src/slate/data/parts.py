@@ -191,7 +191,9 @@ class PartReader:
     """How this run's files become parts, decided once: CSV tables read with ``options`` (a
     :class:`~slate.data.options.TableOptions`), or, where ``options`` is ``None``, LIBSVM files
     read with the spec's width, index base, dtype and positive label, every value outside the
-    public ``feature_range`` (where there is one) clipped into it."""
+    public ``feature_range`` (where there is one) clipped into it; with ``drop_wide`` (under
+    ``--dp-epsilon``) a value at an index beyond ``n_features`` is dropped, not refused (a
+    refusal would tell the other sites that such a row exists)."""
 
     options: Any
     n_features: int | None = None
@@ -199,12 +201,13 @@ class PartReader:
     dtype: Any = np.float32
     positive: str | None = None
     feature_range: tuple[float, float] | None = None
+    drop_wide: bool = False
 
     @classmethod
     def of(cls, spec: Any, options: Any) -> PartReader:
         """The reader of a :class:`~slate.data.spec.DataSpec` (and the table options, if any)."""
         return cls(options, spec.n_features, spec.zero_based, spec.read_dtype, spec.positive_label,
-                   spec.public_range)  # fmt: skip
+                   spec.public_range, spec.dp_epsilon is not None)  # fmt: skip
 
     def read(self, path: str, labels: str = "required") -> tuple[Part, str | None]:
         """The part in file ``path`` and the reader's notes, one per line (or ``None``), the
@@ -215,15 +218,42 @@ class PartReader:
             return TablePart(self.options.read(path, labels=labels)), None
         from slate.data.readers.libsvm import read_libsvm_file
 
-        read = read_libsvm_file(
-            path, n_features=self.n_features, zero_based=self.zero_based, dtype=self.dtype,
-            positive=self.positive,
-        )  # fmt: skip
-        x, clipped = read.x, None
+        def reading(width: int | None) -> Any:
+            return read_libsvm_file(path, n_features=width, zero_based=self.zero_based,
+                                    dtype=self.dtype, positive=self.positive)  # fmt: skip
+
+        dropped = None
+        if self.drop_wide and self.n_features is not None:
+            try:
+                read = reading(None)
+            except DataError:  # a file without any feature, or a bad token: read as given
+                read = reading(self.n_features)
+            x, dropped = _to_width(read.x, self.n_features, path)
+        else:
+            read = reading(self.n_features)
+            x = read.x
+        clipped = None
         if self.feature_range is not None:
             x, clipped = clip_to_range(x, self.feature_range, path)
-        notes = [note for note in (read.note, clipped) if note]
+        notes = [note for note in (read.note, dropped, clipped) if note]
         return ArrayPart(x, read.y), "\n".join(notes) or None
+
+
+def _to_width(x: np.ndarray, width: int, path: str) -> tuple[np.ndarray, str | None]:
+    """``x`` cut or zero-padded to ``width`` columns, and this site's note on the nonzero values
+    cut off (``None``: none was), for its own output only."""
+    found = x.shape[1]
+    if found <= width:
+        return (np.pad(x, ((0, 0), (0, width - found))) if found < width else x), None
+    beyond = int(np.count_nonzero(x[:, width:]))
+    if beyond == 0:
+        return np.ascontiguousarray(x[:, :width]), None
+    note = (
+        f"note: {path}: {beyond} nonzero value{'s' if beyond != 1 else ''} at feature indices "
+        f"beyond --n-features {width} (up to the {found}th feature) dropped. Only this site is "
+        "told: nothing about these values is sent."
+    )
+    return np.ascontiguousarray(x[:, :width]), note
 
 
 @dataclass

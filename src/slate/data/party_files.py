@@ -26,6 +26,8 @@ from slate.errors import ConfigError, SlateError
 __all__ = ["read_party_files"]
 
 PARTY_FILE_FORMATS = ("csv", "libsvm")
+#: What the other sites hear, under ``--dp-epsilon``, of a site whose files cannot be read.
+PRIVATE_READ_ERROR = "the reason stays at its site under --dp-epsilon (it may quote a row)"
 HELD_OUT = "seeded stratified split of each party's own file (--test-fraction)"
 OWN_TEST_FILE = "each party's own test file"
 
@@ -49,7 +51,13 @@ def read_party_files(
         try:
             shards.append(_read_party(spec, reader, rank))
         except SlateError as err:
-            shards.append(Shard(None, None, rank=rank, schema=Schema(rank=rank, error=str(err))))
+            if spec.dp_epsilon is None:
+                shards.append(Shard(None, None, rank=rank, schema=Schema(rank, error=str(err))))
+                continue
+            # under --dp-epsilon the reason (a line, a token of a row) stays at this site: the
+            # others hear that its files could not be read, and it adds its own reason
+            schema = Schema(rank, error=PRIVATE_READ_ERROR)
+            shards.append(Shard(None, None, rank=rank, schema=schema, notes=[str(err)]))
     return shards, options
 
 
