@@ -28,9 +28,11 @@ from tests.sites import (
 pytestmark = pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 
 PARTIES, PLANTED, SITE = 4, 4242.5, 1
-FLAGS = ["--nodes", str(PARTIES), *SITE_FLAGS, "--iterations", "6", "--eval-every", "3",
-         "--topology", "ring", "--dp-epsilon", "8", "--positives", "1", "--batch-size", "8",
-         "--lr", "0.05"]  # fmt: skip
+# no range flag and no --n-features: the defaults under --dp-epsilon
+WIDTH = SITE_FLAGS.index("--features")
+FLAGS = ["--nodes", str(PARTIES), *SITE_FLAGS[:WIDTH], *SITE_FLAGS[WIDTH + 2 :], "--iterations",
+         "6", "--eval-every", "3", "--topology", "ring", "--dp-epsilon", "8", "--positives", "1",
+         "--batch-size", "8", "--lr", "0.05"]  # fmt: skip
 
 
 def plant(site: Path) -> str:
@@ -99,3 +101,5 @@ def test_a_planted_value_reaches_no_other_site_under_dp(tmp_path):
     assert "clipped" in done[SITE][1] and "4242.5" in done[SITE][1]
     for rank in set(range(PARTIES)) - {SITE}:
         assert "4242.5" not in done[rank][1] and "clipped" not in done[rank][1]
+    # without --n-features every site says that its width is sent
+    assert all("Give --n-features" in " ".join(text.split()) for _, text in done)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -193,6 +193,7 @@ class PrivateCompute:
         self.chain = None if chain is None else LinearChainClipping(inner, chain, groups.groups)
         self.noise = NoiseAhead(noise, torch.tensor(groups.noise_std, dtype=torch.float64))
         self.divisor = torch.tensor(groups.divisor, dtype=torch.float64)
+        self._kept = list(range(inner.n_parties))  # the positions of the parties still here
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -247,3 +248,15 @@ class PrivateCompute:
         kept = rows.tolist()
         self.noise.keep(kept)
         self.divisor = self.divisor[kept]
+        self._kept = [self._kept[k] for k in kept]
+
+    def set_noise_std(self, noise_std: Sequence[float]) -> None:
+        """Each local party's noise standard deviation ``2 C z`` (one per party the compute was
+        built for), set before the first step of a run planned against its ledger
+        (:func:`slate.training.private_run.plan_against_ledger`). The draw made ahead at the
+        old scale, if any, is dropped: it was never released."""
+        if len(noise_std) != len(self.groups.noise_std):
+            raise ValueError("one noise scale per party the compute was built for")
+        self.groups = replace(self.groups, noise_std=tuple(float(s) for s in noise_std))
+        self.noise.keep(list(range(len(self._kept))))  # (drops the draw made ahead)
+        self.noise.std = torch.tensor([noise_std[k] for k in self._kept], dtype=torch.float64)

@@ -1,37 +1,69 @@
 r"""``--dp-epsilon``: the accountant, the per-site plan and the ledger (docs/privacy.md).
 
-**The guarantee.** Record-level (one training row of one site, its label included, added or
-removed), per site, against any coalition of the other sites, which see everything the site
-sends. Each site's releases are its noisy gradient estimates
+**The guarantee.** Record-level, per site, against any coalition of the other sites, which see
+everything the site sends. Each site's releases are its noisy gradient estimates
 (:mod:`slate.algorithms.privacy`); everything it sends is computed from them.
+
+**The neighbouring relation** (:data:`RELATION`): *replace-one within its class*. Two training
+sets of a site are neighbours when one row is replaced by another row of the same class. Each
+site's class sizes ``n+`` and ``n-`` are public (declared at set-up, and the rates are computed
+from them), so the data sets a site can have are those with its declared counts: adding or
+removing a row changes a count, replacing a row within its class keeps both. A row's features
+are covered; its label is covered only against a swap with a row of the other class (two
+replacements, one per class: ε+ + ε- by group privacy); the counts themselves are not.
+
+**The sensitivity.** The sampler draws rows by position and deals them into groups by class
+and position only, so a replaced row (of the same class) is drawn with the same probability
+and lands in the same group and slot. Only that group's clipped gradient changes. Every clipped
+group gradient has norm at most C, so with the row's group ``c0`` (row not drawn), ``c1`` (the
+row drawn) and ``c1'`` (its replacement drawn) all lie in the ball of radius C:
+``||c1 - c0|| <= 2C`` and ``||c1' - c0|| <= 2C``. ``dp-accounting``'s replace-one model of a
+Poisson-sampled Gaussian shifts the drawn outcome by ``+s`` on one side and ``-s`` on the other
+from the undrawn one (``mu_upper = q N(-s) + (1 - q) N(0)``, ``mu_lower = q N(s) + (1 - q)
+N(0)``), ``s`` the noise's unit: with ``s = 2C`` (the :attr:`Segment.sensitivity`) it covers
+every such triple. The noise multiplier is therefore ``z = sigma / (2C)``, the noise's standard
+deviation over the shift one draw can make, as under add/remove-one; for the same ``z``
+replace-one reports about twice the ε of add/remove-one.
 
 **The event.** One release samples each positive with probability ``q+`` and each negative with
 ``q-`` (Poisson, :class:`slate.data.sampler.PoissonGroupSampler`) and adds Gaussian noise of
-multiplier ``z`` to a sum of sensitivity ``2C``: for a positive row,
-``PoissonSampled(q+, Gaussian(z))``, composed over the run's releases (likewise ``q-`` for a
-negative). ``dp-accounting``'s PLD accountant gives the figure and solves for ``z``
-(``calibrate_dp_mechanism``) so that the larger rate meets ``epsilon`` at ``delta`` over the
-planned releases; its RDP accountant is the cross-check. No amplification by gossip is claimed.
+standard deviation ``2 C z``: for a positive row ``PoissonSampled(q+, Gaussian(z))``, likewise
+``q-`` for a negative. A row's ε is that of the composition, by ``dp-accounting``'s PLD
+accountant with ``NeighboringRelation.REPLACE_ONE``, of every release recorded in its site's
+ledger: ``ComposedDpEvent([SelfComposedDpEvent(PoissonSampledDpEvent(q_s, GaussianDpEvent(z_s)),
+n_s) for each segment s])``. (``dp-accounting``'s RDP accountant has no Poisson-sampled
+replace-one event, so there is no RDP cross-check.) No amplification by gossip is claimed.
 
-**The rates.** Public, from the site's class sizes (declared, hence public): each of the ``G``
-groups expects ``b`` positives and ``m - b`` negatives, so ``q+ = min(1, G b / n+)`` and
-``q- = min(1, G (m - b) / n-)``.
+**The rates.** Public, from the site's class sizes: each of the ``G`` groups expects ``b``
+positives and ``m - b`` negatives, so ``q+ = min(1, G b / n+)`` and ``q- = min(1, G (m - b) /
+n-)``.
 
 **The ledger.** An append-only file in the run folder (``privacy-ledger.jsonl``, or
-``privacy-ledger-rank{r}.jsonl`` for a site of a distributed run), one JSON line per chunk of
-steps, written and fsynced *before* the chunk's first release: a run stopped within a chunk has
-its whole chunk counted. Rollbacks, resumes and returns re-run steps: each is counted again. It
-is read back when a run continues in its folder and never restored from a checkpoint. A run
-stops before the first step whose release would take a site past ``epsilon``
-(:class:`PrivacyBudgetExhausted`).
+``privacy-ledger-rank{r}.jsonl`` for a site of a distributed run) of mechanisms, not counts: one
+JSON line per segment of steps (:class:`Segment`: its start, its number of steps, the clipping
+unit and bound, the sensitivity, the relation, and per party its class sizes, ``q+``, ``q-``,
+``z`` and noise), written and fsynced *before* the segment's first release: a run stopped
+within a segment has the whole segment counted. Rollbacks, resumes and returns re-run steps:
+each is counted again. It is read back by every run in the folder (a resume, a return, a new
+run with other flags) and never restored from a checkpoint; a line that lacks a field (a ledger
+of an earlier slate) is refused, never guessed (:class:`PrivacyLedgerInvalid`).
+
+**The plan** (:func:`plan_privacy`). A run is planned against what its ledger leaves: each
+party's ``z`` is the smallest that keeps the composition of the recorded history and the run's
+steps within ``epsilon`` for both classes. A remainder under :data:`MIN_SHARE` of the budget
+is refused before the first step (:class:`PrivacyBudgetSpent`); a remainder that cannot pay for
+the planned steps even at :data:`Z_CEILING` is cut to the steps it affords, and the plan says
+so. During the run a site stops before the first step whose release would take it past
+``epsilon`` (:class:`PrivacyBudgetExhausted`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,22 +72,69 @@ from slate.errors import SlateError
 
 __all__ = [
     "LEDGER",
+    "LEDGER_FORMAT",
+    "MIN_SHARE",
+    "RELATION",
+    "Z_CEILING",
+    "PartyMechanism",
     "PartyPrivacy",
     "PrivacyBudgetExhausted",
+    "PrivacyBudgetSpent",
     "PrivacyLedger",
+    "PrivacyLedgerInvalid",
     "PrivacyPlan",
+    "Segment",
     "calibrate",
     "epsilon_pld",
-    "epsilon_rdp",
+    "ledger_path",
     "plan_privacy",
+    "read_ledger",
     "sampling_rates",
 ]
 
 LEDGER = "privacy-ledger.jsonl"
 
+#: The version of the ledger's lines; a line without it (an earlier slate's) is refused.
+LEDGER_FORMAT = 2
+
+#: The neighbouring relation, as ``summary.json`` names it: one row replaced by another row of
+#: the same class (the class sizes are public). ``dp-accounting``: ``REPLACE_ONE``.
+RELATION = "replace-one row within its class"
+
+#: A run needs at least this share of the budget left by the ledger's history: a smaller
+#: remainder is of the order of the calibration's and the discretisation's slack, and pays
+#: for steps with next to no signal. Such a run is refused before its first step.
+MIN_SHARE = 0.01
+
+#: The largest noise multiplier a plan takes: where the remainder cannot pay for the planned
+#: steps below it (noise of standard deviation 64 C on a sum of at most G C), the plan is cut.
+Z_CEILING = 32.0
+
+#: The smallest noise multiplier searched: below it a release is close to no privacy at all.
+Z_FLOOR = 0.25
+
+#: The PLD accountant's discretisation of the privacy loss: pessimistic (an upper bound on
+#: epsilon), within 1e-3 of its finest setting on the schedules of docs/privacy.md, and 10x
+#: faster (0.1 s against 2 s at z = 0.76).
+DISCRETISATION = 1e-3
+
+#: ``(q, z, releases)``: ``releases`` Poisson-sampled Gaussian releases at rate ``q`` and noise
+#: multiplier ``z``.
+Event = tuple[float, float, int]
+
 
 class PrivacyBudgetExhausted(SlateError):
     """The next release would take a site past ``--dp-epsilon``."""
+
+
+class PrivacyBudgetSpent(PrivacyBudgetExhausted):
+    """The ledger's history leaves too little of ``--dp-epsilon`` for one step: refused before
+    the run's first step."""
+
+
+class PrivacyLedgerInvalid(SlateError):
+    """A ledger line is damaged, lacks a field, or records other parties than the run's: its
+    releases cannot be composed, so none are made."""
 
 
 def sampling_rates(
@@ -68,6 +147,9 @@ def sampling_rates(
     return q_pos, q_neg
 
 
+# ----------------------------------------------------------------------------- dp-accounting
+
+
 def _event(q: float, z: float, releases: int):
     import dp_accounting as dpa
 
@@ -76,73 +158,71 @@ def _event(q: float, z: float, releases: int):
     )
 
 
-def _composed(events: Sequence[tuple[float, float, int]]):
+def _merged(events: Iterable[Event]) -> tuple[Event, ...]:
+    """The events with releases, identical mechanisms merged (composition is commutative)."""
+    counts: dict[tuple[float, float], int] = {}
+    for q, z, n in events:
+        if n > 0 and q > 0:
+            counts[(float(q), float(z))] = counts.get((float(q), float(z)), 0) + int(n)
+    return tuple(sorted((q, z, n) for (q, z), n in counts.items()))
+
+
+def _composed(events: Sequence[Event]):
     import dp_accounting as dpa
 
     return dpa.ComposedDpEvent([_event(q, z, n) for q, z, n in events if n > 0 and q > 0])
 
 
-#: The PLD accountant's discretisation of the privacy loss: pessimistic (an upper bound on
-#: epsilon), within 1e-3 of its finest setting on the schedules of docs/privacy.md, and 10x
-#: faster (0.1 s against 2 s at z = 0.76).
-DISCRETISATION = 1e-3
-
-
 def _pld_accountant():
+    """``dp-accounting``'s PLD accountant under :data:`RELATION` (``REPLACE_ONE``)."""
+    import dp_accounting as dpa
     from dp_accounting.pld import pld_privacy_accountant
 
-    return pld_privacy_accountant.PLDAccountant(value_discretization_interval=DISCRETISATION)
+    return pld_privacy_accountant.PLDAccountant(
+        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=DISCRETISATION
+    )
+
+
+def epsilon_pld(events: Iterable[Event], delta: float) -> float:
+    """ε at ``delta`` of the composition of ``(q, z, releases)`` events under replace-one, by
+    ``dp-accounting``'s PLD accountant (0 for no release)."""
+    return _epsilon(_merged(events), float(delta))
 
 
 @cache
-def epsilon_pld(events: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    """ε at ``delta`` of the composition of ``(q, z, releases)`` events, by ``dp-accounting``'s
-    PLD accountant (0 for no release)."""
-    if not any(n > 0 and q > 0 for q, _, n in events):
+def _epsilon(events: tuple[Event, ...], delta: float) -> float:
+    if not events:
         return 0.0
     accountant = _pld_accountant()
     accountant.compose(_composed(events))
     return float(accountant.get_epsilon(delta))
 
 
-@cache
-def epsilon_rdp(events: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    """The same ε by ``dp-accounting``'s RDP accountant (an upper bound, the cross-check)."""
-    if not any(n > 0 and q > 0 for q, _, n in events):
-        return 0.0
-    import logging
-
-    from dp_accounting.rdp import rdp_privacy_accountant
-
-    absl = logging.getLogger("absl")  # its warnings of orders left out at small z
-    level = absl.level
-    absl.setLevel(logging.ERROR)
-    try:
-        accountant = rdp_privacy_accountant.RdpAccountant()
-        accountant.compose(_composed(events))
-        return float(accountant.get_epsilon(delta))
-    finally:
-        absl.setLevel(level)
-
-
-#: The smallest noise multiplier searched: below it a release is close to no privacy at all.
-Z_FLOOR = 0.25
+def calibrate(
+    q: float, releases: int, epsilon: float, delta: float, history: Sequence[Event] = ()
+) -> float | None:
+    """The smallest noise multiplier ``z`` (to a relative 1e-3, on the safe side, at least
+    :data:`Z_FLOOR`) such that ``history`` composed with ``releases`` Poisson-sampled Gaussian
+    releases at rate ``q`` and multiplier ``z`` meets ``epsilon`` at ``delta`` (PLD,
+    replace-one; ``dp_accounting.calibrate_dp_mechanism`` in a bracket found by doubling from
+    1); None when even :data:`Z_CEILING` does not."""
+    return _calibrate(float(q), int(releases), float(epsilon), float(delta), _merged(history))
 
 
 @cache
-def calibrate(q: float, releases: int, epsilon: float, delta: float) -> float:
-    """The smallest noise multiplier ``z`` (to a relative 1e-3, on the safe side) whose
-    ``releases`` Poisson-sampled Gaussian releases at rate ``q`` meet ``epsilon`` at ``delta``
-    by the PLD accountant (``dp_accounting.calibrate_dp_mechanism``, in a bracket found by
-    doubling from 1; at least :data:`Z_FLOOR`)."""
+def _calibrate(
+    q: float, releases: int, epsilon: float, delta: float, history: tuple[Event, ...]
+) -> float | None:
     import dp_accounting as dpa
 
     def spent(z: float) -> float:
-        return epsilon_pld(((q, z, releases),), delta)
+        return epsilon_pld((*history, (q, z, releases)), delta)
 
     high = 1.0
     while spent(high) > epsilon:
-        high *= 2.0
+        if high >= Z_CEILING:
+            return None
+        high = min(2.0 * high, Z_CEILING)
     low = high / 2.0
     while spent(low) <= epsilon:
         if low <= Z_FLOOR:
@@ -151,13 +231,208 @@ def calibrate(q: float, releases: int, epsilon: float, delta: float) -> float:
     return float(
         dpa.calibrate_dp_mechanism(
             _pld_accountant,
-            lambda z: _event(q, z, releases),
+            lambda z: _composed((*history, (q, z, releases))),
             epsilon,
             delta,
             bracket_interval=dpa.ExplicitBracketInterval(low, high),
             tol=1e-3 * low,
         )
     )
+
+
+def _affordable(q: float, most: int, epsilon: float, delta: float, history: Sequence[Event]) -> int:
+    """The most releases, up to ``most``, at rate ``q`` and multiplier :data:`Z_CEILING` that
+    ``history`` leaves room for within ``epsilon`` (by bisection; ε grows with the count)."""
+    low, high = 0, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        if epsilon_pld((*history, (q, Z_CEILING, middle)), delta) <= epsilon:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+# ----------------------------------------------------------------------------- the ledger
+
+
+@dataclass(frozen=True)
+class PartyMechanism:
+    """One party's mechanism in a segment: its class sizes, its rates and its noise
+    (``noise_std = sensitivity * z``)."""
+
+    party: int
+    positives: int
+    negatives: int
+    q_positives: float
+    q_negatives: float
+    z: float
+    noise_std: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of ``steps`` private steps from iteration ``start`` with one mechanism: its
+    clipping ``unit`` and bound ``clip``, its ``sensitivity`` (the shift of one draw, 2C), the
+    neighbouring ``relation``, and per party its :class:`PartyMechanism`. Everything its
+    guarantee depends on: its events are ``(q+, z, steps)`` and ``(q-, z, steps)`` per party."""
+
+    start: int
+    steps: int
+    clipping_unit: str
+    clip: float
+    sensitivity: float
+    relation: str
+    parties: tuple[PartyMechanism, ...]
+
+    def mechanism(self, party: int) -> PartyMechanism:
+        """Party ``party``'s mechanism (KeyError if the segment does not hold it)."""
+        for mechanism in self.parties:
+            if mechanism.party == party:
+                return mechanism
+        raise KeyError(party)
+
+    def event(self, party: int, positive: bool) -> Event:
+        """The event of a row of ``party`` of that class: ``(q, z, steps)``."""
+        m = self.mechanism(party)
+        return (m.q_positives if positive else m.q_negatives, m.z, self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        """Its ledger line's ``segment`` value."""
+        entry = asdict(self)
+        entry["parties"] = [asdict(p) for p in self.parties]
+        return entry
+
+    @classmethod
+    def from_json(cls, entry: Any, where: str) -> Segment:
+        """The segment of a ledger line (``where`` names its file and line); every field must
+        be there, of its type and consistent, else :class:`PrivacyLedgerInvalid`."""
+
+        def refuse(what: str) -> PrivacyLedgerInvalid:
+            return PrivacyLedgerInvalid(
+                f"The privacy ledger {where} {what}: the releases it records cannot be "
+                "composed, so no more are made under --dp-epsilon (a missing or odd value is "
+                "never guessed). Restore the file as the runs wrote it, or train these rows "
+                "again only with a budget that covers every earlier release of them."
+            )
+
+        def number(source: dict[str, Any], name: str, kind: type, low: float) -> Any:
+            if name not in source:
+                raise refuse(f"lacks the field '{name}'")
+            value = source[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise refuse(f"has a field '{name}' that is not a number ({value!r})")
+            if kind is int and value != int(value):
+                raise refuse(f"has a field '{name}' that is not a whole number ({value!r})")
+            if not math.isfinite(value) or value < low:
+                raise refuse(f"has a field '{name}' out of range ({value!r})")
+            return kind(value)
+
+        if not isinstance(entry, dict):
+            raise refuse("holds a 'segment' that is not an object")
+        for name in ("clipping_unit", "relation", "parties"):
+            if name not in entry:
+                raise refuse(f"lacks the field '{name}'")
+        if entry["relation"] != RELATION:
+            raise refuse(
+                f"records the neighbouring relation {entry['relation']!r}, not {RELATION!r} "
+                "that this slate composes"
+            )
+        if entry["clipping_unit"] not in ("group", "row"):
+            raise refuse(f"records an unknown clipping unit {entry['clipping_unit']!r}")
+        start, steps = number(entry, "start", int, 0), number(entry, "steps", int, 1)
+        clip = number(entry, "clip", float, 0.0)
+        sensitivity = number(entry, "sensitivity", float, 0.0)
+        if clip <= 0 or not math.isclose(sensitivity, 2.0 * clip, rel_tol=1e-12):
+            raise refuse(f"records a sensitivity {sensitivity!r} other than 2C for C = {clip!r}")
+        if not isinstance(entry["parties"], list) or not entry["parties"]:
+            raise refuse("records no party")
+        parties = []
+        for source in entry["parties"]:
+            if not isinstance(source, dict):
+                raise refuse("records a party that is not an object")
+            q_pos = number(source, "q_positives", float, 0.0)
+            q_neg = number(source, "q_negatives", float, 0.0)
+            z = number(source, "z", float, 0.0)
+            noise = number(source, "noise_std", float, 0.0)
+            if q_pos > 1 or q_neg > 1:
+                raise refuse("records a sampling rate above 1")
+            if z <= 0 or not math.isclose(noise, sensitivity * z, rel_tol=1e-9):
+                raise refuse(f"records a noise {noise!r} that is not its sensitivity times z")
+            party = number(source, "party", int, 0)
+            n_pos, n_neg = number(source, "positives", int, 0), number(source, "negatives", int, 0)
+            parties.append(PartyMechanism(party, n_pos, n_neg, q_pos, q_neg, z, noise))
+        return cls(start, steps, entry["clipping_unit"], clip, sensitivity, RELATION,
+                   tuple(parties))  # fmt: skip
+
+
+def ledger_path(folder: Path, rank: int | None) -> Path:
+    """The ledger of ``folder``: ``privacy-ledger.jsonl``, or a distributed site's
+    ``privacy-ledger-rank{r}.jsonl``."""
+    return Path(folder) / (LEDGER if rank is None else f"privacy-ledger-rank{rank}.jsonl")
+
+
+def read_ledger(path: Path) -> tuple[Segment, ...]:
+    """The segments recorded in the ledger ``path`` (none if it does not exist). Every line is
+    ``{"format": 2, "segment": ...}`` or ``{"format": 2, "opened": ...}``; anything else is
+    refused (:class:`PrivacyLedgerInvalid`) naming the file and the line."""
+    path = Path(path)
+    if not path.exists():
+        return ()
+    segments = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        where = f"{path}, line {number},"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            raise PrivacyLedgerInvalid(
+                f"The privacy ledger {where} is damaged (not JSON): its releases cannot be "
+                "counted, so no more are made under --dp-epsilon. Restore the file, or train "
+                "these rows again only with a budget that covers every earlier release of them."
+            ) from None
+        if not isinstance(entry, dict) or entry.get("format") != LEDGER_FORMAT:
+            raise PrivacyLedgerInvalid(
+                f"The privacy ledger {where} lacks the field 'format' = {LEDGER_FORMAT}: it was "
+                "written by an earlier slate, which recorded the noise multipliers of its "
+                "releases but not their sampling rates, clipping and relation, so they cannot "
+                "be composed and are never guessed. No release is made under --dp-epsilon in "
+                "this folder; train these rows again elsewhere only with a budget that covers "
+                "every release the old ledger counts."
+            )
+        if "segment" in entry:
+            segments.append(Segment.from_json(entry["segment"], where))
+        elif not isinstance(entry.get("opened"), dict):
+            raise PrivacyLedgerInvalid(
+                f"The privacy ledger {where} is neither a segment nor an opening: its releases "
+                "cannot be counted, so no more are made under --dp-epsilon. Restore the file."
+            )
+    return tuple(segments)
+
+
+def _history(segments: Sequence[Segment], party: int, positive: bool) -> tuple[Event, ...]:
+    return tuple(segment.event(party, positive) for segment in segments)
+
+
+def _check_parties(
+    segments: Sequence[Segment], counts: Sequence[tuple[int, int, int]], path: Path | None
+) -> None:
+    """Every segment must hold exactly this run's parties with their class sizes: a row's ε
+    composes its own party's releases, and another deal of the rows has other parties."""
+    mine = sorted((int(p), int(n_pos), int(n_neg)) for p, n_pos, n_neg in counts)
+    for segment in segments:
+        theirs = sorted((m.party, m.positives, m.negatives) for m in segment.parties)
+        if theirs != mine:
+            raise PrivacyLedgerInvalid(
+                f"The privacy ledger {path} records releases of parties (party, positives, "
+                f"negatives) {theirs} from iteration {segment.start}, but this run's parties "
+                f"are {mine}: the rows are dealt otherwise (other --nodes or other data), so a "
+                "row's earlier releases cannot be told apart and are not composed by guess. "
+                "Run with the ledger's parties, or train elsewhere only with a budget that "
+                "covers every release the ledger counts."
+            )
+
+
+# ----------------------------------------------------------------------------- the plan
 
 
 @dataclass(frozen=True)
@@ -173,28 +448,16 @@ class PartyPrivacy:
 
     @property
     def q(self) -> float:
-        """The rate the noise is calibrated on: the larger of the two."""
+        """The larger of the two rates."""
         return max(self.q_pos, self.q_neg)
-
-    def epsilons(self, releases: Sequence[tuple[float, int]], delta: float) -> dict[str, float]:
-        """ε for a positive row and a negative row (PLD), and the RDP cross-check of the larger
-        rate, after ``releases``: ``(z, count)`` pairs."""
-
-        def events(q: float) -> tuple[tuple[float, float, int], ...]:
-            return tuple((q, z, n) for z, n in releases)
-
-        return {
-            "epsilon_positives": epsilon_pld(events(self.q_pos), delta),
-            "epsilon_negatives": epsilon_pld(events(self.q_neg), delta),
-            "epsilon_rdp": epsilon_rdp(events(self.q), delta),
-        }
 
 
 @dataclass(frozen=True)
 class PrivacyPlan:
     """The run's privacy settings and each local party's parameters: ``epsilon`` at ``delta``
-    over ``releases`` planned releases (T steps), clip ``C``, ``groups`` G of ``group_size``
-    slots, the clipping ``unit`` (``group``: SLATE's AP over a group; ``row``: groups of one)."""
+    for the whole recorded ``history`` plus ``releases`` steps (``requested`` before a cut:
+    ``note`` says so), clip ``C``, ``groups`` G of ``group_size`` slots, the clipping ``unit``
+    (``group``: SLATE's AP over a group; ``row``: groups of one)."""
 
     epsilon: float
     delta: float
@@ -204,10 +467,64 @@ class PrivacyPlan:
     unit: str
     releases: int
     parties: tuple[PartyPrivacy, ...]
+    history: tuple[Segment, ...] = ()
+    requested: int | None = None
+    note: str | None = None
+
+    @property
+    def sensitivity(self) -> float:
+        """The shift one draw can make to the sum of clipped group gradients: 2C."""
+        return 2.0 * self.clip
 
     def noise_std(self) -> tuple[float, ...]:
         """Each local party's noise standard deviation, ``2 C z``."""
-        return tuple(2.0 * self.clip * p.z for p in self.parties)
+        return tuple(self.sensitivity * p.z for p in self.parties)
+
+    def segment(self, start: int, steps: int) -> Segment:
+        """The segment of ``steps`` of this plan's releases from iteration ``start``."""
+        return Segment(
+            int(start), int(steps), self.unit, self.clip, self.sensitivity, RELATION,
+            tuple(
+                PartyMechanism(p.party, p.positives, p.negatives, p.q_pos, p.q_neg, p.z,
+                               self.sensitivity * p.z)
+                for p in self.parties
+            ),
+        )  # fmt: skip
+
+
+def _spent_before(
+    history: Sequence[Segment], party: int, q: tuple[float, float], delta: float
+) -> tuple[float, float]:
+    """ε of the recorded history for a positive and a negative row of ``party``."""
+    return tuple(  # type: ignore[return-value]
+        epsilon_pld(_history(history, party, positive), delta) if rate > 0 else 0.0
+        for positive, rate in ((True, q[0]), (False, q[1]))
+    )
+
+
+def _party_z(
+    q_pos: float,
+    q_neg: float,
+    releases: int,
+    epsilon: float,
+    delta: float,
+    history: Sequence[Segment],
+    party: int,
+) -> float:
+    """``max(z+, z-)`` for ``releases`` more releases of ``party`` after ``history``: the class
+    of the larger rate first; the other's calibration only where that ``z`` does not already
+    keep it within ``epsilon`` (without a history it always does: ε grows with the rate)."""
+    classes = sorted(((q_pos, True), (q_neg, False)), reverse=True)
+    z: float | None = None
+    for q, positive in classes:
+        if q <= 0:
+            continue
+        events = _history(history, party, positive)
+        if z is not None and epsilon_pld((*events, (q, z, releases)), delta) <= epsilon:
+            continue
+        found = calibrate(q, releases, epsilon, delta, events)
+        z = max(z or 0.0, found if found is not None else Z_CEILING)
+    return z if z is not None else Z_FLOOR
 
 
 def plan_privacy(
@@ -221,94 +538,142 @@ def plan_privacy(
     counts: Sequence[tuple[int, int, int]],
     batch_size: int,
     positives: int,
+    history: Sequence[Segment] = (),
+    ledger: Path | None = None,
 ) -> PrivacyPlan:
-    """The plan for local parties ``counts``: ``(party, n+, n-)`` each; ``z`` calibrated per
-    party on its own larger rate (parties with the same rates share one calibration)."""
+    """The plan for local parties ``counts`` (``(party, n+, n-)`` each) against the ledger's
+    recorded ``history`` (read from ``ledger``): per party, ``z = max(z+, z-)`` with ``z+`` the
+    smallest multiplier whose composition of the history's events for a positive row with the
+    run's ``releases`` at ``q+`` meets ``epsilon`` (likewise ``z-``). Refused before the first
+    step (:class:`PrivacyBudgetSpent`) where the history leaves less than :data:`MIN_SHARE` of
+    the budget, or not one release at :data:`Z_CEILING`; cut to the releases it affords where
+    ``releases`` would need more than :data:`Z_CEILING`."""
+    history = tuple(history)
+    _check_parties(history, counts, ledger)
+    rates = {
+        party: sampling_rates(groups, batch_size, positives, n_pos, n_neg)
+        for party, n_pos, n_neg in counts
+    }
+    where = f"the ledger {ledger}" if ledger is not None else "this run's ledger"
+    recorded = sum(s.steps for s in history)
+
+    def refused(spent: float, party: int, why: str) -> PrivacyBudgetSpent:
+        return PrivacyBudgetSpent(
+            f"Refused under --dp-epsilon {epsilon:g} (delta {delta:g}): {where} records "
+            f"{recorded} releases of these rows in {len(history)} segments, which compose "
+            f"(dp-accounting PLD, {RELATION}) to epsilon {spent:.4f} for party {party}, "
+            f"leaving {max(epsilon - spent, 0.0):.4f}; {why}. No step was taken and nothing "
+            "was sent. The ledger counts every run in this folder (resumes, returns, other "
+            "flags); train these rows again only with a budget that covers that history "
+            "(--dp-epsilon is the total, history included)."
+        )
+
+    afford = int(releases)
+    for party, *_ in counts:
+        q_pos, q_neg = rates[party]
+        before = _spent_before(history, party, (q_pos, q_neg), delta) if history else (0, 0)
+        if history and epsilon - max(before) < MIN_SHARE * epsilon:
+            need = f"{MIN_SHARE:.0%} of the budget ({MIN_SHARE * epsilon:g})"
+            raise refused(max(before), party, f"a run needs at least {need} left")
+        for positive, q in ((True, q_pos), (False, q_neg)):
+            events = _history(history, party, positive)
+            if q > 0 and epsilon_pld((*events, (q, Z_CEILING, afford)), delta) > epsilon:
+                afford = _affordable(q, afford, epsilon, delta, events)
+                if afford == 0:
+                    raise refused(
+                        max(before), party,
+                        f"not one release fits, even at the largest noise multiplier z = "
+                        f"{Z_CEILING:g}",
+                    )  # fmt: skip
     parties = []
     for party, n_pos, n_neg in counts:
-        q_pos, q_neg = sampling_rates(groups, batch_size, positives, n_pos, n_neg)
-        z = calibrate(max(q_pos, q_neg), releases, epsilon, delta)
+        q_pos, q_neg = rates[party]
+        z = _party_z(q_pos, q_neg, afford, epsilon, delta, history, party)
         parties.append(PartyPrivacy(party, n_pos, n_neg, q_pos, q_neg, z))
-    return PrivacyPlan(epsilon, delta, clip, groups, group_size, unit, releases, tuple(parties))
+    note = None
+    if afford < releases:
+        note = (
+            f"privacy: {where} already records {recorded} releases of these rows; what is left "
+            f"of --dp-epsilon {epsilon:g} pays for {afford} of the {releases} planned releases "
+            f"(at z <= {Z_CEILING:g}): the run stops before its release {afford + 1}"
+        )
+    return PrivacyPlan(epsilon, delta, clip, groups, group_size, unit, afford, tuple(parties),
+                       history, int(releases), note)  # fmt: skip
 
 
 @dataclass
 class PrivacyLedger:
     """The releases of this process's parties, kept in ``path`` (None: in memory, a run
-    without a folder) and counted against ``plan.epsilon``.
+    without a folder) and counted against ``plan.epsilon`` together with ``plan.history``, the
+    segments recorded before this run. ``entries`` are this run's segments.
 
-    Each line is ``{"from_iteration", "steps", "z", "released"}`` (``z`` per local party), or
-    ``{"opened": ...}`` when a run starts or continues in the folder. ``released`` counts every
-    release so far, across every run in this folder.
+    Each line is ``{"format": 2, "segment": ...}`` (:meth:`Segment.to_json`) or ``{"format":
+    2, "opened": ...}`` when a run starts or continues in the folder.
     """
 
     plan: PrivacyPlan
     path: Path | None = None
-    entries: list[dict[str, Any]] = field(default_factory=list)
+    entries: list[Segment] = field(default_factory=list)
 
     @classmethod
     def open(cls, plan: PrivacyPlan, folder: Path | None, rank: int | None) -> PrivacyLedger:
-        """The ledger of ``folder`` (read back if it exists: never from a checkpoint), or an
-        in-memory one without a folder; a line records this opening."""
+        """The ledger of ``folder`` (never restored from a checkpoint), or an in-memory one
+        without a folder; ``plan`` must have been made against the segments it records now. A
+        line records this opening."""
         if folder is None:
             return cls(plan)
         from slate.permissions import private_folder
 
         private_folder(Path(folder))
-        name = LEDGER if rank is None else f"privacy-ledger-rank{rank}.jsonl"
-        path = Path(folder) / name
-        entries: list[dict[str, Any]] = []
-        if path.exists():
-            for number, line in enumerate(path.read_text().splitlines(), 1):
-                try:
-                    entries.append(json.loads(line))
-                except json.JSONDecodeError:
-                    raise PrivacyBudgetExhausted(
-                        f"The privacy ledger {path} is damaged at line {number}: its releases "
-                        "cannot be counted, so no more can be made under --dp-epsilon. Restore "
-                        "the file, or start the run in a new folder only if its rows were never "
-                        "used by a run of this folder."
-                    ) from None
-        ledger = cls(plan, path, [e for e in entries if "steps" in e])
+        path = ledger_path(Path(folder), rank)
+        if read_ledger(path) != plan.history:
+            raise ValueError(f"the plan was not made against the ledger {path} as it is now")
+        ledger = cls(plan, path)
         ledger._append(
             {
+                "format": LEDGER_FORMAT,
                 "opened": {
                     "epsilon": plan.epsilon,
                     "delta": plan.delta,
+                    "relation": RELATION,
                     "clip": plan.clip,
                     "groups": plan.groups,
+                    "requested_releases": plan.requested,
                     "planned_releases": plan.releases,
-                    "parties": [p.__dict__ for p in plan.parties],
-                }
+                    "recorded_segments": len(plan.history),
+                    "parties": [asdict(p) for p in plan.parties],
+                },
             }
         )
         return ledger
 
     @property
     def released(self) -> int:
-        """The releases counted so far."""
-        return sum(int(e["steps"]) for e in self.entries)
+        """This run's releases so far."""
+        return sum(e.steps for e in self.entries)
 
-    def _releases(self, party: int, extra: int = 0) -> list[tuple[float, int]]:
-        """``(z, count)`` of party position ``party``'s releases, ``extra`` more at its z now."""
-        counts: dict[float, int] = {}
-        for entry in self.entries:
-            z = float(entry["z"][party]) if party < len(entry["z"]) else float(entry["z"][-1])
-            counts[z] = counts.get(z, 0) + int(entry["steps"])
-        z_now = self.plan.parties[party].z
-        counts[z_now] = counts.get(z_now, 0) + extra
-        return sorted(counts.items())
+    @property
+    def recorded(self) -> int:
+        """Every release the ledger records: the history's and this run's."""
+        return sum(s.steps for s in self.plan.history) + self.released
+
+    def events(self, k: int, positive: bool, extra: int = 0) -> tuple[Event, ...]:
+        """The events of a row of that class of party position ``k``: the history's, this
+        run's, and ``extra`` more releases of the plan."""
+        party = self.plan.parties[k]
+        q = party.q_pos if positive else party.q_neg
+        segments = (*self.plan.history, *self.entries)
+        return (*_history(segments, party.party, positive), (q, party.z, int(extra)))
 
     def _within(self, extra: int) -> bool:
         """Whether ``extra`` more releases keep every local party within the budget."""
-        for k, party in enumerate(self.plan.parties):
-            releases = self._releases(k, extra)
-            if len(releases) == 1 and releases[0][1] <= self.plan.releases:
-                continue  # z was calibrated for the planned count at this very rate
-            events = tuple((party.q, z, n) for z, n in releases)
-            if epsilon_pld(events, self.plan.delta) > self.plan.epsilon:
-                return False
-        return True
+        if self.released + extra <= self.plan.releases:
+            return True  # z was calibrated for the history and the planned releases
+        return all(
+            epsilon_pld(self.events(k, positive, extra), self.plan.delta) <= self.plan.epsilon
+            for k in range(len(self.plan.parties))
+            for positive in (True, False)
+        )
 
     def reserve(self, iteration: int, steps: int) -> int:
         """Record (and fsync) up to ``steps`` releases from ``iteration`` before they are made;
@@ -324,14 +689,9 @@ class PrivacyLedger:
                     high = middle - 1
             allowed = low
         if allowed > 0:
-            entry = {
-                "from_iteration": int(iteration),
-                "steps": int(allowed),
-                "z": [p.z for p in self.plan.parties],
-                "released": self.released + allowed,
-            }
-            self.entries.append(entry)
-            self._append(entry)
+            segment = self.plan.segment(iteration, allowed)
+            self._append({"format": LEDGER_FORMAT, "segment": segment.to_json()})
+            self.entries.append(segment)
         return allowed
 
     def admit(self, iteration: int, steps: int) -> tuple[int, int | None]:
@@ -356,21 +716,24 @@ class PrivacyLedger:
         return (
             f"The privacy budget --dp-epsilon {self.plan.epsilon:g} (delta "
             f"{self.plan.delta:g}) would be exceeded by the release of iteration {iteration}: "
-            f"{where} counts {self.released} releases already (epsilon {spent:.3f} for the "
-            f"most exposed party), and the run planned {self.plan.releases}. Rollbacks, "
-            "resumes and returns re-run steps, and every re-run is a new release. The run "
-            "stopped before that step; nothing more was sent. Start a new run only with a "
-            "new budget for these rows."
+            f"{where} records {self.recorded} releases ({self.released} of this run, which "
+            f"planned {self.plan.releases}), epsilon {spent:.3f} for the most exposed party "
+            f"({RELATION}). Rollbacks, resumes and returns re-run steps, and every re-run is a "
+            "new release. The run stopped before that step; nothing more was sent. Train "
+            "these rows again only with a budget that covers this history."
         )
 
     def summary(self) -> dict[str, Any]:
-        """What ``summary.json`` and ``model.json`` record under ``privacy``: the budget, the
-        mechanism, the releases counted, and per local party its rates, ``z`` and ε for its
-        positives and negatives (PLD) with the RDP cross-check; the top-level ε are the largest
+        """What ``summary.json`` and ``model.json`` record under ``privacy``: ε of the whole
+        recorded history (every run of this ledger, this one included) per local party and
+        class, with the history's ε before this run; this run's own mechanism (relation,
+        sensitivity, rates, ``z``, clip, groups) and releases; the top-level ε are the largest
         over the parties."""
         plan = self.plan
         parties = []
         for k, party in enumerate(plan.parties):
+            before = _spent_before(plan.history, party.party, (party.q_pos, party.q_neg),
+                                   plan.delta)  # fmt: skip
             parties.append(
                 {
                     "party": party.party,
@@ -379,8 +742,10 @@ class PrivacyLedger:
                     "q_positives": party.q_pos,
                     "q_negatives": party.q_neg,
                     "z": party.z,
-                    "noise_std": 2.0 * plan.clip * party.z,
-                    **party.epsilons(self._releases(k), plan.delta),
+                    "noise_std": plan.sensitivity * party.z,
+                    "epsilon_positives": epsilon_pld(self.events(k, True), plan.delta),
+                    "epsilon_negatives": epsilon_pld(self.events(k, False), plan.delta),
+                    "epsilon_before_run": max(before),
                 }
             )
         worst = max(parties, key=lambda p: p["z"])
@@ -390,8 +755,10 @@ class PrivacyLedger:
             "epsilon": max(max(p["epsilon_positives"], p["epsilon_negatives"]) for p in parties),
             "epsilon_positives": max(p["epsilon_positives"] for p in parties),
             "epsilon_negatives": max(p["epsilon_negatives"] for p in parties),
-            "epsilon_rdp": max(p["epsilon_rdp"] for p in parties),
-            "accountant": "dp-accounting PLD (RDP cross-check)",
+            "epsilon_before_run": max(p["epsilon_before_run"] for p in parties),
+            "accountant": "dp-accounting PLD, every segment of the ledger composed",
+            "neighbouring_relation": RELATION,
+            "sensitivity": plan.sensitivity,
             "z": worst["z"],  # the largest; each party's under parties
             "clip": plan.clip,
             "groups": plan.groups,
@@ -399,8 +766,11 @@ class PrivacyLedger:
             "clipping_unit": plan.unit,
             "q_positives": worst["q_positives"],
             "q_negatives": worst["q_negatives"],
+            "requested_releases": plan.requested,
             "planned_releases": plan.releases,
             "releases": self.released,
+            "ledger_releases": self.recorded,
+            "ledger_segments": len(plan.history) + len(self.entries),
             "ledger": str(self.path) if self.path is not None else None,
             "parties": parties,
         }
@@ -409,10 +779,11 @@ class PrivacyLedger:
 def console_line(summary: dict[str, Any]) -> str:
     """The one line that states the guarantee reached."""
     return (
-        f"differential privacy per site: epsilon {summary['epsilon_positives']:.3f} for "
-        f"positives, {summary['epsilon_negatives']:.3f} for negatives (PLD; RDP "
-        f"{summary['epsilon_rdp']:.3f}) at delta {summary['delta']:g}, budget "
-        f"{summary['epsilon_budget']:g}; z {summary['z']:.3f}, clip {summary['clip']:g}, "
-        f"{summary['groups']} groups, {summary['releases']} releases, rates "
-        f"q+ {summary['q_positives']:.4f} q- {summary['q_negatives']:.4f}"
+        f"differential privacy per site ({summary['neighbouring_relation']}): epsilon "
+        f"{summary['epsilon_positives']:.3f} for positives, {summary['epsilon_negatives']:.3f} "
+        f"for negatives (PLD, the ledger's {summary['ledger_releases']} releases) at delta "
+        f"{summary['delta']:g}, budget {summary['epsilon_budget']:g}; this run: z "
+        f"{summary['z']:.3f}, clip {summary['clip']:g}, {summary['groups']} groups, "
+        f"{summary['releases']} releases, rates q+ {summary['q_positives']:.4f} q- "
+        f"{summary['q_negatives']:.4f}"
     )

@@ -44,7 +44,6 @@ from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.faults import FaultPlan
 from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
-from slate.training.accountant import PrivacyLedger
 from slate.training.accountant import console_line as privacy_line
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.early_stopping import BestModel, validation_summary
@@ -61,6 +60,7 @@ from slate.training.outputs import (
     write_run_folder,
 )
 from slate.training.plan import Choices, Place, choose
+from slate.training.private_run import plan_against_ledger
 from slate.training.run import Run
 
 __all__ = ["RunResult", "run_candidates", "train"]
@@ -513,8 +513,8 @@ def _drive(
     elif resume and out is not None:
         offset = checkpoint.resume(run, out, say)
         say(f"resumed from iteration {run.iteration} of {out}")
-    if run.ledger is not None and out is not None:  # --dp-epsilon: the folder's, read back
-        run.ledger = PrivacyLedger.open(run.ledger.plan, out, run.engine.own_party)
+    if run.ledger is not None and out is not None:  # --dp-epsilon: planned against the folder's
+        run.ledger = plan_against_ledger(run, out, say)
     bar = _Progress(run, progress)
     loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
     loop.joined_at = run.iteration if returning else None

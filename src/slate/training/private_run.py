@@ -7,7 +7,10 @@ simulator for its N parties, a site's process for its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,11 +23,21 @@ from slate.engines.base import Engine
 from slate.errors import ConfigError
 from slate.faults import FaultPlan
 from slate.security.secret_random import SecretStream
-from slate.training.accountant import PrivacyLedger, plan_privacy, sampling_rates
+from slate.training.accountant import (
+    PrivacyLedger,
+    ledger_path,
+    plan_privacy,
+    read_ledger,
+    sampling_rates,
+)
 from slate.training.configuration import ResolvedConfig
+
+if TYPE_CHECKING:
+    from slate.training.run import Run
 
 __all__ = [
     "PrivateSampling",
+    "plan_against_ledger",
     "privatise",
     "refuse_batch_norm",
     "sampling",
@@ -99,8 +112,9 @@ def privatise(
     faults: FaultPlan,
 ) -> tuple[PrivateCompute, PrivacyLedger]:
     """The noise multiplier of each local party calibrated over the run's releases (one per
-    step), ``compute`` (built on the algorithm's masked objective) wrapped in the mechanism
-    with secret noise, and an in-memory ledger."""
+    step) on a fresh ledger, ``compute`` (built on the algorithm's masked objective) wrapped in
+    the mechanism with secret noise, and an in-memory ledger. A run with a folder plans again
+    against the folder's ledger before its first step (:func:`plan_against_ledger`)."""
     section, privacy = settings.algorithm, settings.privacy
     assert privacy is not None
     refuse_batch_norm(compute.module, settings.model.name)
@@ -116,6 +130,34 @@ def privatise(
     shape = PrivateGroups(sampling.groups, sampling.size, privacy.clip, plan.noise_std(), divisors)
     noise = secret_streams(faults, engine, "noise")
     return PrivateCompute(compute, shape, noise), PrivacyLedger(plan)
+
+
+def plan_against_ledger(run: Run, folder: Path, say: Callable[[str], None]) -> PrivacyLedger:
+    """The ledger of ``folder`` for ``run`` (after its resume or return, before its first step):
+    the plan made again against the segments the ledger records (every earlier run of these
+    rows), for the releases the run has left (``iterations - iteration``, and the initial
+    batch's from iteration 0); each local party's noise set to the new plan's ``2 C z``. A
+    cut plan is said (``say``); a history that leaves no room is refused here
+    (:class:`slate.training.accountant.PrivacyBudgetSpent`), before any release."""
+    assert run.ledger is not None and run.settings.privacy is not None
+    old, section = run.ledger.plan, run.settings.algorithm
+    rank = run.engine.own_party
+    path = ledger_path(folder, rank)
+    history = read_ledger(path)
+    left = section.iterations - run.iteration
+    if run.iteration == 0:
+        left += run.algorithm.initial_batches(section.positives)
+    counts = [(p.party, p.positives, p.negatives) for p in old.parties]
+    plan = plan_privacy(
+        old.epsilon, old.delta, old.clip, old.groups, old.group_size, old.unit, left, counts,
+        section.batch_size, section.positives, history=history, ledger=path,
+    )  # fmt: skip
+    if plan.note is not None:
+        say(plan.note)
+    compute = run.compute
+    assert isinstance(compute, PrivateCompute)
+    compute.set_noise_std(plan.noise_std())
+    return PrivacyLedger.open(plan, folder, rank)
 
 
 def with_empty_row(features: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
