@@ -1,6 +1,7 @@
 """``--dp-epsilon`` runs (:mod:`slate.training.accountant`, :mod:`slate.training.private_run`):
-the noise multiplier against ``dp-accounting`` computed here, the ledger across a resume, the
-budget's stop, the refusals, and what the run folder records."""
+the noise multiplier against ``dp-accounting`` computed here, runs of one folder composed by its
+ledger (a resume, a new run with other flags, a run refused before its first step), the
+refusals, and what the run folder records."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import dp_accounting as dpa
 import pytest
 import torch
 from dp_accounting.pld import pld_privacy_accountant
-from dp_accounting.rdp import rdp_privacy_accountant
 
 from slate import SlateClassifier
 from slate.config import TrainConfig
@@ -19,12 +19,11 @@ from slate.errors import ConfigError
 from slate.faults import FaultPlan
 from slate.training.accountant import (
     LEDGER,
-    PrivacyBudgetExhausted,
-    PrivacyLedger,
+    RELATION,
+    PrivacyBudgetSpent,
     calibrate,
     epsilon_pld,
-    epsilon_rdp,
-    plan_privacy,
+    read_ledger,
     sampling_rates,
 )
 from slate.training.configuration import resolve_and_check
@@ -38,57 +37,30 @@ def _event(q: float, z: float, steps: int):
     return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), steps)
 
 
-def _pld(q: float, z: float, steps: int, delta: float = 1e-5) -> float:
-    """dp-accounting's PLD accountant at its finest default discretisation (not slate's)."""
-    accountant = pld_privacy_accountant.PLDAccountant()
-    accountant.compose(_event(q, z, steps))
+def _pld(*events: tuple[float, float, int], delta: float = 1e-5) -> float:
+    """dp-accounting's PLD accountant under replace-one at its finest default discretisation
+    (not slate's), over the composition of ``(q, z, steps)`` events."""
+    accountant = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dpa.ComposedDpEvent([_event(*e) for e in events]))
     return accountant.get_epsilon(delta)
 
 
 def test_the_noise_multiplier_meets_epsilon_by_an_independent_pld_accountant():
-    """The design's schedule (G = 8, T = 500, q+ = 0.217): z = 3.03 for epsilon 8; slate's z
-    gives epsilon <= 8 by dp-accounting's own PLD accountant, and 1% less noise would not."""
+    """The design's schedule (G = 8, T = 500, q+ = 0.217) under replace-one: z = 5.81 for
+    epsilon 8 (3.03 under add/remove-one); slate's z gives epsilon <= 8 by dp-accounting's own
+    PLD accountant, and 1% less noise would not."""
     z = calibrate(0.217, 500, 8.0, 1e-5)
-    assert z == pytest.approx(3.03, abs=0.01)
-    assert _pld(0.217, z, 500) <= 8.0
-    assert _pld(0.217, 0.99 * z, 500) > 8.0
-    # The paper's schedule (b = 2, T = 10 000, q+ = 0.054, z = 3.54): PLD 7.40, RDP 7.97.
-    assert epsilon_pld(((0.054, 3.54, 10_000),), 1e-5) == pytest.approx(7.40, abs=0.01)
-    assert epsilon_rdp(((0.054, 3.54, 10_000),), 1e-5) == pytest.approx(7.97, abs=0.01)
-    rdp = rdp_privacy_accountant.RdpAccountant()
-    rdp.compose(_event(0.054, 3.54, 10_000))
-    assert epsilon_rdp(((0.054, 3.54, 10_000),), 1e-5) == pytest.approx(rdp.get_epsilon(1e-5))
+    assert z == pytest.approx(5.81, abs=0.01)
+    assert _pld((0.217, z, 500)) <= 8.0
+    assert _pld((0.217, 0.99 * z, 500)) > 8.0
+    # The paper's schedule (b = 2, T = 10 000, q+ = 0.054, z = 3.54): 7.40 under add/remove,
+    # 17.0 under replace-one.
+    assert epsilon_pld(((0.054, 3.54, 10_000),), 1e-5) == pytest.approx(17.0, abs=0.02)
 
 
 def test_rates_come_from_the_declared_class_sizes():
     assert sampling_rates(8, 16, 1, 37, 1198) == pytest.approx((8 / 37, 8 * 15 / 1198))
     assert sampling_rates(8, 20, 2, 10, 50) == (1.0, 1.0)  # capped at every row
-
-
-def _plan(epsilon: float = 8.0, releases: int = 30):
-    return plan_privacy(epsilon, 1e-5, 1.0, 8, 10, "group", releases, [(0, 40, 900)], 16, 1)
-
-
-def test_the_ledger_stops_at_the_last_release_within_the_budget(tmp_path):
-    """Past the planned releases, the ledger admits exactly the releases whose epsilon stays
-    within the budget (dp-accounting's PLD here, at slate's discretisation), recorded in the
-    file before they are made, and read back by a new opening."""
-    plan = _plan()
-    ledger = PrivacyLedger.open(plan, tmp_path, None)
-    assert ledger.admit(0, 30) == (30, None)
-    q, z = plan.parties[0].q, plan.parties[0].z
-    steps, stop_at = ledger.admit(30, 200)
-    assert stop_at == 30 + steps
-    total = 30 + steps
-    assert epsilon_pld(((q, z, total),), 1e-5) <= 8.0 < epsilon_pld(((q, z, total + 1),), 1e-5)
-    again = PrivacyLedger.open(plan, tmp_path, None)
-    assert again.released == total
-    assert again.admit(total, 5) == (0, total)
-    lines = [json.loads(line) for line in (tmp_path / LEDGER).read_text().splitlines()]
-    assert sum(e.get("steps", 0) for e in lines) == total
-    assert len([e for e in lines if "opened" in e]) == 2
-    message = again.exhausted_message(total)
-    assert f"counts {total} releases" in message and str(tmp_path / LEDGER) in message
 
 
 def _digits(tmp_path: Path | None, **flags) -> TrainConfig:
@@ -100,34 +72,75 @@ def _digits(tmp_path: Path | None, **flags) -> TrainConfig:
     return TrainConfig(**{**values, **flags})
 
 
-def test_a_run_records_its_guarantee_and_a_resume_counts_from_the_ledger(tmp_path):
+def _segments_epsilon(folder: Path, party: int, positive: bool) -> float:
+    """dp-accounting's composition of every segment recorded in the folder's ledger."""
+    segments = read_ledger(folder / LEDGER)
+    return _pld(*(segment.event(party, positive) for segment in segments))
+
+
+def test_a_run_records_its_guarantee_and_a_resume_of_a_spent_budget_is_refused(tmp_path):
     """A finished run's folder: the ledger, summary.json's and model.json's privacy (epsilon
-    for positives and negatives as dp-accounting computes them here). Its checkpoint is that
-    of iteration 10: resuming re-runs steps 10-19, already released; the ledger, not the
-    checkpoint, counts them, and the run stops before the first release past the budget."""
+    for positives and negatives as dp-accounting computes them here, the relation). Its
+    checkpoint is that of iteration 10: resuming would re-run steps 10-19, but the ledger's
+    history has spent the budget, so the resume is refused before its first step."""
     result = train(_digits(tmp_path), progress=False, log=lambda _: None)
     privacy = result.summary["privacy"]
     party = privacy["parties"][0]
-    assert privacy["releases"] == 20 and privacy["planned_releases"] == 20
+    assert privacy["releases"] == privacy["ledger_releases"] == 20
+    assert privacy["planned_releases"] == 20 and privacy["epsilon_before_run"] == 0
+    assert privacy["neighbouring_relation"] == RELATION and privacy["sensitivity"] == 2.0
     assert party["q_positives"] == pytest.approx(8 / party["positives"])
-    assert privacy["epsilon_positives"] <= 8.0
     for key, q in (("epsilon_positives", party["q_positives"]),
                    ("epsilon_negatives", party["q_negatives"])):  # fmt: skip
-        assert party[key] == pytest.approx(_pld(q, party["z"], 20), abs=0.01)
+        assert party[key] == pytest.approx(_pld((q, party["z"], 20)), rel=0.01)
     # z is calibrated on the larger rate (here the negatives': digits is half positive)
-    assert 7.9 < max(privacy["epsilon_negatives"], privacy["epsilon_positives"]) <= 8.0
+    assert 7.9 < privacy["epsilon"] <= 8.0
     saved = json.loads((tmp_path / "model.json").read_text())["privacy"]
     assert saved["epsilon_positives"] == privacy["epsilon_positives"]
     assert all(row["train_loss"] != row["train_loss"] for row in result.history)  # NaN: unsent
-    with pytest.raises(PrivacyBudgetExhausted) as stopped:
+    ledger = (tmp_path / LEDGER).read_text()
+    with pytest.raises(PrivacyBudgetSpent) as refused:
         train(_digits(tmp_path), progress=False, resume=True, log=lambda _: None)
-    ledger = PrivacyLedger.open(_plan(), tmp_path, None)  # (its plan only names the parties)
-    released = ledger.released
-    assert released >= 20 and "counts 20 releases" in str(stopped.value)
-    z, q = party["z"], max(party["q_positives"], party["q_negatives"])
-    assert (
-        epsilon_pld(((q, z, released),), 1e-5) <= 8.0 < epsilon_pld(((q, z, released + 1),), 1e-5)
-    )
+    assert "No step was taken" in str(refused.value) and "\n" not in str(refused.value)
+    assert (tmp_path / LEDGER).read_text() == ledger  # not one line more
+
+
+def test_a_new_run_with_other_flags_composes_the_folder_history(tmp_path):
+    """Run 1 at epsilon 4 with 8 groups, then run 2 in the same folder at epsilon 8 with 4
+    groups: run 2 is planned against run 1's releases, and its summary.json gives the ε of
+    both runs' segments as dp-accounting composes them (within 1%, never above 8) with run
+    2's own rates, z and releases."""
+    first = train(_digits(tmp_path, dp_epsilon=4.0), progress=False, log=lambda _: None)
+    second = train(_digits(tmp_path, dp_groups=4), progress=False, log=lambda _: None)
+    one, two = first.summary["privacy"], second.summary["privacy"]
+    written = json.loads((tmp_path / "summary.json").read_text())["privacy"]
+    assert written == json.loads(json.dumps(two))  # the run that wrote it
+    assert two["groups"] == 4 and two["releases"] == 20 and two["ledger_releases"] == 40
+    assert two["q_positives"] == pytest.approx(one["q_positives"] / 2)
+    assert two["epsilon_before_run"] == pytest.approx(one["epsilon"])
+    for party in two["parties"]:
+        for positive, key in ((True, "epsilon_positives"), (False, "epsilon_negatives")):
+            truth = _segments_epsilon(tmp_path, party["party"], positive)
+            assert party[key] == pytest.approx(truth, rel=0.01)
+            assert party[key] <= 8.0
+    assert 7.9 < two["epsilon"] <= 8.0
+
+
+def test_the_command_line_refuses_a_spent_budget_before_the_first_step(tmp_path):
+    """The second run of a folder whose budget is spent: one paragraph, exit code 2, no
+    release (the ledger and the run folder's summary are unchanged)."""
+    flags = ["train", "--dataset", "digits", "--nodes", "2", "--iterations", "10", "--lr",
+             "0.05", "--dp-epsilon", "4", "--positives", "1", "--batch-size", "16",
+             "--eval-every", "10", "--no-progress", "--no-party-ap", "--compile", "off",
+             "--out", tmp_path]  # fmt: skip
+    assert slate_here(*flags).returncode == 0
+    ledger, summary = (tmp_path / LEDGER).read_text(), (tmp_path / "summary.json").read_text()
+    done = slate_here(*flags[:-2], "--dp-groups", "2", "--out", tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("slate: error: Refused under --dp-epsilon 4")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert (tmp_path / LEDGER).read_text() == ledger
+    assert (tmp_path / "summary.json").read_text() == summary
 
 
 def test_the_test_seed_reproduces_sample_and_noise_and_secret_runs_differ():
