@@ -111,10 +111,10 @@ def _read_party(spec: DataSpec, reader: PartReader, rank: int) -> Shard:
         schema = dataclasses.replace(schema, ranges=public_ranges(spec.public_range))
     if options is None and spec.dp_epsilon is not None and spec.n_features is None:
         notes.append(
-            f"note: without --n-features this site sends the largest feature index of its "
-            f"files ({schema.n_features}) as its feature count, outside --dp-epsilon: a row "
-            "using an index no other row uses would show in it. Give --n-features (the same "
-            "at every site) to declare a public width."
+            f"note: {train_path}: without --n-features this site sends the largest feature "
+            f"index of its files ({schema.n_features}) as its feature count, outside "
+            "--dp-epsilon: a row using an index no other row uses would show in it. Give "
+            "--n-features (the same at every site) to declare a public width."
         )
     return Shard(
         train, held, held_split, test_split, test_later, rank=rank, schema=schema,
