@@ -31,13 +31,10 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from slate.errors import SlateError
+from slate.models.chunks import EVAL_CHUNK, forward_in_chunks
 
 __all__ = ["Batch", "FlatParameters", "Objective", "PartyCompute"]
 
-# Rows per forward pass in evaluation: small enough that a CNN's activations stay in cache (the
-# MNIST CNN evaluates 10 000 images in 0.49 s in chunks of 256, 1.1 s in chunks of 4096, on 2
-# cores); an MLP's evaluation costs milliseconds either way.
-EVAL_CHUNK = 256
 
 Objective = Callable[..., Tensor]
 
@@ -283,7 +280,9 @@ class PartyCompute:
         buffers: dict[str, Tensor] | None = None,
         chunk: int = EVAL_CHUNK,
     ) -> Tensor:
-        """Logits of one parameter vector ``x (d,)`` on ``features``, in chunks.
+        """Logits of one parameter vector ``x (d,)`` on ``features``, in forward passes of
+        ``chunk`` rows aligned to the rows' indices, the last padded
+        (:func:`slate.models.chunks.forward_in_chunks`: the same passes as ``slate predict``).
 
         ``buffers`` default to the local parties' averaged buffers.
         """
@@ -291,11 +290,9 @@ class PartyCompute:
         state = (params, self.averaged_buffers() if buffers is None else buffers)
         self.module.eval()
         with torch.no_grad():
-            outs = [
-                functional_call(self.module, state, (features[i : i + chunk],))
-                for i in range(0, features.shape[0], chunk)
-            ]
-        return torch.cat(outs)
+            return forward_in_chunks(
+                lambda rows: functional_call(self.module, state, (rows,)), features, chunk
+            )
 
     def party_logits(
         self,

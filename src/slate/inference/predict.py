@@ -46,7 +46,7 @@ from slate import metrics
 from slate.errors import ConfigError, DataError
 from slate.inference.calibration import load_calibrator, scores_against
 from slate.inference.model_file import Preprocessing, load_model, read_model_info
-from slate.inference.scoring import iter_input, logits_of, read_input
+from slate.inference.scoring import PieceScorer, iter_input, logits_of, read_input
 from slate.metrics import plots
 from slate.metrics.operating_points import (
     OperatingPoint,
@@ -95,9 +95,9 @@ def _scored(
     """Every row's logit, its labels, ID columns and the file's notes, read and scored one
     piece at a time (:func:`slate.inference.scoring.iter_input`): beyond these, the memory does not
     grow with the file's rows."""
-    logits, pieces, ids, notes = [], [], {}, []
+    scorer, pieces, ids, notes = PieceScorer(model), [], {}, []
     for piece in iter_input(pre, data, labels, run, reading.on_bad_row, reading.delimiter):
-        logits.append(logits_of(model, piece.features))
+        scorer.add(piece.features)
         pieces.append(piece.labels)
         for column, values in piece.ids.items():
             ids.setdefault(column, []).extend(values)
@@ -108,7 +108,7 @@ def _scored(
             f"{data} holds no labels, but they are needed here (to measure the model, or to "
             "choose a threshold). Give a labelled file."
         )
-    return torch.cat(logits), joined, ids, notes
+    return scorer.finish(), joined, ids, notes
 
 
 def run_curve(

@@ -3,8 +3,11 @@ r"""Reading a file for a trained model, and scoring it: what ``predict``, ``eval
 
 A file is read the way the run read its data (``model.json``'s ``input``), through the run's
 preprocessing (:class:`slate.inference.model_file.Preprocessing`), and scored with the averaged
-model in eval mode, in the same chunks of rows as the run's own evaluation, so that the run's test
-file gives the same logits as training reported. Formats: see :mod:`slate.inference.predict`.
+model in eval mode, in the same forward passes as the run's own evaluation: passes of 256 rows
+aligned to the indices of the rows scored, the last padded (:mod:`slate.models.chunks`), so that
+the run's test file gives the same logits as training reported, and a row's logit does not
+depend on how the file is read in pieces or on which bad rows around it are skipped.
+Formats: see :mod:`slate.inference.predict`.
 
 **Bad rows** (CSV files). The model's numeric columns are read as numbers in every block of rows,
 whatever a block holds; a row whose cell in one of them is not a number (nor in the format the
@@ -35,10 +38,19 @@ from slate.data.encoding import OTHER
 from slate.data.readers.table import BadCell
 from slate.errors import ConfigError, DataError
 from slate.inference.model_file import Preprocessing
+from slate.models.chunks import EVAL_CHUNK, ChunkedScorer, forward_in_chunks
 
-__all__ = ["BAD_ROW_CHOICES", "CHUNK", "InputFile", "iter_input", "logits_of", "read_input"]
+__all__ = [
+    "BAD_ROW_CHOICES",
+    "CHUNK",
+    "InputFile",
+    "PieceScorer",
+    "iter_input",
+    "logits_of",
+    "read_input",
+]
 
-CHUNK = 256  # rows per forward pass: slate.algorithms.compute.EVAL_CHUNK, as in training
+CHUNK = EVAL_CHUNK  # rows per forward pass, as in training (slate.models.chunks)
 BAD_ROW_CHOICES = ("error", "skip")  # --on-bad-row
 _LISTED_LINES = 5  # line numbers of skipped rows named in the note
 
@@ -468,11 +480,32 @@ def _number_text(value: float) -> str:
     return repr(float(value))
 
 
+def _rows(features: np.ndarray) -> Tensor:
+    return torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+
+
 def logits_of(model: nn.Module, features: np.ndarray, chunk: int = CHUNK) -> Tensor:
-    """The model's logits on ``features`` (float32, CPU), in chunks of rows as in training."""
-    x = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+    """The model's logits on ``features`` (float32, CPU), in forward passes of ``chunk`` rows
+    aligned to the rows' indices, the last padded, as in training
+    (:func:`slate.models.chunks.forward_in_chunks`)."""
     model.eval()
     with torch.no_grad():
-        if len(x) == 0:
-            return torch.zeros(0)
-        return torch.cat([model(x[i : i + chunk]) for i in range(0, len(x), chunk)]).reshape(-1)
+        return forward_in_chunks(model, _rows(features), chunk).reshape(-1)
+
+
+class PieceScorer:
+    """:func:`logits_of` over a file read in pieces (:func:`iter_input`): the passes are
+    aligned to the indices of the rows scored, not to the pieces, so a row gets the same logit
+    however the file is cut, and whichever bad rows around it are skipped."""
+
+    def __init__(self, model: nn.Module, chunk: int = CHUNK) -> None:
+        model.eval()
+        self._scorer = ChunkedScorer(model, chunk)
+
+    def add(self, features: np.ndarray) -> None:
+        with torch.no_grad():
+            self._scorer.add(_rows(features))
+
+    def finish(self) -> Tensor:
+        with torch.no_grad():
+            return self._scorer.finish().reshape(-1)
