@@ -364,7 +364,6 @@ def _run_parties(world, init, spec, topology_name, every):
     [("int8", "base-2", 2, 5), ("topk:0.2", "one-peer-exponential", 1, 4),
      ("none", "base-3", 3, 4), ("sign", "ring", 1, 4)],
 )  # fmt: skip
-@pytest.mark.kernels
 def test_distributed_communicator_equals_the_simulator(tmp_path, spec, topology_name, every, world):
     """Every party counts the same rounds, also one idle in some round of base-2 over 5."""
     results = _run_parties(world, f"file://{tmp_path / 'store'}", spec, topology_name, every)

@@ -59,6 +59,8 @@ def history(folder: Path) -> list[dict[str, str]]:
 
 
 def assert_same_model(a: Path, b: Path, tolerance: float = 1e-5) -> None:
+    """``tolerance`` 1e-5 against the simulator: the engines take their float32 sums in other
+    orders (one party per process, against one batched product), over the run."""
     ours = torch.load(a / "model.pt", weights_only=True)
     theirs = torch.load(b / "model.pt", weights_only=True)
     for key in ours:
@@ -357,6 +359,8 @@ def test_killing_the_rendezvous_mid_run_loses_nothing(tmp_path):
         killed = summary(tmp_path / "killed" / f"site{r}" / "run")
         lived = summary(tmp_path / "lived" / f"site{r}" / "run")
         assert killed["test_ap"] == lived["test_ap"] and killed["party_events"] == []
+    # Bit for bit: the store carries no number, so both runs do the same operations on the
+    # same shapes with the same kernels (docs/testing.md, "Exact and bounded claims").
     assert_same_model(tmp_path / "killed" / "site0" / "run", tmp_path / "lived" / "site0" / "run",
                       tolerance=0.0)  # fmt: skip
 

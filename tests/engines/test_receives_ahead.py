@@ -2,8 +2,9 @@
 distributed communicator posts each gossip round's receives two rounds ahead. On 4 gloo processes
 over base-2 and the ring with local steps (on the ring a pair then holds two receives of one
 tag), the mixed parameters are the same bits whether the rounds were posted ahead or not, and
-equal the simulator communicator's on the same stacked values (bit for bit on base-2, to float64
-rounding on the ring); a direct exchange between two rounds (tag 0) never takes a gossip
+equal the simulator communicator's on the same stacked values (bit for bit on base-2, whose
+weights 1/2 make every product exact, so each sum is rounded once in any order and on any CPU;
+to float64 rounding on the ring); a direct exchange between two rounds (tag 0) never takes a gossip
 message; nothing stays posted past the chunk's end; and SLATE's two exchanges an iteration (the
 tracker, then the parameters) each get their own messages."""
 

@@ -99,7 +99,6 @@ def torch_threads():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.kernels
 def test_the_thread_default_is_resolved_recorded_and_changes_no_number(tmp_path, torch_threads):
     """``--threads`` unset resolves to one thread for a small model, recorded
     in summary.json's config; the run's model is the same with 1 and 2 threads, to a bound."""

@@ -1,5 +1,8 @@
 """Crash safety: a run killed (SIGKILL) or interrupted (SIGINT) and resumed ends bit-identical.
 
+Guaranteed, not bounded: the resumed run repeats the same operations on the same shapes with the
+same kernels (one machine), from the checkpointed state and random streams.
+
 Every interrupted run is a real ``python -m slate train`` process (signals are sent to it). The
 reference is the same command run without interruption; parameters (``model.pt``), history (all
 but wall times) and test AP must be exactly equal. Simulator runs that are not interrupted (the
