@@ -63,7 +63,6 @@ def _pooled(case):
 
 @settings(max_examples=150, deadline=None)
 @given(scored_parties())
-@pytest.mark.kernels
 def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
     scores, labels, index, counts = _pooled(case)
     found = metrics_from_counts(counts)
