@@ -107,8 +107,9 @@ RELATION = "replace-one row within its class"
 MIN_SHARE = 0.01
 
 #: The largest noise multiplier a plan takes: where the remainder cannot pay for the planned
-#: steps below it (noise of standard deviation 64 C on a sum of at most G C), the plan is cut.
-Z_CEILING = 32.0
+#: steps below it (noise of standard deviation 512 C on a sum of at most G C), the plan is cut.
+#: Far above what a fresh ledger needs (z = 36 for epsilon 1 over 500 steps at q = 0.216).
+Z_CEILING = 256.0
 
 #: The smallest noise multiplier searched: below it a release is close to no privacy at all.
 Z_FLOOR = 0.25
