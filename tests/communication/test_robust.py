@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from slate.algorithms.compute import FlatParameters
+from slate.communication.compression import INT8_LEVELS, Int8Compressor
 from slate.config import TrainConfig
 from slate.engines.simulator import SimulatorCommunicator
 from slate.errors import ConfigError, TrainingDiverged
@@ -413,11 +415,24 @@ def test_robust_clip_resumes_bit_identically(attack):
 @pytest.mark.parametrize("compress, attack", [("int8", "1@5:signflip"),
                                               ("none", "1@5:drift:2")])  # fmt: skip
 def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path, monkeypatch):
+    """The engines on different CPU kernels, as sites on different machines would be: the
+    distributed run under ``ATEN_CPU_CAPABILITY=default`` (no SIMD), the simulator under this
+    machine's own. Their float32 arithmetic then differs in the last bits.
+
+    Bounded, not exact. Without compression the models agree to float32 rounding (1e-5). With
+    ``int8`` a rounding difference can flip a code across a quantization boundary: the received
+    difference moves by one step ``s`` of its block, the consensus step passes that to the
+    parameters with a weight ``gamma w <= 1``, and error feedback takes it out of the public
+    copy in the next round. So a value agrees within ``1e-5 + 2 s`` (``s`` the median step of
+    the run's messages: a coordinate may flip twice), and flips are rare (at most 5% of the
+    values beyond 1e-5). Measured on an AMD EPYC (AVX2 against no SIMD): 25 of 1 792 values
+    beyond 1e-5, the largest 2.5e-5, with ``s`` 2.7e-5 (an AVX-512 machine showed 23 values, 2.5e-5
+    at most, against the simulator on its own kernels); without compression 1.9e-7 at most."""
     common = ["--compress", compress, "--dataset", "digits", "--nodes", "4", "--topology",
               "ring", "--iterations", "30", "--eval-every", "15", "--seed", "3", "--no-progress",
               "--robust", "clip"]  # fmt: skip
     out = tmp_path / "dist"
-    env = {**__import__("os").environ, "SLATE_ATTACK": attack}
+    env = {**os.environ, "SLATE_ATTACK": attack, "ATEN_CPU_CAPABILITY": "default"}
     done = subprocess.run(
         [sys.executable, "-m", "slate", "train", *common, "--engine", "distributed",
          "--out", str(out)],
@@ -426,14 +441,36 @@ def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path
     assert done.returncode == 0, done.stderr
     sim = tmp_path / "sim"
     monkeypatch.setenv("SLATE_ATTACK", attack)
+    steps = _recorded_int8_steps(monkeypatch)
     done_sim = slate_here("train", *common, "--out", str(sim))  # the simulator, in this process
     assert done_sim.returncode == 0, done_sim.stderr
     ours = torch.load(out / "model.pt", weights_only=True)
     theirs = torch.load(sim / "model.pt", weights_only=True)
-    for name, value in theirs.items():
-        torch.testing.assert_close(ours[name], value, rtol=0, atol=1e-5)
+    gap = torch.cat([(ours[name] - value).abs().reshape(-1) for name, value in theirs.items()])
+    if compress == "none":
+        assert not steps
+        assert gap.max() <= 1e-5
+    else:
+        step = float(np.median(steps))
+        assert 0 < step < 1e-3
+        assert gap.max() <= 1e-5 + 2 * step, (float(gap.max()), step)
+        assert (gap > 1e-5).float().mean() <= 0.05
     summary = json.loads((out / "summary.json").read_text())
     assert any(e["event"] == "robust" and e["rank"] == 1 for e in summary["party_events"])
+
+
+def _recorded_int8_steps(monkeypatch) -> list[float]:
+    """The quantization step of every row that ``int8`` encodes in this process, as it runs:
+    the largest magnitude of the row over 127 (the widest block's step)."""
+    steps: list[float] = []
+    encode = Int8Compressor._encode
+
+    def recording(self, rows):
+        steps.extend((rows.abs().amax(dim=1) / INT8_LEVELS).tolist())
+        return encode(self, rows)
+
+    monkeypatch.setattr(Int8Compressor, "_encode", recording)
+    return steps
 
 
 def run_sites(tmp_path, monkeypatch, attack: str, iterations: int) -> list[tuple[int, str]]:
