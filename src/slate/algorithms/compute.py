@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from slate.errors import SlateError
-from slate.models.chunks import EVAL_CHUNK, forward_in_chunks
+from slate.models.passes import EVAL_CHUNK, forward_in_chunks
 
 __all__ = ["Batch", "FlatParameters", "Objective", "PartyCompute"]
 
@@ -282,7 +282,7 @@ class PartyCompute:
     ) -> Tensor:
         """Logits of one parameter vector ``x (d,)`` on ``features``, in forward passes of
         ``chunk`` rows aligned to the rows' indices, the last padded
-        (:func:`slate.models.chunks.forward_in_chunks`: the same passes as ``slate predict``).
+        (:func:`slate.models.passes.forward_in_chunks`: the same passes as ``slate predict``).
 
         ``buffers`` default to the local parties' averaged buffers.
         """

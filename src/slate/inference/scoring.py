@@ -4,7 +4,7 @@ r"""Reading a file for a trained model, and scoring it: what ``predict``, ``eval
 A file is read the way the run read its data (``model.json``'s ``input``), through the run's
 preprocessing (:class:`slate.inference.model_file.Preprocessing`), and scored with the averaged
 model in eval mode, in the same forward passes as the run's own evaluation: passes of 256 rows
-aligned to the indices of the rows scored, the last padded (:mod:`slate.models.chunks`), so that
+aligned to the indices of the rows scored, the last padded (:mod:`slate.models.passes`), so that
 the run's test file gives the same logits as training reported, and a row's logit does not
 depend on how the file is read in pieces or on which bad rows around it are skipped.
 Formats: see :mod:`slate.inference.predict`.
@@ -38,7 +38,7 @@ from slate.data.encoding import OTHER
 from slate.data.readers.table import BadCell
 from slate.errors import ConfigError, DataError
 from slate.inference.model_file import Preprocessing
-from slate.models.chunks import EVAL_CHUNK, ChunkedScorer, forward_in_chunks
+from slate.models.passes import EVAL_CHUNK, ChunkedScorer, forward_in_chunks
 
 __all__ = [
     "BAD_ROW_CHOICES",
@@ -50,7 +50,7 @@ __all__ = [
     "read_input",
 ]
 
-CHUNK = EVAL_CHUNK  # rows per forward pass, as in training (slate.models.chunks)
+CHUNK = EVAL_CHUNK  # rows per forward pass, as in training (slate.models.passes)
 BAD_ROW_CHOICES = ("error", "skip")  # --on-bad-row
 _LISTED_LINES = 5  # line numbers of skipped rows named in the note
 
@@ -487,7 +487,7 @@ def _rows(features: np.ndarray) -> Tensor:
 def logits_of(model: nn.Module, features: np.ndarray, chunk: int = CHUNK) -> Tensor:
     """The model's logits on ``features`` (float32, CPU), in forward passes of ``chunk`` rows
     aligned to the rows' indices, the last padded, as in training
-    (:func:`slate.models.chunks.forward_in_chunks`)."""
+    (:func:`slate.models.passes.forward_in_chunks`)."""
     model.eval()
     with torch.no_grad():
         return forward_in_chunks(model, _rows(features), chunk).reshape(-1)

@@ -1,4 +1,4 @@
-"""Forward passes of one shape aligned to the rows' indices (:mod:`slate.models.chunks`).
+"""Forward passes of one shape aligned to the rows' indices (:mod:`slate.models.passes`).
 
 The guarantees are checked as the module states them: every pass the model sees has exactly
 ``chunk`` rows and holds rows ``[k chunk, (k+1) chunk)``; a file fed in pieces of any size gives
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from slate.models import MLP, MnistCNN, seeded
-from slate.models.chunks import EVAL_CHUNK, ChunkedScorer, forward_in_chunks
+from slate.models.passes import EVAL_CHUNK, ChunkedScorer, forward_in_chunks
 
 
 @pytest.fixture(scope="module")
