@@ -28,7 +28,10 @@ process (membership, rendezvous) can leave a native ``torch.distributed`` thread
 blocking store call when the suite ends; the interpreter's normal shutdown then aborts with
 "terminate called without an active exception" and turns a green run into exit code 134. Once
 pytest has printed its summary, the process ends with ``os._exit`` and pytest's own exit status
-instead. An xdist worker is left to xdist, which must first send its results to the controller.
+instead, after flushing every stream the terminal report was written to (with output sent to a
+file or a pipe, as in CI's log, the closing "N passed, M failed in S s" line must reach it:
+``tests/test_ci_command.py``). An xdist worker is left to xdist, which must first send its
+results to the controller.
 """
 
 from __future__ import annotations
@@ -119,6 +122,12 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 def pytest_unconfigure(config) -> None:
     if "exit" not in _STATUS or hasattr(config, "workerinput"):
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    streams = [sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__]
+    if reporter is not None:
+        reporter._tw.flush()  # the closing count line, written to a file or pipe too
+        streams.append(reporter._tw._file)
+    for stream in streams:
+        if stream is not None and not stream.closed:
+            stream.flush()
     os._exit(_STATUS["exit"])
