@@ -200,3 +200,23 @@ def test_every_model_exports_with_its_preprocessing(name, tmp_path):
         got = program(raw)
     assert got.shape == (3,)
     assert float((got - want).abs().max()) <= 1e-6
+
+
+def test_a_public_range_clips_in_predict_as_in_training():
+    """A LIBSVM run with a public value range (``--feature-range``, every ``--dp-epsilon`` run)
+    clipped each site's rows into it; ``model.json`` carries the clip, so ``slate predict`` and
+    the exported program feed the model the values training saw."""
+    from slate.config import TrainConfig
+    from slate.data.declared import clip_to_range
+    from slate.inference.model_file import Preprocessing, describe_run
+
+    info = describe_run(TrainConfig(dataset="libsvm", feature_range=(-1.0, 1.0)), (5,))
+    assert info["preprocessing"] == [{"kind": "clip", "low": -1.0, "high": 1.0}]
+    raw = np.array([[4242.5, -3.0, 0.5, 1.0, -1.0], [0.0, 0.25, -0.75, 2.0, 1e30]], np.float32)
+    trained, note = clip_to_range(raw.copy(), (-1.0, 1.0), "site1/train.svm")
+    assert note is not None and "4 feature values" in note
+    pre = Preprocessing.from_info(info)
+    np.testing.assert_array_equal(pre(raw), trained)
+    with torch.no_grad():
+        np.testing.assert_array_equal(pre.module()(torch.from_numpy(raw)).numpy(), trained)
+    assert describe_run(TrainConfig(dataset="libsvm"), (5,))["preprocessing"] == []

@@ -12,6 +12,9 @@ r"""The trained model as a self-describing pair of files in the run folder.
 :func:`load_model` returns the module, in eval mode, with its :class:`Preprocessing`: the map
 from *raw features* (what a file holds) to the model's input, applied in this order:
 
+* ``clip`` (LIBSVM files with a public value range: ``--feature-range``, and every
+  ``--dp-epsilon`` run): each value clipped into ``[low, high]``, as every site clipped its own
+  rows in training (:func:`slate.data.declared.clip_to_range`);
 * ``divide`` (the digits set): :math:`x / 16`, computed in float64 and rounded to float32;
 * ``images`` (MNIST, Fashion-MNIST, CIFAR-10, Tiny-ImageNet): uint8 pixels :math:`p` become
   :math:`(p / 255 - \mu_c) / \sigma_c` per channel :math:`c`, in float32;
@@ -83,6 +86,9 @@ def describe_run(config: Any, input_shape: Sequence[int], transform: Any = None)
     from slate.data.datasets import IMAGE_SETS
 
     steps: list[dict[str, Any]] = []
+    span = getattr(config, "feature_range", None)
+    if span is not None and config.dataset == "libsvm":
+        steps.append({"kind": "clip", "low": float(span[0]), "high": float(span[1])})
     if config.dataset == "digits":
         steps.append({"kind": "divide", "by": 16.0})
     if config.dataset in IMAGE_SETS:
@@ -274,7 +280,7 @@ class Preprocessing:
     @classmethod
     def from_info(cls, info: dict[str, Any]) -> Preprocessing:
         steps = list(info.get("preprocessing") or [])
-        known = {"divide", "images", "standardize", "table"}
+        known = set(_STEP_ARRAYS)
         unknown = [s.get("kind") for s in steps if s.get("kind") not in known]
         if unknown:
             raise DataError(f"Unknown preprocessing steps {unknown} in {MODEL_JSON}.")
@@ -355,6 +361,10 @@ def _apply_steps(steps: list[dict[str, Any]], x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def _clip(step: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return np.clip(x, np.float32(step["low"]), np.float32(step["high"])).astype(np.float32)
+
+
 def _divide(step: dict[str, Any], x: np.ndarray) -> np.ndarray:
     return (x.astype(np.float64) / float(step["by"])).astype(np.float32)
 
@@ -390,11 +400,22 @@ def _table(step: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 
 _STEP_ARRAYS = {
+    "clip": _clip,
     "divide": _divide,
     "images": _images,
     "standardize": _standardize,
     "table": _table,
 }
+
+
+class _ClipModule(nn.Module):
+    def __init__(self, step: dict[str, Any]) -> None:
+        super().__init__()
+        self.low = float(step["low"])
+        self.high = float(step["high"])
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.to(torch.float32).clamp(self.low, self.high)
 
 
 class _DivideModule(nn.Module):
@@ -456,6 +477,7 @@ class _TableModule(nn.Module):
 
 
 _STEP_MODULES = {
+    "clip": _ClipModule,
     "divide": _DivideModule,
     "images": _ImagesModule,
     "standardize": _StandardizeModule,
