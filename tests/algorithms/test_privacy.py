@@ -22,7 +22,7 @@ from slate.algorithms.privacy import (
     expected_contributors,
     row_objective,
 )
-from slate.data.sampler import PoissonGroupSampler, slots_for
+from slate.data.sampler import PoissonGroupSampler, row_slots_for, slots_for
 from slate.models import build_model
 from slate.objectives.ap import ap_surrogate, masked_sigmoid_ap_objective
 from slate.objectives.bce import bce_objective
@@ -177,6 +177,46 @@ def test_poisson_sampling_takes_each_class_at_its_declared_rate():
         per_group = (taken.reshape(steps, groups, size) != len(labels)).sum(axis=(0, 2))
         share = per_group.sum() / groups
         assert (abs(per_group - share) < 6 * math.sqrt(share)).all(), (k, per_group)
+
+
+def test_rows_of_one_slot_each_are_never_lost_to_a_collision():
+    """Groups of one row (D-PSGD, CODA): every taken row gets its own slot while there are
+    slots, so the rows kept per step follow each class's binomial law (within 6 standard
+    deviations). Dealt into slots at random, as groups are, a third of them would be lost
+    (rows that land on an occupied slot) and the sum, divided by the expected rows, shrunk."""
+    rng = np.random.default_rng(4)
+    labels = (rng.random(1200) < 0.1).astype(np.int64)
+    parts = [np.arange(0, 700), np.arange(700, 1200)]
+    rates = [(0.4, 0.06), (0.5, 0.08)]
+    expected = max(q1 * labels[p].sum() + q0 * (1 - labels[p]).sum()
+                   for p, (q1, q0) in zip(parts, rates, strict=True))  # fmt: skip
+    slots = 4 * int(expected)  # never full here: nothing may be lost
+    streams = [SecretStream.for_test(9, p, "sample") for p in range(2)]
+    sampler = PoissonGroupSampler(parts, labels, rates, slots, 1, streams, pad=len(labels))
+    steps = 300
+    drawn = sampler.draw(steps).numpy()
+    for k, (part, (q_pos, q_neg)) in enumerate(zip(parts, rates, strict=True)):
+        for step in drawn[:, k]:
+            kept = step[step != len(labels)]
+            assert (step[: len(kept)] == kept).all()  # slots 0, 1, 2, ..., then empty
+            assert len(set(kept.tolist())) == len(kept) and set(kept) <= set(part)
+            assert (np.diff(labels[kept]) <= 0).all()  # positives first
+        real = drawn[:, k][drawn[:, k] != len(labels)]
+        for cls, q in ((1, q_pos), (0, q_neg)):
+            n = int((labels[part] == cls).sum())
+            count = int((labels[real] == cls).sum())
+            mean, sd = steps * n * q, math.sqrt(steps * n * q * (1 - q))
+            assert abs(count - mean) < 6 * sd, (k, cls, count, mean, sd)
+
+
+@pytest.mark.parametrize("expected", [4.0, 16.0, 128.0, 2000.0])
+def test_row_slots_hold_a_steps_rows_but_rarely(expected):
+    """P(Poisson(mu) > row_slots_for(mu)) below 2e-3, by the exact tail (a step's row count
+    is a sum of Bernoulli draws, whose tail is lighter than the Poisson law of its mean)."""
+    slots = row_slots_for(expected)
+    log_term = [-expected + j * math.log(expected) - math.lgamma(j + 1) for j in range(slots + 1)]
+    assert 1.0 - sum(math.exp(t) for t in log_term) < 2e-3
+    assert slots <= expected + 3 * math.sqrt(expected) + 2
 
 
 def test_a_full_group_cuts_its_negatives_and_keeps_its_positives():

@@ -26,7 +26,13 @@ import torch
 from slate.errors import ConfigError
 from slate.security.secret_random import SecretStream
 
-__all__ = ["PartySampler", "PoissonGroupSampler", "slots_for", "validate_batch_shape"]
+__all__ = [
+    "PartySampler",
+    "PoissonGroupSampler",
+    "row_slots_for",
+    "slots_for",
+    "validate_batch_shape",
+]
 
 
 def validate_batch_shape(batch_size: int, positives: int) -> None:
@@ -118,6 +124,16 @@ def slots_for(expected: float) -> int:
     return math.ceil(expected + math.sqrt(expected)) + 1
 
 
+def row_slots_for(expected: float) -> int:
+    """Slots for a step's rows when each row is its own group (a sum over rows: D-PSGD's,
+    CODA's): ``ceil(mu + 3 sqrt(mu)) + 1``, three standard deviations above the mean. The rows
+    fill the slots one each (:class:`PoissonGroupSampler`), so a row is lost only when a step
+    takes more rows than that: for a mean of 128, 175 slots, and a step takes more with
+    probability below 1e-4. The clipped sum is divided by the expected rows, so the rows kept
+    per step must be that many on average (no collision loss, no class favoured)."""
+    return math.ceil(expected + 3.0 * math.sqrt(expected)) + 1
+
+
 def _threshold(rate: float) -> np.uint64:
     """The 64-bit word below which a row is taken at ``rate``: :math:`\\lfloor q\\,2^{64}
     \\rfloor`, at most :math:`2^{64} - 1`."""
@@ -142,6 +158,14 @@ class PoissonGroupSampler:
     before any positive). A draw is ``(steps, P, groups * group_size)`` global indices,
     group-major within a party, ``pad`` in an empty slot. Adding or removing one row
     changes one group only (its own; the others' rows and order are drawn independently of it).
+
+    Groups of one row (``group_size == 1``: a loss that is a sum over rows) are not dealt at
+    random, which would lose every row that lands on an occupied slot (about a third of them
+    at 141 slots for 128 rows): the step's rows fill the slots one each, positives first and
+    each class in random order, so a row is lost only when the step takes more rows than
+    ``groups`` slots (:func:`row_slots_for`), and then a negative. A row's presence moves the
+    others' slots but not their contributions to the sum over slots; replacing a row by another
+    of its class (the relation the accountant uses) changes that one slot only.
 
     Args:
         parts: one index array per local party; labels: the training labels (0/1).
@@ -194,6 +218,8 @@ class PoissonGroupSampler:
         groups, size = self.groups, self.group_size
         words = stream.words(steps * len(ids)).reshape(steps, len(ids))
         step, column = np.nonzero(words < thresholds)
+        if size == 1:
+            return self._fill_slots(k, stream, steps, step, column)
         group = np.minimum((stream.uniform(len(step)) * groups).astype(np.int64), groups - 1)
         negative = self.negative[k][column]
         # step, group, positives first, then random
@@ -203,6 +229,19 @@ class PoissonGroupSampler:
         keep = rank < size
         result = np.full((steps, groups * size), self.pad, dtype=np.int64)
         result[step[keep], group[keep] * size + rank[keep]] = ids[column[keep]]
+        return result
+
+    def _fill_slots(
+        self, k: int, stream: SecretStream, steps: int, step: np.ndarray, column: np.ndarray
+    ) -> np.ndarray:
+        """Groups of one row: each step's taken rows in slots 0, 1, 2, ..., its positives
+        first, each class in random order, the rows past the last slot dropped."""
+        order = np.lexsort((stream.uniform(len(step)), self.negative[k][column], step))
+        step, column = step[order], column[order]
+        slot = _rank_within_runs(step)
+        keep = slot < self.groups
+        result = np.full((steps, self.groups), self.pad, dtype=np.int64)
+        result[step[keep], slot[keep]] = self.ids[k][column[keep]]
         return result
 
     def keep(self, rows: list[int]) -> None:
