@@ -18,7 +18,7 @@ from slate.algorithms import ALGORITHMS, Algorithm
 from slate.algorithms.compute import PartyCompute
 from slate.algorithms.privacy import PrivateCompute, PrivateGroups, expected_contributors
 from slate.data.local_data import LocalData
-from slate.data.sampler import PoissonGroupSampler, slots_for
+from slate.data.sampler import PoissonGroupSampler, row_slots_for, slots_for
 from slate.engines.base import Engine
 from slate.errors import ConfigError
 from slate.faults import FaultPlan
@@ -95,7 +95,7 @@ def sampling(
     if unit == "group":
         groups, size = privacy.groups, slots_for(expected / privacy.groups)
     else:
-        groups, size = slots_for(expected), 1
+        groups, size = row_slots_for(expected), 1
     streams = secret_streams(faults, engine, "sample")
     sampler = PoissonGroupSampler(
         data.parts, labels, rates, groups, size, streams, pad=len(labels), parties=parties
@@ -110,18 +110,22 @@ def privatise(
     settings: ResolvedConfig,
     engine: Engine,
     faults: FaultPlan,
+    folder: Path | None = None,
 ) -> tuple[PrivateCompute, PrivacyLedger]:
     """The noise multiplier of each local party calibrated over the run's releases (one per
-    step) on a fresh ledger, ``compute`` (built on the algorithm's masked objective) wrapped in
-    the mechanism with secret noise, and an in-memory ledger. A run with a folder plans again
-    against the folder's ledger before its first step (:func:`plan_against_ledger`)."""
+    step) against the history of ``folder``'s ledger (none without a folder), ``compute``
+    (built on the algorithm's masked objective) wrapped in the mechanism with secret noise, and
+    an in-memory ledger. Before its first step, a run with a folder opens that ledger, planned
+    again only where its resume or return leaves fewer steps (:func:`plan_against_ledger`)."""
     section, privacy = settings.algorithm, settings.privacy
     assert privacy is not None
     refuse_batch_norm(compute.module, settings.model.name)
     releases = section.iterations + algorithm.initial_batches(section.positives)
+    path = ledger_path(folder, engine.own_party) if folder is not None else None
     plan = plan_privacy(
         privacy.epsilon, privacy.delta, privacy.clip, sampling.groups, sampling.size,
         sampling.unit, releases, sampling.counts, section.batch_size, section.positives,
+        history=read_ledger(path) if path is not None else (), ledger=path,
     )  # fmt: skip
     divisors = tuple(
         expected_contributors(sampling.unit, sampling.groups, n_pos, n_neg, q_pos, q_neg)
@@ -147,16 +151,18 @@ def plan_against_ledger(run: Run, folder: Path, say: Callable[[str], None]) -> P
     left = section.iterations - run.iteration
     if run.iteration == 0:
         left += run.algorithm.initial_batches(section.positives)
-    counts = [(p.party, p.positives, p.negatives) for p in old.parties]
-    plan = plan_privacy(
-        old.epsilon, old.delta, old.clip, old.groups, old.group_size, old.unit, left, counts,
-        section.batch_size, section.positives, history=history, ledger=path,
-    )  # fmt: skip
+    plan = old
+    if history != old.history or left != old.requested:  # (made at set-up for these already)
+        counts = [(p.party, p.positives, p.negatives) for p in old.parties]
+        plan = plan_privacy(
+            old.epsilon, old.delta, old.clip, old.groups, old.group_size, old.unit, left,
+            counts, section.batch_size, section.positives, history=history, ledger=path,
+        )  # fmt: skip
+        compute = run.compute
+        assert isinstance(compute, PrivateCompute)
+        compute.set_noise_std(plan.noise_std())
     if plan.note is not None:
         say(plan.note)
-    compute = run.compute
-    assert isinstance(compute, PrivateCompute)
-    compute.set_noise_std(plan.noise_std())
     return PrivacyLedger.open(plan, folder, rank)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -222,8 +223,9 @@ class Run:
         )
         self.ledger: PrivacyLedger | None = None  # --dp-epsilon's (in memory, or the folder's)
         if self.private:
+            folder = Path(self.plan.out) if self.plan.out is not None else None  # its ledger's
             self.compute, self.ledger = private_run.privatise(self.private_sampling, self.compute,
-                self.algorithm, self.settings, self.engine, self.fault_plan)  # fmt: skip
+                self.algorithm, self.settings, self.engine, self.fault_plan, folder)  # fmt: skip
         self.x = self.initial_parameters()
         comm = self.settings.communication
         self.gossip = gossip_settings(comm, self.topology, self.x.shape[1])
