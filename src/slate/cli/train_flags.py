@@ -260,8 +260,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         metavar="E",
         help="train with record-level (epsilon, delta) differential privacy per site against "
         "the other sites: Poisson sampling at public class rates, each group's gradient "
-        "clipped, Gaussian noise calibrated by dp-accounting (PLD) over the whole run, an "
-        "append-only ledger in the run folder; refuses --lr auto, --early-stopping, "
+        "clipped, Gaussian noise calibrated by dp-accounting (PLD, replace-one row within "
+        "its class) over every run the folder's append-only ledger records (E is their "
+        "total); refuses --lr auto, --early-stopping, "
         "--standardize and CSV tables",
     )
     private.add_argument(
