@@ -168,6 +168,22 @@ def test_the_command_line_refuses_a_spent_budget_before_the_first_step(tmp_path)
     assert (tmp_path / "summary.json").read_text() == summary
 
 
+def test_a_run_in_a_folder_with_an_old_ledger_is_refused_naming_its_line(tmp_path):
+    """A ledger line of an earlier slate (z per chunk, no rates) is never guessed: the run is
+    refused before its first step, one paragraph naming the file and the line, exit code 2."""
+    old = {"from_iteration": 0, "steps": 300, "z": [3.7], "released": 300}
+    (tmp_path / LEDGER).write_text(json.dumps({"format": 2, "opened": {}}) + "\n"
+                                   + json.dumps(old) + "\n")  # fmt: skip
+    done = slate_here("train", "--dataset", "digits", "--nodes", "2", "--iterations", "4",
+                      "--dp-epsilon", "4", "--no-progress", "--compile", "off",
+                      "--out", tmp_path)  # fmt: skip
+    assert done.returncode == 2
+    assert f"The privacy ledger {tmp_path / LEDGER}, line 2, lacks the field 'format'" in (
+        done.stderr
+    )
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "summary.json").exists()
+
+
 def test_the_test_seed_reproduces_sample_and_noise_and_secret_runs_differ():
     config = resolve_and_check(_digits(None, iterations=4))
     runs = [Run(config, faults=FaultPlan(dp_test_seed=s)) for s in (3, 3, None)]
