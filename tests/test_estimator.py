@@ -205,7 +205,13 @@ def test_calibrated_classifier_cv_turns_scores_into_probabilities(imbalanced) ->
 
 def test_check_estimator_fails_only_the_listed_checks() -> None:
     """Every scikit-learn check passes except those in ``EXPECTED_FAILED_CHECKS``, and those
-    do fail (the list stays honest). With ``positives=1`` only the float32 one fails."""
+    do fail (the list stays honest). With ``positives=1`` only the float32 one may fail.
+
+    ``check_methods_subset_invariance`` fails only where a row's float32 logit depends on how
+    many rows its matrix product holds, which the CPU's kernels decide: AVX2 and AVX-512 ones
+    block by shape, ATen's scalar kernels (``ATEN_CPU_CAPABILITY=default``) and MKL held to
+    SSE4.2 gave every row the same bits here. So it may pass; every other check is as listed."""
+    kernel_dependent = {"check_methods_subset_invariance"}
     for positives, expected in (
         (2, set(EXPECTED_FAILED_CHECKS)),
         (1, {"check_methods_subset_invariance"}),
@@ -213,7 +219,9 @@ def test_check_estimator_fails_only_the_listed_checks() -> None:
         estimator = SlateClassifier(n_parties=2, iterations=50, positives=positives)
         results = check_estimator(estimator, on_fail=None)
         failed = {r["check_name"] for r in results if r["status"] == "failed"}
-        assert failed == expected, [r for r in results if r["check_name"] in failed ^ expected]
+        differ = (failed ^ expected) - kernel_dependent
+        assert not differ, [r for r in results if r["check_name"] in differ]
+        assert failed <= expected
         assert sum(r["status"] == "passed" for r in results) > 40
 
 
