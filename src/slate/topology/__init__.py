@@ -31,6 +31,8 @@ The package is split along these seams:
   2023);
 - :mod:`slate.topology.registry`: :func:`build_topology` by name;
 - :mod:`slate.topology.printing`: :func:`describe`, :func:`format_matrix`;
+- :mod:`slate.topology.disclosure`: which site's model the evaluation average gives away to
+  whom, from the graph of the rounds before the evaluations (:func:`run_exposures`);
 - :mod:`slate.topology.survivors`: :func:`surviving_graph` and :func:`surviving_topology`, the
   mixing matrix over the parties left after some are lost, and its disconnection rule.
 """
