@@ -46,6 +46,7 @@ from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
 from slate.training.accountant import console_line as privacy_line
 from slate.training.configuration import ResolvedConfig, as_resolved
+from slate.training.disclosure_warning import disclosure_warning
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.final_check import AverageCheck, check_average
 from slate.training.lr_choice import LrChoice
@@ -505,6 +506,8 @@ def _drive(
     )
     say(f"{settings.algorithm.name} on {parties(plan.nodes)} ({run.engine.name}), {network}, "
         f"{settings.algorithm.iterations} iterations")  # fmt: skip
+    if (exposed := disclosure_warning(run)) is not None:  # each site's own console
+        (log if settings.data.per_party else say)(exposed)
     offset = 0.0
     run.network.start()
     if returning:
