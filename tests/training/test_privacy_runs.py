@@ -128,27 +128,28 @@ def test_a_new_run_with_other_flags_composes_the_folder_history(tmp_path):
 
 def test_a_resume_is_planned_again_for_its_steps_left_and_noised_at_its_new_z(tmp_path):
     """A run at epsilon 4 (20 steps, checkpoint at 10) resumed at epsilon 8: the resume has 10
-    steps left, planned against the 20 recorded ones; its ε is dp-accounting's composition of
-    all 30 (within 1%, never above 8). A run built on that folder and moved to iteration 10
-    draws its noise at the new plan's 2 C z, not at the set-up's."""
+    steps left, planned against the 20 recorded ones, and draws its noise at that plan's 2 C z,
+    not at the set-up's (a run built on the folder and moved to iteration 10 shows it); its ε
+    is dp-accounting's composition of all 30 releases (within 1%, never above 8)."""
     train(_digits(tmp_path, dp_epsilon=4.0), progress=False, log=lambda _: None)
-    resumed = train(_digits(tmp_path), progress=False, resume=True, log=lambda _: None)
-    privacy = resumed.summary["privacy"]
-    assert privacy["releases"] == privacy["planned_releases"] == 10
-    assert privacy["ledger_releases"] == 30 and privacy["epsilon_before_run"] > 3.9
-    for party in privacy["parties"]:
-        for positive, key in ((True, "epsilon_positives"), (False, "epsilon_negatives")):
-            truth = _segments_epsilon(tmp_path, party["party"], positive)
-            assert party[key] == pytest.approx(truth, rel=0.01) and party[key] <= 8.0
-    run = Run(resolve_and_check(_digits(tmp_path, dp_epsilon=12.0)))
+    run = Run(resolve_and_check(_digits(tmp_path)))
     at_set_up = run.compute.noise.std.clone()
     run.iteration = 10
-    run.ledger = plan_against_ledger(run, tmp_path, lambda _: None)
+    run.ledger = plan_against_ledger(run, tmp_path, lambda _: None)  # (adds no release)
     plan = run.ledger.plan
     assert plan.releases == 10 and plan.history == read_ledger(tmp_path / LEDGER)
     expected = torch.tensor(plan.noise_std(), dtype=torch.float64)
     torch.testing.assert_close(run.compute.noise.std, expected)
     assert not torch.equal(at_set_up, expected)
+    resumed = train(_digits(tmp_path), progress=False, resume=True, log=lambda _: None)
+    privacy = resumed.summary["privacy"]
+    assert privacy["releases"] == privacy["planned_releases"] == 10
+    assert privacy["z"] == pytest.approx(max(p.z for p in plan.parties))
+    assert privacy["ledger_releases"] == 30 and privacy["epsilon_before_run"] > 3.9
+    for party in privacy["parties"]:
+        for positive, key in ((True, "epsilon_positives"), (False, "epsilon_negatives")):
+            truth = _segments_epsilon(tmp_path, party["party"], positive)
+            assert party[key] == pytest.approx(truth, rel=0.01) and party[key] <= 8.0
 
 
 def test_the_command_line_refuses_a_spent_budget_before_the_first_step(tmp_path):
