@@ -152,6 +152,35 @@ def test_a_resume_is_planned_again_for_its_steps_left_and_noised_at_its_new_z(tm
             assert party[key] == pytest.approx(truth, rel=0.01) and party[key] <= 8.0
 
 
+def test_a_plan_the_remainder_cannot_pay_is_cut_and_the_run_ends_there(tmp_path, monkeypatch):
+    """With the largest multiplier lowered to 1.5 (so that a digits run reaches it), a second
+    run whose 20 steps the remainder cannot pay at z <= 1.5 is cut: it says so, ends after the
+    steps it affords with its summary written, and its ε (dp-accounting's composition of both
+    runs' segments) stays within the budget."""
+    from slate.training import accountant
+
+    train(_digits(tmp_path, dp_epsilon=4.0), progress=False, log=lambda _: None)
+    monkeypatch.setattr(accountant, "Z_CEILING", 1.5)
+    accountant._calibrate.cache_clear()  # (its results depend on the ceiling)
+    lines: list[str] = []
+    try:
+        result = train(_digits(tmp_path, eval_every=5), progress=False, log=lines.append)
+    finally:
+        accountant._calibrate.cache_clear()
+    privacy = result.summary["privacy"]
+    cut = privacy["planned_releases"]
+    assert 0 < cut < 20 and privacy["requested_releases"] == 20
+    assert privacy["releases"] == cut and privacy["z"] <= 1.5
+    assert result.history[-1]["iteration"] == cut  # (its last evaluation: the end)
+    assert any(f"pays for {cut} of the 20 planned releases" in line for line in lines)
+    written = json.loads((tmp_path / "summary.json").read_text())["privacy"]
+    assert written["planned_releases"] == cut
+    for party in privacy["parties"]:
+        for positive, key in ((True, "epsilon_positives"), (False, "epsilon_negatives")):
+            truth = _segments_epsilon(tmp_path, party["party"], positive)
+            assert party[key] == pytest.approx(truth, rel=0.01) and party[key] <= 8.0
+
+
 def test_the_command_line_refuses_a_spent_budget_before_the_first_step(tmp_path):
     """The second run of a folder whose budget is spent: one paragraph, exit code 2, no
     release (the ledger and the run folder's summary are unchanged)."""

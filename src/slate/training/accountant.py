@@ -53,8 +53,8 @@ party's ``z`` is the smallest that keeps the composition of the recorded history
 steps within ``epsilon`` for both classes. A remainder under :data:`MIN_SHARE` of the budget
 is refused before the first step (:class:`PrivacyBudgetSpent`); a remainder that cannot pay for
 the planned steps even at :data:`Z_CEILING` is cut to the steps it affords, and the plan says
-so. During the run a site stops before the first step whose release would take it past
-``epsilon`` (:class:`PrivacyBudgetExhausted`).
+so (the run ends after them: ``Run.private_end``). During the run a site stops before the
+first step whose release would take it past ``epsilon`` (:class:`PrivacyBudgetExhausted`).
 """
 
 from __future__ import annotations
@@ -596,7 +596,8 @@ def plan_privacy(
         note = (
             f"privacy: {where} already records {recorded} releases of these rows; what is left "
             f"of --dp-epsilon {epsilon:g} pays for {afford} of the {releases} planned releases "
-            f"(at z <= {Z_CEILING:g}): the run stops before its release {afford + 1}"
+            f"(at z <= {Z_CEILING:g}): the run ends after them, {releases - afford} steps "
+            "early, and its summary says so (planned_releases, requested_releases)"
         )
     return PrivacyPlan(epsilon, delta, clip, groups, group_size, unit, afford, tuple(parties),
                        history, int(releases), note)  # fmt: skip

@@ -128,11 +128,18 @@ def _chunk_length(run: Run) -> int:
     drops = [at - t for at in run.party_set.drops if at > t]
     return min(
         MAX_CHUNK,
-        run.settings.algorithm.iterations - t,
+        _last_iteration(run) - t,
         every - t % every,
         checkpoints - t % checkpoints,
         *drops,
     )
+
+
+def _last_iteration(run: Run) -> int:
+    """The iteration the run ends at: ``--iterations``, or sooner where the privacy ledger's
+    remainder cut the plan (:func:`slate.training.accountant.plan_privacy`)."""
+    iterations = run.settings.algorithm.iterations
+    return iterations if run.private_end is None else min(iterations, run.private_end)
 
 
 def _lambda_text(topology) -> str:
@@ -235,7 +242,7 @@ class _Loop:
 
     def _pass(self) -> _Final | None:
         run = self.run
-        t, iterations = run.iteration, run.settings.algorithm.iterations
+        t, iterations = run.iteration, _last_iteration(run)
         if (t % run.plan.eval_every == 0 or t == iterations) and not (
             run.history and run.history[-1]["iteration"] == t
         ):
@@ -518,6 +525,9 @@ def _drive(
         say(f"resumed from iteration {run.iteration} of {out}")
     if run.ledger is not None and out is not None:  # --dp-epsilon: planned against the folder's
         run.ledger = plan_against_ledger(run, out, say)
+        cut = run.ledger.plan
+        if cut.requested is not None and cut.releases < cut.requested:  # ends where it affords
+            run.private_end = run.iteration + cut.releases
     bar = _Progress(run, progress)
     loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
     loop.joined_at = run.iteration if returning else None

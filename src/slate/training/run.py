@@ -222,6 +222,7 @@ class Run:
             ),
         )
         self.ledger: PrivacyLedger | None = None  # --dp-epsilon's (in memory, or the folder's)
+        self.private_end: int | None = None  # where a plan cut by the ledger's remainder ends
         if self.private:
             folder = Path(self.plan.out) if self.plan.out is not None else None  # its ledger's
             self.compute, self.ledger = private_run.privatise(self.private_sampling, self.compute,
