@@ -15,6 +15,8 @@ import itertools
 import numpy as np
 import pytest
 import sympy
+from sympy.polys.domains import QQ
+from sympy.polys.matrices import DomainMatrix
 
 from slate.topology import Topology, build_topology
 from slate.topology.disclosure import (
@@ -24,7 +26,13 @@ from slate.topology.disclosure import (
     exposure_text,
     heard_in_round,
     run_exposures,
+    tracking_exposures,
 )
+
+
+def _rank(A: sympy.Matrix) -> int:
+    """The exact rank of a rational matrix (over QQ)."""
+    return DomainMatrix.from_Matrix(A).convert_to(QQ).rank()
 
 
 def _reference_round(M: np.ndarray, averaged: bool) -> list[tuple[int, ...]]:
@@ -37,13 +45,13 @@ def _reference_round(M: np.ndarray, averaged: bool) -> list[tuple[int, ...]]:
         rows += [[int(c == j) for c in range(n)] for j in heard]
         rows.append([1] * n)
         known = sympy.Matrix(rows)
-        rank = known.rank()
+        rank = _rank(known)
         exposed = []
         for k in range(n):
             if k == i or k in heard:
                 continue
             unit = sympy.Matrix([[int(c == k) for c in range(n)]])
-            if known.col_join(unit).rank() == rank:
+            if _rank(known.col_join(unit)) == rank:
                 exposed.append(k)
         out.append(tuple(exposed))
     return out
@@ -53,16 +61,21 @@ def _reference_run(topology, evaluated, every: int) -> list[tuple[int, ...]]:
     """The union over every evaluation of the reference of the round before it."""
     n = topology.n
     union: list[set[int]] = [set() for _ in range(n)]
+    memo: dict[int, list[tuple[int, ...]]] = {}  # (the same round, the same answer)
     for T in evaluated:
         if T < 1:
             continue
         t = T - 1
-        if (t + 1) % every:
-            found = _reference_round(np.eye(n), averaged=False)
+        key = t % (every * topology.cycle_length)
+        if key in memo:
+            found = memo[key]
+        elif (t + 1) % every:
+            found = memo[key] = _reference_round(np.eye(n), averaged=False)
         else:
             r = t // every
-            found = _reference_round(np.asarray(topology.matrix_at(r)),
-                                     topology.is_full_average_at(r))  # fmt: skip
+            found = memo[key] = _reference_round(
+                np.asarray(topology.matrix_at(r)), topology.is_full_average_at(r)
+            )
         for i, ks in enumerate(found):
             union[i].update(ks)
     return [tuple(sorted(s)) for s in union]
@@ -165,3 +178,114 @@ def test_the_text_names_each_pair():
         "site 0 recovers site 2's model; site 2 recovers the models of sites 0 and 3"
     )
     assert exposure_text([(), ()]) is None
+
+
+# --------------------------------------------------------------------------- gradient tracking
+
+
+def _rational(M: np.ndarray) -> sympy.Matrix:
+    return sympy.Matrix([[sympy.Rational(float(v)).limit_denominator(10**6) for v in row]
+                         for row in np.asarray(M)])  # fmt: skip
+
+
+def _reference_window(now, now_avg, nxt, nxt_avg, eta, sum_now, sum_next):
+    """Two linked rounds written as sympy expressions of the unknown messages: z_{t+1} =
+    M_t z_t - eta M_{t+1} q_{t+1} by matrix products; what site i knows as a list of
+    expressions; site k exposed when a message it sent that i did not receive is a linear
+    combination of them (ranks of linear_eq_to_matrix), and not identically i's own."""
+    n = now.shape[0]
+    z = sympy.Matrix(sympy.symbols(f"z0:{n}"))
+    q = sympy.Matrix(sympy.symbols(f"q0:{n}"))
+    unknowns = [*z, *q]
+    z_next = _rational(now) * z - eta * _rational(nxt) * q
+
+    def hears(M: np.ndarray, averaged: bool, i: int) -> list[int]:
+        if averaged:
+            return []
+        return [j for j in range(n) if j != i and (M[i, j] > 0 or M[j, i] > 0)]
+
+    out = []
+    for i in range(n):
+        known = [z[i], q[i]] + [z[j] for j in hears(now, now_avg, i)]
+        for j in hears(nxt, nxt_avg, i):
+            known += [q[j], z_next[j]]
+        if now_avg or sum_now:
+            known.append(sum(z))
+        if nxt_avg:
+            known += [sum(q), sum(z_next)]
+        if sum_next:
+            known.append(sum(z_next))
+        A, _ = sympy.linear_eq_to_matrix(known, unknowns)
+        rank = _rank(A)
+
+        def spans(expr, A=A, rank=rank):
+            row, _ = sympy.linear_eq_to_matrix([expr], unknowns)
+            return _rank(A.col_join(row)) == rank
+
+        found = []
+        for k in range(n):
+            if k == i:
+                continue
+            sent_now = k not in hears(now, now_avg, i) and spans(z[k])
+            sent_next = (
+                k not in hears(nxt, nxt_avg, i)
+                and sympy.expand(z_next[k] - z_next[i]) != 0
+                and spans(z_next[k])
+            )
+            if sent_now or sent_next:
+                found.append(k)
+        out.append(tuple(found))
+    return out
+
+
+def _reference_tracking(topology, iterations, eval_every, eta):
+    """Every pair of rounds t, t + 1 < iterations (the evaluations at t + 1 and t + 2 as sums),
+    and the last round with the last evaluation (the single-round reference)."""
+    evaluated = set(evaluated_iterations(iterations, eval_every))
+    union = [set(ks) for ks in _reference_run(topology, [iterations], 1)]
+    cache = {}
+    for t in range(iterations - 1):
+        key = (t % topology.cycle_length, t + 1 in evaluated, t + 2 in evaluated)
+        if key not in cache:
+            cache[key] = _reference_window(
+                np.asarray(topology.matrix_at(t)), topology.is_full_average_at(t),
+                np.asarray(topology.matrix_at(t + 1)), topology.is_full_average_at(t + 1),
+                sympy.Rational(1, 7), key[1], key[2],
+            )  # fmt: skip
+        for i, ks in enumerate(cache[key]):
+            union[i].update(ks)
+    return [tuple(sorted(s)) for s in union]
+
+
+TRACKED = [("ring", n) for n in (3, 4, 5, 6, 7, 8, 9)] + [
+    ("full", 4), ("torus", 9), ("exponential", 8), ("star", 5), ("base-2", 4), ("base-2", 6),
+    ("one-peer-exponential", 8), ("federated", 4),
+]  # fmt: skip
+
+
+TRACKED_CASES = [(name, n, 13, 4) for name, n in TRACKED] + [
+    (name, n, 12, 1) for name, n in TRACKED if n <= 6
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "iterations", "eval_every"),
+    TRACKED_CASES,
+    ids=[f"{a}-{b}-T{c}-e{d}" for a, b, c, d in TRACKED_CASES],
+)
+def test_gradient_tracking_exposes_what_the_symbolic_reference_finds(
+    name, n, iterations, eval_every
+):
+    topology = build_topology(name, n)
+    expected = _reference_tracking(topology, iterations, eval_every, sympy.Rational(1, 7))
+    assert tracking_exposures(topology, iterations, eval_every, 1 / 7) == expected
+
+
+def test_gradient_tracking_named_cases():
+    """Gossip alone links the rounds: a ring of 5 exposes both sites two hops away, a ring of 8
+    the opposite site, a ring of 9, a 3 x 3 torus and a complete graph nobody."""
+    exposed = lambda name, n: tracking_exposures(build_topology(name, n), 100, 10, 0.05)  # noqa: E731
+    assert exposed("ring", 5)[0] == (2, 3)
+    assert exposed("ring", 8) == [((k + 4) % 8,) for k in range(8)]
+    for name, n in (("ring", 9), ("torus", 9), ("full", 4)):
+        assert exposed(name, n) == [()] * n, name

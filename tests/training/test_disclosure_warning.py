@@ -25,10 +25,14 @@ def _digits(**flags) -> TrainConfig:
     return TrainConfig(**{**values, **flags})
 
 
-def _warnings(config: TrainConfig) -> list[str]:
+def _lines(config: TrainConfig) -> list[str]:
     lines: list[str] = []
     train(config, progress=False, write=False, log=lines.append)
-    return [line for line in lines if "gives single sites' models away" in line]
+    return lines
+
+
+def _warnings(config: TrainConfig) -> list[str]:
+    return [line for line in _lines(config) if "gives single sites' models away" in line]
 
 
 def test_a_ring_of_4_warns_once_naming_who_recovers_whom():
@@ -54,14 +58,19 @@ def test_no_warning_where_no_site_isolates_another(flags):
 
 
 class _Recording(SimulatorCommunicator):
-    """Keeps every gossip round's messages, ``z = x - lr * direction``, by iteration."""
+    """Keeps every gossip round's messages by iteration: the models ``z = x - lr * direction``
+    in ``sent``, what a plain ``mix`` gossips (gradient tracking's directions) in ``mixed``."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.sent: dict[int, Tensor] = {}
+        self.mixed: dict[int, Tensor] = {}
 
     def _gossip_step(self, x, direction, lr, r):
-        self.sent[self.iteration] = torch.add(x, direction, alpha=-lr).double().clone()
+        if direction is None:  # (the simulator's mix)
+            self.mixed[self.iteration] = x.double().clone()
+        else:
+            self.sent[self.iteration] = torch.add(x, direction, alpha=-lr).double().clone()
         return super()._gossip_step(x, direction, lr, r)
 
 
@@ -120,3 +129,92 @@ def test_on_a_ring_of_5_site_0_learns_a_sum_and_the_models_it_spans():
     assert _relative(pair, z[2] + z[3]) < 1e-6
     assert _relative(pair / 3 + z[1] / 3, x[2]) < 1e-6
     assert _relative(pair / 3 + z[4] / 3, x[3]) < 1e-6
+
+
+def _recovered(rows: list[np.ndarray], values: list[Tensor], target: np.ndarray) -> Tensor | None:
+    """``target``'s combination of the known rows applied to their known values, or None when
+    ``target`` is not in their span."""
+    known = np.stack(rows)
+    c, *_ = np.linalg.lstsq(known.T, target, rcond=None)
+    if np.linalg.norm(known.T @ c - target) > 1e-9:
+        return None
+    return sum(float(w) * v for w, v in zip(c, values, strict=True))
+
+
+def _traced(name: str, n: int, tracking: bool) -> tuple[_RecordingEngine, dict[int, Tensor]]:
+    engine = _RecordingEngine(n)
+    config = _digits(nodes=n, topology=name, gradient_tracking=tracking)
+    train(config, progress=False, write=False, engine=engine, log=lambda _: None)
+    averages = {T: mean for T, (_, mean) in zip((0, 10, 20), engine.averages, strict=False)}
+    return engine, averages
+
+
+@pytest.mark.parametrize(("name", "n"), [("ring", 4), ("star", 3), ("exponential", 6)])
+def test_every_pair_the_warning_names_is_recovered_from_a_real_run(name, n):
+    """For each site i and each site k the warning names, from the run's own messages at
+    iteration 9 (site i's own, its neighbours') and the average at 10: N times the average minus
+    them is k's message, to float rounding."""
+    from slate.topology.disclosure import run_exposures
+
+    topology = build_topology(name, n)
+    claimed = run_exposures(topology, 20, 10)
+    assert any(claimed)
+    engine, averages = _traced(name, n, tracking=False)
+    z, W = engine.recording.sent[9], np.asarray(topology.W)
+    for i, sites in enumerate(claimed):
+        heard = [j for j in range(n) if j != i and W[i, j] > 0]
+        for k in sites:
+            recovered = n * averages[10] - z[i] - sum(z[j] for j in heard)
+            assert _relative(recovered, z[k]) < 1e-6, (i, k)
+
+
+@pytest.mark.parametrize(("name", "n"), [("ring", 5), ("ring", 7), ("ring", 8)])
+def test_under_gradient_tracking_every_named_pair_is_recovered_from_a_real_run(name, n):
+    """Gradient tracking: site i knows its own z_t and q_{t+1}, each neighbour's z_t, q_{t+1}
+    and z_{t+1} (= W z_t - lr W q_{t+1}), and the evaluation sums at t + 1 and t + 2. Every pair
+    the analysis names is recovered, from a real run's messages, in one of the windows t = 8, 9,
+    18 (the sums of iterations 10 and 20 fall there), to float rounding; a ring of 5 and of 8
+    from gossip alone."""
+    from slate.topology.disclosure import tracking_exposures
+
+    topology = build_topology(name, n)
+    claimed = tracking_exposures(topology, 20, 10, 0.05)
+    assert any(claimed)
+    engine, averages = _traced(name, n, tracking=True)
+    sent, mixed, W, lr = engine.recording.sent, engine.recording.mixed, np.array(topology.W), 0.05
+    eye, ones, zeros = np.eye(n), np.ones(n), np.zeros(n)
+    message = np.hstack([W, -lr * W])
+    shown: set[tuple[int, int]] = set()
+    for t in (8, 9, 18):
+        for i in range(n):
+            heard = [j for j in range(n) if j != i and W[i, j] > 0]
+            rows = [np.hstack([eye[i], zeros]), np.hstack([zeros, eye[i]])]
+            values = [sent[t][i], mixed[t + 1][i]]
+            for j in heard:
+                rows += [np.hstack([eye[j], zeros]), np.hstack([zeros, eye[j]]), message[j]]
+                values += [sent[t][j], mixed[t + 1][j], sent[t + 1][j]]
+            if t + 1 in averages:
+                rows.append(np.hstack([ones, zeros]))
+                values.append(n * averages[t + 1])
+            if t + 2 in averages:
+                rows.append(np.hstack([ones, -lr * ones]))
+                values.append(n * averages[t + 2])
+            for k in set(range(n)) - {i, *heard}:
+                for target, truth in ((np.hstack([eye[k], zeros]), sent[t][k]),
+                                      (message[k], sent[t + 1][k])):  # fmt: skip
+                    got = _recovered(rows, values, target)
+                    if got is not None:
+                        assert _relative(got, truth) < 1e-5, (t, i, k)
+                        shown.add((i, k))
+    assert shown == {(i, k) for i, sites in enumerate(claimed) for k in sites}
+
+
+def test_gradient_tracking_has_its_own_warning():
+    (line,) = [
+        line
+        for line in _lines(_digits(nodes=5, gradient_tracking=True))
+        if "computes models that other sites sent" in line
+    ]
+    assert "site 0 recovers the models of sites 2 and 3" in line
+    assert not any("models" in line for line in _lines(_digits(nodes=9, gradient_tracking=True))
+                   if line.startswith("warning"))  # fmt: skip

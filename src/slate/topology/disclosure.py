@@ -30,9 +30,19 @@ one sum, and no :math:`z_{k}` with :math:`k \in C_i` is determined: the known fu
 This is the whole of what the average adds, round by round, when the messages of the next
 round carry fresh private terms: without gradient tracking, :math:`z_{j,T} = x_{j,T} - \eta
 u_{j,T}` holds a new gradient :math:`u_{j,T}` that no site but :math:`j` knows, so hearing it
-constrains nothing older. (With gradient tracking the tracked directions are gossiped as well,
-and the messages of consecutive rounds are linked linearly: see ``docs/security.md``; this
-module does not model that.)
+constrains nothing older.
+
+With gradient tracking and a round every iteration the tracked directions are gossiped too,
+:math:`q_{t+1} = v_t + u_{t+1} - u_t` in round :math:`t + 1`, and consecutive rounds are linked:
+:math:`z_{t+1} = \mathbf{M}_t z_t - \eta\, \mathbf{M}_{t+1} q_{t+1}`. A neighbour's next message
+is then one more equation on the unknown :math:`z_{k,t}` and :math:`q_{k,t+1}` of the sites
+:math:`i` does not hear, and a site can recover models from gossip alone: on a ring of 5, site
+0 hears :math:`z_1, q_1` and :math:`z_{1,t+1} = w(y_0 + y_1 + y_2)` with :math:`y = z_t - \eta
+q_{t+1}`, so it learns :math:`y_2` (and :math:`y_3` from site 4), hence site 2's next message
+:math:`z_{2,t+1} = w(y_1 + y_2 + y_3)`. :func:`tracking_exposures` sets up the linear system of
+two consecutive rounds, with the evaluation sums that fall on them, and finds each unheard
+:math:`z_{k,t}` or :math:`z_{k,t+1}` that lies in the span of what :math:`i` knows (a rank test).
+It ignores what older rounds add, so it may miss a recovery, never claim a false one.
 
 What counts as heard in a round (:func:`heard_in_round`):
 
@@ -56,7 +66,7 @@ gives an approximation, which the functions here do not claim.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from math import gcd
+from math import gcd, lcm
 
 import numpy as np
 
@@ -69,6 +79,7 @@ __all__ = [
     "exposure_text",
     "heard_in_round",
     "run_exposures",
+    "tracking_exposures",
 ]
 
 
@@ -187,6 +198,109 @@ def run_exposures(
     period = max(1, int(gossip_every)) * max(1, topology.cycle_length)
     points = _period_points(iterations, eval_every, period)
     return evaluation_exposures(topology, points, gossip_every)
+
+
+def _in_span(rows: list[np.ndarray], target: np.ndarray) -> bool:
+    """Whether ``target`` is a linear combination of ``rows`` (least squares, to rounding)."""
+    known = np.stack(rows)
+    coefficients, *_ = np.linalg.lstsq(known.T, target, rcond=None)
+    residual = np.linalg.norm(known.T @ coefficients - target)
+    return bool(residual <= 1e-9 * max(1.0, float(np.linalg.norm(target))))
+
+
+def _window(
+    now: np.ndarray, now_averaged: bool, nxt: np.ndarray, nxt_averaged: bool, eta: float,
+    sum_now: bool, sum_next: bool,
+) -> list[tuple[int, ...]]:  # fmt: skip
+    r"""Exposures in two consecutive rounds :math:`t, t + 1` under gradient tracking.
+
+    The unknowns are :math:`(z_t, q_{t+1}) \in \mathbb{R}^{2N}` (one coordinate of each site's
+    message). Site :math:`i` knows its own :math:`z_{i,t}, q_{i,t+1}`; in round :math:`t` each
+    heard :math:`z_{j,t}` (an averaging round: :math:`\sum_k z_{k,t}`); in round :math:`t + 1`
+    each heard :math:`q_{j,t+1}` and :math:`z_{j,t+1} = \mathbf{M}_t[j] z_t - \eta
+    \mathbf{M}_{t+1}[j] q_{t+1}` (an averaging round: their sums); the evaluation sums
+    :math:`\sum_k z_{k,t}` (``sum_now``, the evaluation at :math:`t + 1`) and :math:`\sum_k
+    z_{k,t+1}` (``sum_next``, at :math:`t + 2`). Site :math:`k` is exposed when a message it
+    sent that :math:`i` did not receive, :math:`z_{k,t}` or :math:`z_{k,t+1}`, lies in their
+    span, unless :math:`z_{k,t+1} \equiv z_{i,t+1}` (rows equal: after an exact average every
+    site sends the same)."""
+    n = now.shape[0]
+    eye, ones, zeros = np.eye(n), np.ones(n), np.zeros(n)
+    heard_now, heard_next = heard_in_round(now, now_averaged), heard_in_round(nxt, nxt_averaged)
+    message = np.hstack([now, -eta * nxt])  # row j: z_{j,t+1}
+    total_next = np.hstack([ones, -eta * ones])  # 1^T M_t = 1^T
+    exposed: list[tuple[int, ...]] = []
+    for i in range(n):
+        # (after an exact average a site's next message may equal i's own: that tells nothing)
+        same = [bool(np.allclose(message[k], message[i], rtol=0, atol=1e-12)) for k in range(n)]
+        rows = [np.hstack([eye[i], zeros]), np.hstack([zeros, eye[i]])]
+        rows += [np.hstack([eye[j], zeros]) for j in np.flatnonzero(heard_now[i])]
+        for j in np.flatnonzero(heard_next[i]):
+            rows += [np.hstack([zeros, eye[j]]), message[j]]
+        if now_averaged or sum_now:
+            rows.append(np.hstack([ones, zeros]))
+        if nxt_averaged:
+            rows += [np.hstack([zeros, ones]), total_next]
+        if sum_next:
+            rows.append(total_next)
+        found = [
+            k
+            for k in range(n)
+            if k != i
+            and (
+                (not heard_now[i, k] and _in_span(rows, np.hstack([eye[k], zeros])))
+                or (not heard_next[i, k] and not same[k] and _in_span(rows, message[k]))
+            )
+        ]
+        exposed.append(tuple(found))
+    return exposed
+
+
+def tracking_exposures(
+    topology: Topology, iterations: int, eval_every: int, eta: float
+) -> list[tuple[int, ...]]:
+    r"""For each site, the sites whose model it recovers exactly under gradient tracking with a
+    gossip round every iteration: the union over every pair of consecutive rounds
+    :math:`t, t + 1 < T_{\max}` of :func:`_window` (with the evaluation sums that fall on
+    iterations :math:`t + 1` and :math:`t + 2`), and over the last round of the single-round
+    rule with the last evaluation (:func:`evaluation_exposures`).
+
+    A pair's answer depends only on :math:`t \bmod L` and whether :math:`t + 1` and :math:`t + 2`
+    are evaluated, which repeats after :math:`\operatorname{lcm}(L, e)` iterations; only those are
+    visited, and the pair that ends at the last iteration.
+
+    Args:
+        topology: the run's network.
+        iterations: the run's iterations :math:`T_{\max}` (rounds :math:`0 .. T_{\max} - 1`).
+        eval_every: the evaluation interval :math:`e` (and the last iteration).
+        eta: the step size :math:`\eta` (the answer is the same for every :math:`\eta > 0` but
+            finitely many).
+    """
+    every = max(1, int(eval_every))
+
+    def evaluated(t: int) -> bool:
+        return t % every == 0 or t == iterations
+
+    cycle = max(1, topology.cycle_length)
+    span = lcm(cycle, every)
+    firsts = [*range(min(iterations - 1, span + 2)), iterations - 3, iterations - 2]
+    exposed = [set(ks) for ks in evaluation_exposures(topology, [iterations])]
+    seen: set[tuple[int, bool, bool]] = set()
+    for t in firsts:
+        if t < 0 or t + 1 >= iterations:
+            continue
+        key = (t % cycle, evaluated(t + 1), evaluated(t + 2))
+        if key in seen:
+            continue
+        seen.add(key)
+        found = _window(
+            np.asarray(topology.matrix_at(t)), topology.is_full_average_at(t),
+            np.asarray(topology.matrix_at(t + 1)), topology.is_full_average_at(t + 1),
+            eta, key[1], key[2],
+        )  # fmt: skip
+        for i, ks in enumerate(found):
+            exposed[i].update(ks)
+    return [tuple(sorted(s)) for s in exposed]
 
 
 def exposure_text(exposed: list[tuple[int, ...]]) -> str | None:

@@ -13,6 +13,10 @@ It says so only where the claim holds exactly:
 * with dense gossip and plain mixing: with ``--compress`` a site hears public copies, not the
   messages, and ``--robust clip`` may clip a message (the column sums then differ from the
   messages'), so the same algebra gives an approximation only (``docs/security.md``);
+* with ``--gradient-tracking`` (a round every iteration, SLATE, SLATE-M or D-PSGD) the tracked
+  directions are gossiped too and consecutive rounds are linked: a neighbour's next message is
+  one more equation, and a site may compute models it never received from gossip alone (a ring
+  of 5 and of 8, not 9): :func:`slate.topology.disclosure.tracking_exposures`, its own paragraph;
 * over the graph of the rounds before the run's evaluations (every ``--eval-every``-th
   iteration and the last), with the starting parties: a graph that changes after a loss is not
   looked at again.
@@ -22,12 +26,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from slate.topology.disclosure import exposure_text, run_exposures
+from slate.topology.disclosure import exposure_text, run_exposures, tracking_exposures
 
 if TYPE_CHECKING:
     from slate.training.run import Run
 
-__all__ = ["disclosure_warning", "exposures_of"]
+__all__ = ["TRACKED_STEP", "disclosure_warning", "exposures_of"]
+
+#: The algorithms whose step is ``mix_step(x, v, lr)`` with ``v`` the tracked direction, so that
+#: under gradient tracking :math:`z_{t+1} = \mathbf{M}_t z_t - \eta \mathbf{M}_{t+1} q_{t+1}`
+#: (CODA steps its dual variable with another rate and clamps it: the single-round rule only).
+TRACKED_STEP = ("slate", "slate-m", "dpsgd")
 
 
 def exposures_of(run: Run) -> list[tuple[int, ...]] | None:
@@ -41,8 +50,21 @@ def exposures_of(run: Run) -> list[tuple[int, ...]] | None:
         return None
     if comm.compress != "none" or comm.robust != "none":
         return None
-    return run_exposures(
-        run.base_topology, settings.algorithm.iterations, run.plan.eval_every, comm.gossip_every
+    section, topology = settings.algorithm, run.base_topology
+    if tracked(run):
+        return tracking_exposures(topology, section.iterations, run.plan.eval_every, run.plan.lr)
+    return run_exposures(topology, section.iterations, run.plan.eval_every, comm.gossip_every)
+
+
+def tracked(run: Run) -> bool:
+    """Whether the run gossips tracked directions every iteration with an algorithm of
+    :data:`TRACKED_STEP` (the linked rounds of
+    :func:`slate.topology.disclosure.tracking_exposures`)."""
+    section = run.settings.algorithm
+    return (
+        bool(section.config.gradient_tracking)
+        and run.settings.communication.gossip_every == 1
+        and section.name in TRACKED_STEP
     )
 
 
@@ -58,6 +80,16 @@ def disclosure_warning(run: Run) -> str | None:
     if named is None:
         return None
     topology = run.settings.communication.topology
+    if tracked(run):
+        return (
+            f"warning: on topology {topology} with --gradient-tracking and without "
+            f"--dp-epsilon, a site computes models that other sites sent their own neighbours, "
+            f"exactly: {named}. The tracked directions are gossiped too, so each neighbour's "
+            "next message is one more equation on the models of the sites a site does not hear "
+            "from, beside the evaluation average (N times the average, minus its own model and "
+            "its neighbours', is the sum of the others'). Train with --dp-epsilon, or without "
+            "--gradient-tracking: docs/security.md."
+        )
     return (
         f"warning: on topology {topology} without --dp-epsilon, the evaluation average gives "
         f"single sites' models away: {named}. At each evaluation a site subtracts its own model "
