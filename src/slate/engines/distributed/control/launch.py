@@ -38,7 +38,7 @@ from slate.engines.distributed.control.liveness import (
     signed_beats,
 )
 from slate.engines.distributed.control.rendezvous import Rendezvous
-from slate.engines.distributed.control.store_records import Records, read
+from slate.engines.distributed.control.store_records import Records, read_within
 from slate.engines.distributed.control.workers import Worker, start_workers
 from slate.errors import ConfigError, parties_text, per_party_text
 from slate.security.identity import SiteIdentity
@@ -282,13 +282,10 @@ def _check_rendezvous_roster(
     """Refuse a ``slate rendezvous`` that checks records with another roster than this site's
     (or with one where this site has none, or none where it has one): it could not tell the
     run's end, or this site's records would all be ignored."""
-    try:  # 'slate rendezvous' writes it just after it starts listening: wait for it
-        store.wait([RENDEZVOUS_ROSTER_KEY], datetime.timedelta(seconds=ROSTER_KEY_WAIT_S))
-    except (RuntimeError, dist.DistStoreError):
-        return  # a store that is not a 'slate rendezvous': nothing to compare
-    found = read(store, RENDEZVOUS_ROSTER_KEY)  # (one round trip)
+    # 'slate rendezvous' writes it just after it starts listening: waited for when missing
+    found = read_within(store, RENDEZVOUS_ROSTER_KEY, ROSTER_KEY_WAIT_S)
     if found is None:
-        return
+        return  # a store that is not a 'slate rendezvous': nothing to compare
     theirs = found[:64]
     mine = identity.roster.digest if identity is not None else "none"
     if theirs == mine:

@@ -35,7 +35,6 @@ signed and there is no session.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import secrets
@@ -44,9 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch.distributed as dist
-
-from slate.engines.distributed.control.store_records import Records, read
+from slate.engines.distributed.control.store_records import Records, read_within
 
 __all__ = [
     "GENERATION_KEY",
@@ -111,14 +108,10 @@ def read_store_nonce(store: Any, timeout_s: float = 0.0) -> str | None:
     """The store's nonce (waiting up to ``timeout_s`` for it), or None when there is none.
 
     One round trip when the nonce is there, as it is from the moment ``slate rendezvous``
-    listens: the read comes first, and only a missing nonce is waited for, then read again."""
-    text = read(store, STORE_NONCE_KEY)
-    if text is None and timeout_s > 0:
-        try:
-            store.wait([STORE_NONCE_KEY], datetime.timedelta(seconds=timeout_s))
-        except (RuntimeError, dist.DistStoreError):
-            return None
-        text = read(store, STORE_NONCE_KEY)
+    listens: the read comes first, and only a missing nonce is waited for, then read
+    (:func:`~slate.engines.distributed.control.store_records.read_within`: a wait that the
+    store ends early is waited again)."""
+    text = read_within(store, STORE_NONCE_KEY, timeout_s)
     return text if is_nonce(text) else None
 
 

@@ -46,6 +46,7 @@ from slate.security.roster import Roster
 
 __all__ = [
     "ABSENT", "RECORD_LIMIT", "Records", "SigningStore", "multi_get_within", "parse_rank", "read",
+    "read_within",
 ]  # fmt: skip
 
 RECORD_LIMIT = 64 * 1024  # bytes: every coordination record is far smaller
@@ -69,9 +70,22 @@ def read(store: Any, key: str) -> str | None:
     return None if text == ABSENT else text
 
 
+def read_within(store: Any, key: str, seconds: float) -> str | None:
+    """The text stored under ``key``, waited for up to ``seconds`` when it is not there yet;
+    None when it is still missing then. One round trip when it is there (:func:`read`); a
+    missing key is waited for as :func:`multi_get_within` waits (two more)."""
+    text = read(store, key)
+    if text is not None or seconds <= 0:
+        return text
+    found = multi_get_within(store, [key], seconds)
+    return None if found is None else _text(found[0])
+
+
 def wait_for(store: Any, keys: list[str], seconds: float) -> bool:
     """Whether every one of ``keys`` is in the store within ``seconds`` (one round trip, plus
-    the wait)."""
+    the wait). A wait that ends early is not taken at its word: torch's store can wake it
+    before its keys are there (:func:`multi_get_within`), so a caller that goes on to read
+    the keys must still expect one to be missing."""
     try:
         store.wait(keys, datetime.timedelta(seconds=max(seconds, 0.001)))
     except (RuntimeError, dist.DistStoreError):  # (torch's DistError: the wait timed out)
@@ -84,13 +98,38 @@ def multi_get_within(store: Any, keys: list[str], seconds: float) -> list[bytes]
     None when some key is still missing then. One ``multi_get`` with the store's timeout set to
     ``seconds``: two round trips (its own wait, then the read), where a ``wait`` and then a
     ``multi_get`` take three. A wait that times out is cancelled by the store's client, so
-    the connection stays in step for the next call."""
+    the connection stays in step for the next call.
+
+    The wait can end before every key is there: torch's libuv store (the default since torch
+    2.4) wakes the clients waiting for a key whenever anyone calls ``compare_set`` on it, even
+    on a key that is absent, which every :func:`read` of a missing record does; it then answers
+    the missing key with an empty value. No slate record is ever empty, so an empty value is
+    checked (one round trip): a key still missing is waited for again within ``seconds``, and
+    only a key that is there with an empty value (written by someone else) is returned as it
+    is. Before this check a clean run read another site's nonce record as empty and warned of a
+    stranger."""
+    deadline = time.monotonic() + seconds
     before = store.timeout
-    store.set_timeout(datetime.timedelta(seconds=max(seconds, 0.001)))
     try:
-        return list(store.multi_get(keys))
-    except (RuntimeError, dist.DistStoreError):  # (torch's DistError: the wait timed out)
-        return None
+        while True:
+            left = max(deadline - time.monotonic(), 0.001)
+            store.set_timeout(datetime.timedelta(seconds=left))
+            try:
+                found = list(store.multi_get(keys))
+            except (RuntimeError, dist.DistStoreError):  # (torch's DistError: timed out)
+                return None
+            empty = [key for key, value in zip(keys, found, strict=True) if not value]
+            if not empty:
+                return found
+            if store.check(empty):  # there, and empty (or written since: read it again)
+                try:
+                    again = iter(store.multi_get(empty))
+                except (RuntimeError, dist.DistStoreError):  # (deleted since, and not back)
+                    return None
+                return [value or next(again) for value in found]
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(POLL_SECONDS)  # (woken early: what woke it may do so again at once)
     finally:
         store.set_timeout(before)
 
@@ -485,6 +524,8 @@ class SigningStore(dist.Store):
             self._late = True  # what is missing now had the whole timeout to show
             return
         for name, raw in zip(keys, self.inner.multi_get(keys), strict=True):
+            if not raw:  # (missing: the wait was woken early, see multi_get_within; its own
+                continue  # read waits for it, and checks an empty record that is there)
             value = self._accepted(name, raw)
             if value is not None:
                 self._fetched[name] = value
