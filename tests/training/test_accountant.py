@@ -23,6 +23,7 @@ from slate.training.accountant import (
     PrivacyLedgerInvalid,
     calibrate,
     epsilon_pld,
+    folder_history,
     plan_privacy,
     read_ledger,
 )
@@ -196,3 +197,19 @@ def test_a_history_of_other_parties_is_refused(tmp_path):
     with pytest.raises(PrivacyLedgerInvalid, match="rows are dealt otherwise"):
         plan_privacy(8.0, DELTA, 1.0, 8, 10, "group", 30, [(0, 41, 899)], 16, 1,
                      history=history, ledger=tmp_path / LEDGER)  # fmt: skip
+
+
+def test_a_folder_with_the_other_engines_ledger_is_refused(tmp_path):
+    """The simulator's ledger beside a site's (or the reverse) records releases of the same
+    rows that one process cannot tell apart: refused. Sites of one run share a folder."""
+    ledger = PrivacyLedger.open(_plan(), tmp_path, None)  # the simulator's
+    ledger.admit(0, 5)
+    with pytest.raises(PrivacyLedgerInvalid, match=r"privacy-ledger\.jsonl besides this"):
+        folder_history(tmp_path, 1)
+    assert [s.steps for s in folder_history(tmp_path, None)] == [5]
+    site = tmp_path / "site"
+    for rank in (0, 1):
+        PrivacyLedger.open(_plan(), site, rank).admit(0, 3)
+    assert [s.steps for s in folder_history(site, 1)] == [3]
+    with pytest.raises(PrivacyLedgerInvalid, match=r"privacy-ledger-rank0\.jsonl besides this"):
+        folder_history(site, None)

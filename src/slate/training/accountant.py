@@ -86,6 +86,7 @@ __all__ = [
     "Segment",
     "calibrate",
     "epsilon_pld",
+    "folder_history",
     "ledger_path",
     "plan_privacy",
     "read_ledger",
@@ -371,6 +372,26 @@ def ledger_path(folder: Path, rank: int | None) -> Path:
     """The ledger of ``folder``: ``privacy-ledger.jsonl``, or a distributed site's
     ``privacy-ledger-rank{r}.jsonl``."""
     return Path(folder) / (LEDGER if rank is None else f"privacy-ledger-rank{rank}.jsonl")
+
+
+def folder_history(folder: Path, rank: int | None) -> tuple[Segment, ...]:
+    """The segments of ``folder``'s ledger for this process (:func:`ledger_path`), refused
+    (:class:`PrivacyLedgerInvalid`) where the folder also holds the other engine's kind of
+    ledger (the simulator's, with every party, beside a site's ``-rank{r}`` one): releases of
+    the same rows recorded there cannot be told apart, and are not left out by guess. (The
+    sites of one distributed run may share a folder: each ledger is its own party's.)"""
+    own = ledger_path(folder, rank)
+    pattern = "privacy-ledger-rank*.jsonl" if rank is None else LEDGER
+    others = sorted(p.name for p in Path(folder).glob(pattern))
+    if others:
+        raise PrivacyLedgerInvalid(
+            f"The run folder {folder} holds the privacy ledger {others[0]} besides this "
+            f"process's {own.name}: releases of these rows recorded by a run of the other "
+            "engine cannot be told apart from this one's, so no release is made under "
+            "--dp-epsilon. Train in another folder only with a budget that covers every "
+            "release both ledgers count."
+        )
+    return read_ledger(own)
 
 
 def read_ledger(path: Path) -> tuple[Segment, ...]:

@@ -25,9 +25,9 @@ from slate.faults import FaultPlan
 from slate.security.secret_random import SecretStream
 from slate.training.accountant import (
     PrivacyLedger,
+    folder_history,
     ledger_path,
     plan_privacy,
-    read_ledger,
     sampling_rates,
 )
 from slate.training.configuration import ResolvedConfig
@@ -122,10 +122,11 @@ def privatise(
     refuse_batch_norm(compute.module, settings.model.name)
     releases = section.iterations + algorithm.initial_batches(section.positives)
     path = ledger_path(folder, engine.own_party) if folder is not None else None
+    history = folder_history(folder, engine.own_party) if folder is not None else ()
     plan = plan_privacy(
         privacy.epsilon, privacy.delta, privacy.clip, sampling.groups, sampling.size,
         sampling.unit, releases, sampling.counts, section.batch_size, section.positives,
-        history=read_ledger(path) if path is not None else (), ledger=path,
+        history=history, ledger=path,
     )  # fmt: skip
     divisors = tuple(
         expected_contributors(sampling.unit, sampling.groups, n_pos, n_neg, q_pos, q_neg)
@@ -147,7 +148,7 @@ def plan_against_ledger(run: Run, folder: Path, say: Callable[[str], None]) -> P
     old, section = run.ledger.plan, run.settings.algorithm
     rank = run.engine.own_party
     path = ledger_path(folder, rank)
-    history = read_ledger(path)
+    history = folder_history(folder, rank)
     left = section.iterations - run.iteration
     if run.iteration == 0:
         left += run.algorithm.initial_batches(section.positives)
