@@ -58,9 +58,10 @@ evaluation at iteration :math:`T \ge 1` averages the models that iteration :math
 produced; the evaluation at iteration 0 averages the starting models.
 
 These claims are exact for dense gossip. With ``--compress`` a site hears its neighbours'
-public copies :math:`\hat x_j`, not :math:`z_j`, and with ``--robust clip`` a clipped message
-breaks :math:`\mathbf{1}^\top \mathbf{M} = \mathbf{1}^\top` for that round: the same algebra then
-gives an approximation, which the functions here do not claim.
+public copies :math:`\hat x_j`, not :math:`z_j`; CHOCO's round keeps the sum, so the same
+subtraction gives the unheard site's model plus the neighbours' residuals :math:`z_j - \hat x_j`
+(the caller says so). With ``--robust clip`` a clipped message breaks :math:`\mathbf{1}^\top
+\mathbf{M} = \mathbf{1}^\top` for that round, and nothing is claimed.
 """
 
 from __future__ import annotations
