@@ -27,6 +27,7 @@ from slate.training.accountant import (
     plan_privacy,
     read_ledger,
 )
+from slate.training.ledger_file import sensitivity_of
 
 DELTA = 1e-5
 COUNTS = [(0, 40, 900)]  # one party: 40 positives, 900 negatives
@@ -213,3 +214,25 @@ def test_a_folder_with_the_other_engines_ledger_is_refused(tmp_path):
     assert [s.steps for s in folder_history(site, 1)] == [3]
     with pytest.raises(PrivacyLedgerInvalid, match=r"privacy-ledger-rank0\.jsonl besides this"):
         folder_history(site, None)
+
+
+def test_rows_are_noised_for_a_shift_of_c_and_groups_for_2c(tmp_path):
+    """Groups of one row (D-PSGD, CODA): a slot without the row holds nothing and the row's
+    clipped gradient lies in the ball of radius C, so one draw shifts the sum by C at most; a
+    larger group's clipped gradient without the row lies in that ball too, so 2C. The noise is
+    the sensitivity times z, and a ledger that records the other unit's sensitivity is
+    refused."""
+    clip = 1.5
+    assert sensitivity_of("row", clip) == clip and sensitivity_of("group", clip) == 2 * clip
+    rows = plan_privacy(8.0, DELTA, clip, 175, 1, "row", 30, COUNTS, 16, 1)
+    groups = plan_privacy(8.0, DELTA, clip, 8, 10, "group", 30, COUNTS, 16, 1)
+    assert rows.noise_std() == pytest.approx((clip * rows.parties[0].z,), rel=1e-12)
+    assert groups.noise_std() == pytest.approx((2 * clip * groups.parties[0].z,), rel=1e-12)
+    line = {"format": 2, "segment": rows.segment(0, 5).to_json()}
+    path = tmp_path / LEDGER
+    path.write_text(json.dumps(line) + "\n")
+    assert read_ledger(path)[0].sensitivity == clip
+    line["segment"]["sensitivity"] = 2 * clip
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(PrivacyLedgerInvalid, match=r"other than C for C = 1\.5 and the unit 'row'"):
+        read_ledger(path)

@@ -23,11 +23,13 @@ from the undrawn one (``mu_upper = q N(-s) + (1 - q) N(0)``, ``mu_lower = q N(s)
 N(0)``), ``s`` the noise's unit: with ``s = 2C`` (the :attr:`Segment.sensitivity`) it covers
 every such triple. The noise multiplier is therefore ``z = sigma / (2C)``, the noise's standard
 deviation over the shift one draw can make, as under add/remove-one; for the same ``z``
-replace-one reports about twice the ε of add/remove-one.
+replace-one reports about twice the ε of add/remove-one. Groups of one row (D-PSGD's, CODA's)
+have ``c0 = 0`` (an empty slot), so ``s = C`` and ``z = sigma / C``
+(:func:`slate.training.ledger_file.sensitivity_of`).
 
 **The event.** One release samples each positive with probability ``q+`` and each negative with
 ``q-`` (Poisson, :class:`slate.data.sampler.PoissonGroupSampler`) and adds Gaussian noise of
-standard deviation ``2 C z``: for a positive row ``PoissonSampled(q+, Gaussian(z))``, likewise
+standard deviation ``s z``: for a positive row ``PoissonSampled(q+, Gaussian(z))``, likewise
 ``q-`` for a negative. A row's ε is that of the composition, by ``dp-accounting``'s PLD
 accountant with ``NeighboringRelation.REPLACE_ONE``, of every release recorded in its site's
 ledger: ``ComposedDpEvent([SelfComposedDpEvent(PoissonSampledDpEvent(q_s, GaussianDpEvent(z_s)),
@@ -60,7 +62,6 @@ first step whose release would take it past ``epsilon`` (:class:`PrivacyBudgetEx
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,21 @@ from pathlib import Path
 from typing import Any
 
 from slate.errors import SlateError
+from slate.training.ledger_file import (
+    LEDGER,
+    LEDGER_FORMAT,
+    RELATION,
+    Event,
+    PartyMechanism,
+    PrivacyLedgerInvalid,
+    Segment,
+    check_parties,
+    folder_history,
+    history_events,
+    ledger_path,
+    read_ledger,
+    sensitivity_of,
+)
 
 __all__ = [
     "LEDGER",
@@ -93,15 +109,6 @@ __all__ = [
     "sampling_rates",
 ]
 
-LEDGER = "privacy-ledger.jsonl"
-
-#: The version of the ledger's lines; a line without it (an earlier slate's) is refused.
-LEDGER_FORMAT = 2
-
-#: The neighbouring relation, as ``summary.json`` names it: one row replaced by another row of
-#: the same class (the class sizes are public). ``dp-accounting``: ``REPLACE_ONE``.
-RELATION = "replace-one row within its class"
-
 #: A run needs at least this share of the budget left by the ledger's history: a smaller
 #: remainder is of the order of the calibration's and the discretisation's slack, and pays
 #: for steps with next to no signal. Such a run is refused before its first step.
@@ -120,10 +127,6 @@ Z_FLOOR = 0.25
 #: faster (0.1 s against 2 s at z = 0.76).
 DISCRETISATION = 1e-3
 
-#: ``(q, z, releases)``: ``releases`` Poisson-sampled Gaussian releases at rate ``q`` and noise
-#: multiplier ``z``.
-Event = tuple[float, float, int]
-
 
 class PrivacyBudgetExhausted(SlateError):
     """The next release would take a site past ``--dp-epsilon``."""
@@ -132,11 +135,6 @@ class PrivacyBudgetExhausted(SlateError):
 class PrivacyBudgetSpent(PrivacyBudgetExhausted):
     """The ledger's history leaves too little of ``--dp-epsilon`` for one step: refused before
     the run's first step."""
-
-
-class PrivacyLedgerInvalid(SlateError):
-    """A ledger line is damaged, lacks a field, or records other parties than the run's: its
-    releases cannot be composed, so none are made."""
 
 
 def sampling_rates(
@@ -255,205 +253,6 @@ def _affordable(q: float, most: int, epsilon: float, delta: float, history: Sequ
     return low
 
 
-# ----------------------------------------------------------------------------- the ledger
-
-
-@dataclass(frozen=True)
-class PartyMechanism:
-    """One party's mechanism in a segment: its class sizes, its rates and its noise
-    (``noise_std = sensitivity * z``)."""
-
-    party: int
-    positives: int
-    negatives: int
-    q_positives: float
-    q_negatives: float
-    z: float
-    noise_std: float
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A run of ``steps`` private steps from iteration ``start`` with one mechanism: its
-    clipping ``unit`` and bound ``clip``, its ``sensitivity`` (the shift of one draw, 2C), the
-    neighbouring ``relation``, and per party its :class:`PartyMechanism`. Everything its
-    guarantee depends on: its events are ``(q+, z, steps)`` and ``(q-, z, steps)`` per party."""
-
-    start: int
-    steps: int
-    clipping_unit: str
-    clip: float
-    sensitivity: float
-    relation: str
-    parties: tuple[PartyMechanism, ...]
-
-    def mechanism(self, party: int) -> PartyMechanism:
-        """Party ``party``'s mechanism (KeyError if the segment does not hold it)."""
-        for mechanism in self.parties:
-            if mechanism.party == party:
-                return mechanism
-        raise KeyError(party)
-
-    def event(self, party: int, positive: bool) -> Event:
-        """The event of a row of ``party`` of that class: ``(q, z, steps)``."""
-        m = self.mechanism(party)
-        return (m.q_positives if positive else m.q_negatives, m.z, self.steps)
-
-    def to_json(self) -> dict[str, Any]:
-        """Its ledger line's ``segment`` value."""
-        entry = asdict(self)
-        entry["parties"] = [asdict(p) for p in self.parties]
-        return entry
-
-    @classmethod
-    def from_json(cls, entry: Any, where: str) -> Segment:
-        """The segment of a ledger line (``where`` names its file and line); every field must
-        be there, of its type and consistent, else :class:`PrivacyLedgerInvalid`."""
-
-        def refuse(what: str) -> PrivacyLedgerInvalid:
-            return PrivacyLedgerInvalid(
-                f"The privacy ledger {where} {what}: the releases it records cannot be "
-                "composed, so no more are made under --dp-epsilon (a missing or odd value is "
-                "never guessed). Restore the file as the runs wrote it, or train these rows "
-                "again only with a budget that covers every earlier release of them."
-            )
-
-        def number(source: dict[str, Any], name: str, kind: type, low: float) -> Any:
-            if name not in source:
-                raise refuse(f"lacks the field '{name}'")
-            value = source[name]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise refuse(f"has a field '{name}' that is not a number ({value!r})")
-            if kind is int and value != int(value):
-                raise refuse(f"has a field '{name}' that is not a whole number ({value!r})")
-            if not math.isfinite(value) or value < low:
-                raise refuse(f"has a field '{name}' out of range ({value!r})")
-            return kind(value)
-
-        if not isinstance(entry, dict):
-            raise refuse("holds a 'segment' that is not an object")
-        for name in ("clipping_unit", "relation", "parties"):
-            if name not in entry:
-                raise refuse(f"lacks the field '{name}'")
-        if entry["relation"] != RELATION:
-            raise refuse(
-                f"records the neighbouring relation {entry['relation']!r}, not {RELATION!r} "
-                "that this slate composes"
-            )
-        if entry["clipping_unit"] not in ("group", "row"):
-            raise refuse(f"records an unknown clipping unit {entry['clipping_unit']!r}")
-        start, steps = number(entry, "start", int, 0), number(entry, "steps", int, 1)
-        clip = number(entry, "clip", float, 0.0)
-        sensitivity = number(entry, "sensitivity", float, 0.0)
-        if clip <= 0 or not math.isclose(sensitivity, 2.0 * clip, rel_tol=1e-12):
-            raise refuse(f"records a sensitivity {sensitivity!r} other than 2C for C = {clip!r}")
-        if not isinstance(entry["parties"], list) or not entry["parties"]:
-            raise refuse("records no party")
-        parties = []
-        for source in entry["parties"]:
-            if not isinstance(source, dict):
-                raise refuse("records a party that is not an object")
-            q_pos = number(source, "q_positives", float, 0.0)
-            q_neg = number(source, "q_negatives", float, 0.0)
-            z = number(source, "z", float, 0.0)
-            noise = number(source, "noise_std", float, 0.0)
-            if q_pos > 1 or q_neg > 1:
-                raise refuse("records a sampling rate above 1")
-            if z <= 0 or not math.isclose(noise, sensitivity * z, rel_tol=1e-9):
-                raise refuse(f"records a noise {noise!r} that is not its sensitivity times z")
-            party = number(source, "party", int, 0)
-            n_pos, n_neg = number(source, "positives", int, 0), number(source, "negatives", int, 0)
-            parties.append(PartyMechanism(party, n_pos, n_neg, q_pos, q_neg, z, noise))
-        return cls(start, steps, entry["clipping_unit"], clip, sensitivity, RELATION,
-                   tuple(parties))  # fmt: skip
-
-
-def ledger_path(folder: Path, rank: int | None) -> Path:
-    """The ledger of ``folder``: ``privacy-ledger.jsonl``, or a distributed site's
-    ``privacy-ledger-rank{r}.jsonl``."""
-    return Path(folder) / (LEDGER if rank is None else f"privacy-ledger-rank{rank}.jsonl")
-
-
-def folder_history(folder: Path, rank: int | None) -> tuple[Segment, ...]:
-    """The segments of ``folder``'s ledger for this process (:func:`ledger_path`), refused
-    (:class:`PrivacyLedgerInvalid`) where the folder also holds the other engine's kind of
-    ledger (the simulator's, with every party, beside a site's ``-rank{r}`` one): releases of
-    the same rows recorded there cannot be told apart, and are not left out by guess. (The
-    sites of one distributed run may share a folder: each ledger is its own party's.)"""
-    own = ledger_path(folder, rank)
-    pattern = "privacy-ledger-rank*.jsonl" if rank is None else LEDGER
-    others = sorted(p.name for p in Path(folder).glob(pattern))
-    if others:
-        raise PrivacyLedgerInvalid(
-            f"The run folder {folder} holds the privacy ledger {others[0]} besides this "
-            f"process's {own.name}: releases of these rows recorded by a run of the other "
-            "engine cannot be told apart from this one's, so no release is made under "
-            "--dp-epsilon. Train in another folder only with a budget that covers every "
-            "release both ledgers count."
-        )
-    return read_ledger(own)
-
-
-def read_ledger(path: Path) -> tuple[Segment, ...]:
-    """The segments recorded in the ledger ``path`` (none if it does not exist). Every line is
-    ``{"format": 2, "segment": ...}`` or ``{"format": 2, "opened": ...}``; anything else is
-    refused (:class:`PrivacyLedgerInvalid`) naming the file and the line."""
-    path = Path(path)
-    if not path.exists():
-        return ()
-    segments = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        where = f"{path}, line {number},"
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            raise PrivacyLedgerInvalid(
-                f"The privacy ledger {where} is damaged (not JSON): its releases cannot be "
-                "counted, so no more are made under --dp-epsilon. Restore the file, or train "
-                "these rows again only with a budget that covers every earlier release of them."
-            ) from None
-        if not isinstance(entry, dict) or entry.get("format") != LEDGER_FORMAT:
-            raise PrivacyLedgerInvalid(
-                f"The privacy ledger {where} lacks the field 'format' = {LEDGER_FORMAT}: it was "
-                "written by an earlier slate, which recorded the noise multipliers of its "
-                "releases but not their sampling rates, clipping and relation, so they cannot "
-                "be composed and are never guessed. No release is made under --dp-epsilon in "
-                "this folder; train these rows again elsewhere only with a budget that covers "
-                "every release the old ledger counts."
-            )
-        if "segment" in entry:
-            segments.append(Segment.from_json(entry["segment"], where))
-        elif not isinstance(entry.get("opened"), dict):
-            raise PrivacyLedgerInvalid(
-                f"The privacy ledger {where} is neither a segment nor an opening: its releases "
-                "cannot be counted, so no more are made under --dp-epsilon. Restore the file."
-            )
-    return tuple(segments)
-
-
-def _history(segments: Sequence[Segment], party: int, positive: bool) -> tuple[Event, ...]:
-    return tuple(segment.event(party, positive) for segment in segments)
-
-
-def _check_parties(
-    segments: Sequence[Segment], counts: Sequence[tuple[int, int, int]], path: Path | None
-) -> None:
-    """Every segment must hold exactly this run's parties with their class sizes: a row's ε
-    composes its own party's releases, and another deal of the rows has other parties."""
-    mine = sorted((int(p), int(n_pos), int(n_neg)) for p, n_pos, n_neg in counts)
-    for segment in segments:
-        theirs = sorted((m.party, m.positives, m.negatives) for m in segment.parties)
-        if theirs != mine:
-            raise PrivacyLedgerInvalid(
-                f"The privacy ledger {path} records releases of parties (party, positives, "
-                f"negatives) {theirs} from iteration {segment.start}, but this run's parties "
-                f"are {mine}: the rows are dealt otherwise (other --nodes or other data), so a "
-                "row's earlier releases cannot be told apart and are not composed by guess. "
-                "Run with the ledger's parties, or train elsewhere only with a budget that "
-                "covers every release the ledger counts."
-            )
-
-
 # ----------------------------------------------------------------------------- the plan
 
 
@@ -495,11 +294,12 @@ class PrivacyPlan:
 
     @property
     def sensitivity(self) -> float:
-        """The shift one draw can make to the sum of clipped group gradients: 2C."""
-        return 2.0 * self.clip
+        """The shift one draw can make to the sum of clipped gradients: ``C`` for groups of one
+        row, ``2C`` for larger groups (:func:`slate.training.ledger_file.sensitivity_of`)."""
+        return sensitivity_of(self.unit, self.clip)
 
     def noise_std(self) -> tuple[float, ...]:
-        """Each local party's noise standard deviation, ``2 C z``."""
+        """Each local party's noise standard deviation, the sensitivity times ``z``."""
         return tuple(self.sensitivity * p.z for p in self.parties)
 
     def segment(self, start: int, steps: int) -> Segment:
@@ -519,7 +319,7 @@ def _spent_before(
 ) -> tuple[float, float]:
     """ε of the recorded history for a positive and a negative row of ``party``."""
     return tuple(  # type: ignore[return-value]
-        epsilon_pld(_history(history, party, positive), delta) if rate > 0 else 0.0
+        epsilon_pld(history_events(history, party, positive), delta) if rate > 0 else 0.0
         for positive, rate in ((True, q[0]), (False, q[1]))
     )
 
@@ -541,7 +341,7 @@ def _party_z(
     for q, positive in classes:
         if q <= 0:
             continue
-        events = _history(history, party, positive)
+        events = history_events(history, party, positive)
         if z is not None and epsilon_pld((*events, (q, z, releases)), delta) <= epsilon:
             continue
         found = calibrate(q, releases, epsilon, delta, events)
@@ -571,7 +371,7 @@ def plan_privacy(
     the budget, or not one release at :data:`Z_CEILING`; cut to the releases it affords where
     ``releases`` would need more than :data:`Z_CEILING`."""
     history = tuple(history)
-    _check_parties(history, counts, ledger)
+    check_parties(history, counts, ledger)
     rates = {
         party: sampling_rates(groups, batch_size, positives, n_pos, n_neg)
         for party, n_pos, n_neg in counts
@@ -598,7 +398,7 @@ def plan_privacy(
             need = f"{MIN_SHARE:.0%} of the budget ({MIN_SHARE * epsilon:g})"
             raise refused(max(before), party, f"a run needs at least {need} left")
         for positive, q in ((True, q_pos), (False, q_neg)):
-            events = _history(history, party, positive)
+            events = history_events(history, party, positive)
             if q > 0 and epsilon_pld((*events, (q, Z_CEILING, afford)), delta) > epsilon:
                 afford = _affordable(q, afford, epsilon, delta, events)
                 if afford == 0:
@@ -686,7 +486,7 @@ class PrivacyLedger:
         party = self.plan.parties[k]
         q = party.q_pos if positive else party.q_neg
         segments = (*self.plan.history, *self.entries)
-        return (*_history(segments, party.party, positive), (q, party.z, int(extra)))
+        return (*history_events(segments, party.party, positive), (q, party.z, int(extra)))
 
     def _within(self, extra: int) -> bool:
         """Whether ``extra`` more releases keep every local party within the budget."""
@@ -797,16 +597,3 @@ class PrivacyLedger:
             "ledger": str(self.path) if self.path is not None else None,
             "parties": parties,
         }
-
-
-def console_line(summary: dict[str, Any]) -> str:
-    """The one line that states the guarantee reached."""
-    return (
-        f"differential privacy per site ({summary['neighbouring_relation']}): epsilon "
-        f"{summary['epsilon_positives']:.3f} for positives, {summary['epsilon_negatives']:.3f} "
-        f"for negatives (PLD, the ledger's {summary['ledger_releases']} releases) at delta "
-        f"{summary['delta']:g}, budget {summary['epsilon_budget']:g}; this run: z "
-        f"{summary['z']:.3f}, clip {summary['clip']:g}, {summary['groups']} groups, "
-        f"{summary['releases']} releases, rates q+ {summary['q_positives']:.4f} q- "
-        f"{summary['q_negatives']:.4f}"
-    )

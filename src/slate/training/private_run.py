@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -32,8 +32,18 @@ from slate.training.accountant import (
 )
 from slate.training.configuration import ResolvedConfig
 
-if TYPE_CHECKING:
-    from slate.training.run import Run
+
+class RunView(Protocol):
+    """What :func:`plan_against_ledger` reads of a :class:`slate.training.run.Run` (named here
+    without importing it: ``run`` imports this module)."""
+
+    ledger: PrivacyLedger | None
+    settings: ResolvedConfig
+    engine: Engine
+    iteration: int
+    algorithm: Algorithm
+    compute: PartyCompute
+
 
 __all__ = [
     "PrivateSampling",
@@ -137,12 +147,12 @@ def privatise(
     return PrivateCompute(compute, shape, noise), PrivacyLedger(plan)
 
 
-def plan_against_ledger(run: Run, folder: Path, say: Callable[[str], None]) -> PrivacyLedger:
+def plan_against_ledger(run: RunView, folder: Path, say: Callable[[str], None]) -> PrivacyLedger:
     """The ledger of ``folder`` for ``run`` (after its resume or return, before its first step):
     the plan made again against the segments the ledger records (every earlier run of these
     rows), for the releases the run has left (``iterations - iteration``, and the initial
-    batch's from iteration 0); each local party's noise set to the new plan's ``2 C z``. A
-    cut plan is said (``say``); a history that leaves no room is refused here
+    batch's from iteration 0); each local party's noise set to the new plan's (its sensitivity
+    times z). A cut plan is said (``say``); a history that leaves no room is refused here
     (:class:`slate.training.accountant.PrivacyBudgetSpent`), before any release."""
     assert run.ledger is not None and run.settings.privacy is not None
     old, section = run.ledger.plan, run.settings.algorithm
