@@ -178,7 +178,7 @@ def test_under_gradient_tracking_every_named_pair_is_recovered_from_a_real_run(n
     from slate.topology.disclosure import tracking_exposures
 
     topology = build_topology(name, n)
-    claimed = tracking_exposures(topology, 20, 10, 0.05)
+    claimed = tracking_exposures(topology, 20, 10)
     assert any(claimed)
     engine, averages = _traced(name, n, tracking=True)
     sent, mixed, W, lr = engine.recording.sent, engine.recording.mixed, np.array(topology.W), 0.05
