@@ -3,7 +3,7 @@ run"), and the real warning still for a stranger's record.
 
 The cause: torch's libuv ``TCPStore`` (the default since torch 2.4) wakes every client waiting
 for a key whenever anyone calls ``compare_set`` on that key, even when the key is absent, and then
-answers the missing key with an empty value. :func:`store_records.read` is a ``compare_set``, so a
+answers the missing key with an empty value. :func:`store_reads.read` is a ``compare_set``, so a
 site (or ``slate rendezvous``) that read a session nonce record not yet written woke the other
 sites' waits for it: they read an empty "record" and warned that someone other than the sites was
 writing to the rendezvous, sometimes naming a site that had not started yet. Waits now check an
@@ -21,7 +21,7 @@ import pytest
 import torch.distributed as dist
 
 from slate.engines.distributed.control import session
-from slate.engines.distributed.control.store_records import (
+from slate.engines.distributed.control.store_reads import (
     multi_get_within,
     read,
     read_within,

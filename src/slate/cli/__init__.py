@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from slate.cli.commands import (
     is_worker,
+    restore_site_flags,
     run_calibrate,
     run_evaluate,
     run_export,
@@ -65,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         if args.command == "train":
+            restore_site_flags(args, argv)  # (--resume DIR of a site: its own flags, recorded)
             return exit_worker(run_train(args, argv)) if is_worker(args) else run_train(args, argv)
         if args.command == "rendezvous" and own_process:
             return _end_server_process(run_rendezvous(args))

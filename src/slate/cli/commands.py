@@ -22,6 +22,7 @@ from slate.training.party_process import launch, run_party, run_worker
 __all__ = [
     "config_from_args",
     "is_worker",
+    "restore_site_flags",
     "run_calibrate",
     "run_evaluate",
     "run_export",
@@ -107,12 +108,19 @@ NOT_CONFIG = frozenset(
 )
 
 
-def explicit_flags(argv: Sequence[str]) -> dict:
-    """The train flags present on the command line (not their defaults)."""
+def given_flags(argv: Sequence[str]) -> dict:
+    """Every train flag present on the command line (not their defaults), by its name in the
+    parsed arguments."""
     parser = build_parser()
     for action in parser._subparsers._group_actions[0].choices["train"]._actions:
         action.default = argparse.SUPPRESS
-    explicit = {k: v for k, v in vars(parser.parse_args(argv)).items() if k not in NOT_CONFIG}
+    return vars(parser.parse_args(argv))
+
+
+def explicit_flags(argv: Sequence[str]) -> dict:
+    """The train flags present on the command line (not their defaults) that a run's config
+    holds."""
+    explicit = {k: v for k, v in given_flags(argv).items() if k not in NOT_CONFIG}
     for key in LIST_FLAGS:
         if key in explicit:
             explicit[key] = comma_items(explicit[key])
@@ -121,6 +129,38 @@ def explicit_flags(argv: Sequence[str]) -> dict:
     if explicit.get("feature_range") is not None:
         explicit["feature_range"] = tuple(explicit["feature_range"])
     return explicit
+
+
+#: The site flags a folder records (:func:`slate.training.party_process.write_site_flags`).
+SITE_FLAGS = ("rank", "rendezvous", "external_store", "roster", "key", "timeout", "no_plots")
+
+
+def restore_site_flags(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """``slate train --resume DIR`` of a site's folder (one started with ``--rank``): the
+    site's own flags that its checkpoint does not hold (``--rank``, ``--rendezvous``,
+    ``--external-store``, ``--roster``, ``--key``, ``--timeout``, ``--no-plots``) are taken
+    from the folder's record of them where the command does not give them, so that the short
+    command that an interrupted site prints restarts it as it was started. Nothing changes for
+    a folder without that record, nor for a command that gives ``--rank`` or ``--rendezvous``
+    (it says where the site joins now)."""
+    if args.command != "train" or not args.resume or joins_alone(args):
+        return
+    from slate.training.party_process import read_site_flags
+
+    flags = read_site_flags(args.resume)
+    if flags is None:
+        return
+    given = given_flags(argv)
+    if given.get("engine") == "simulator":
+        raise ConfigError(
+            f"--resume {args.resume} is the folder of site {flags['rank']} of a distributed run "
+            "(started with --rank); it resumes with the distributed engine: drop --engine "
+            "simulator."
+        )
+    for name in SITE_FLAGS:
+        if name not in given and flags.get(name) is not None:
+            setattr(args, name, flags[name])
+    args.engine = "distributed"
 
 
 def resumed_record(folder: str) -> dict:

@@ -329,6 +329,8 @@ class Engine(ABC):
     own_party: int | None = None
     #: The flags ``slate train --resume`` needs besides the folder to continue on this engine.
     resume_flags: str = ""
+    #: Said after that command: what else the restart needs (a site's new rendezvous).
+    resume_note: str = ""
 
     @abstractmethod
     def communicator(

@@ -49,6 +49,7 @@ from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.disclosure_warning import disclosure_warning
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.final_check import AverageCheck, check_average
+from slate.training.interruption import interrupted_message, who_stopped
 from slate.training.lr_choice import LrChoice
 from slate.training.outputs import (
     ValidationCurve,
@@ -290,7 +291,7 @@ class _Loop:
         if stopping or boundary:
             checkpoint.save_run(run, self.out, self.elapsed(), self.bar.enabled)
         if stopping:
-            raise RunInterrupted(_interrupted_message(run, self.out))
+            raise RunInterrupted(interrupted_message(run, self.out, who_stopped(run)))
         if boundary:
             self._admit_returning(admitting)
 
@@ -592,12 +593,3 @@ def _divergence(run: Run, history: list[dict[str, float]], final: _Final):
         [row["consensus_distance"] for row in history], squared_norm, final.party_aps,
         final.scores.values["test_ap"], advice,
     )  # fmt: skip
-
-
-def _interrupted_message(run: Run, out: Path | None) -> str:
-    if out is None:
-        return f"Interrupted at iteration {run.iteration}; nothing was written (no run folder)."
-    return (
-        f"Interrupted at iteration {run.iteration}; checkpoint written to {out}. Continue with: "
-        f"slate train --resume {out}{run.engine.resume_flags}"
-    )

@@ -32,7 +32,15 @@ if TYPE_CHECKING:
     from slate.training.configuration import ResolvedConfig
     from slate.training.lr_choice import LrChoice
 
-__all__ = ["exit_worker", "launch", "run_party", "run_worker"]
+__all__ = [
+    "SITE_FLAGS_FILE",
+    "exit_worker",
+    "launch",
+    "read_site_flags",
+    "run_party",
+    "run_worker",
+    "write_site_flags",
+]
 
 
 def launch(config: TrainConfig, argv: Sequence[str], timeout: float) -> int:
@@ -136,6 +144,8 @@ def _train_as_party(
     # torchrun's agent stops (or restarts) every worker when one fails.
     torchrun = rendezvous is None and settings.membership.on_party_loss == "continue"
     engine = _open_engine(settings, rendezvous, args.timeout, faults)
+    if alone:  # its folder records its own flags (write_site_flags): --resume DIR is enough
+        engine.resume_flags, engine.resume_note = "", _restart_note(args)
     place = Place(
         device=f"cuda:{local_rank()}" if device.type == "cuda" else None,
         out=_party_out_dir(settings, engine.rank, alone),
@@ -156,6 +166,21 @@ def _train_as_party(
 
         raise AverageRefused(result.refused)
     return 0
+
+
+def _restart_note(args: argparse.Namespace) -> str:
+    """What a site adds to its printed resume command: with ``--external-store``, that every
+    site restarts at a new ``slate rendezvous`` (the old one still holds the stopped run)."""
+    if not args.external_store:
+        return ""
+    from slate.engines.distributed.control.launch import parse_rendezvous
+
+    host, port = parse_rendezvous(args.rendezvous)
+    roster = f" --roster {Path(args.roster).resolve()}" if args.roster else ""
+    return (
+        f" (run from the same directory, at every site; first stop the old 'slate rendezvous' "
+        f"on {host} and start a new one there: slate rendezvous --port {port}{roster})"
+    )
 
 
 def _party_out_dir(settings: ResolvedConfig, rank: int, alone: bool, out: str | None = None) -> str:
@@ -206,12 +231,71 @@ def run_party(config: TrainConfig, args: argparse.Namespace, faults: FaultPlan) 
     # The topology and the algorithm; this party's files are read once, by its run.
     check_inputs(settings, config.nodes)
     parse_rendezvous(args.rendezvous)  # a malformed address is refused before anything else
-    send_native_stderr_to(Path(_party_out_dir(settings, args.rank, alone=True)), args.rank)
+    folder = Path(_party_out_dir(settings, args.rank, alone=True))
+    send_native_stderr_to(folder, args.rank)
+    write_site_flags(folder, args)
     rendezvous = party_rendezvous(
         args.rank, config.nodes, args.rendezvous, args.timeout, args.external_store,
         identity=identity,
     )  # fmt: skip
     return _train_as_party(settings, rendezvous, args, faults, alone=True)
+
+
+#: A site's own flags, kept in its run folder so that ``slate train --resume DIR`` alone restarts
+#: it: the ones a checkpoint's config does not hold (they say where and as whom the site joins,
+#: not what the run computes).
+SITE_FLAGS_FILE = "site-flags.json"
+SITE_FLAGS_FORMAT = "slate-site-flags-1"
+
+
+def write_site_flags(folder: Path, args: argparse.Namespace) -> None:
+    """Record this site's ``--rank``, ``--rendezvous``, ``--external-store``, ``--roster``,
+    ``--key`` (as absolute paths: the key's path, never the key), ``--timeout`` and
+    ``--no-plots`` in ``folder`` (:data:`SITE_FLAGS_FILE`), at every start."""
+    flags = {
+        "format": SITE_FLAGS_FORMAT,
+        "rank": args.rank,
+        "rendezvous": args.rendezvous,
+        "external_store": bool(args.external_store),
+        "roster": str(Path(args.roster).resolve()) if args.roster else None,
+        "key": str(Path(args.key).resolve()) if args.key else None,
+        "timeout": args.timeout,
+        "no_plots": bool(getattr(args, "no_plots", False)),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SITE_FLAGS_FILE
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(flags, indent=1) + "\n")
+    partial.replace(path)  # (never half a file, should the site be stopped while it writes)
+
+
+def read_site_flags(folder: str | Path) -> dict | None:
+    """The site flags recorded in ``folder`` by :func:`write_site_flags`, or None when it
+    holds none (a simulator or launcher run, or a site of an older slate). A record that is
+    there but unreadable is refused with one paragraph."""
+    path = Path(folder) / SITE_FLAGS_FILE
+    if not path.is_file():
+        return None
+    try:
+        flags = json.loads(path.read_text())
+        valid = (
+            isinstance(flags, dict)
+            and flags.get("format") == SITE_FLAGS_FORMAT
+            and isinstance(flags.get("rank"), int)
+            and isinstance(flags.get("rendezvous"), str)
+            and isinstance(flags.get("timeout"), (int, float))
+            and all(isinstance(flags.get(k), (str, type(None))) for k in ("roster", "key"))
+        )
+    except (OSError, ValueError):
+        valid = False
+    if not valid:
+        raise ConfigError(
+            f"--resume {folder}: its site flags record {path} is not one slate wrote (a site "
+            "writes it when it starts: its --rank, --rendezvous, --external-store, --roster, "
+            "--key and --timeout). Give those flags with --resume, or delete the file and give "
+            "them."
+        )
+    return flags
 
 
 def _site_identity(args: argparse.Namespace, nodes: int):

@@ -109,7 +109,7 @@ def read_store_nonce(store: Any, timeout_s: float = 0.0) -> str | None:
 
     One round trip when the nonce is there, as it is from the moment ``slate rendezvous``
     listens: the read comes first, and only a missing nonce is waited for, then read
-    (:func:`~slate.engines.distributed.control.store_records.read_within`: a wait that the
+    (:func:`~slate.engines.distributed.control.store_reads.read_within`: a wait that the
     store ends early is waited again)."""
     text = read_within(store, STORE_NONCE_KEY, timeout_s)
     return text if is_nonce(text) else None
