@@ -119,13 +119,11 @@ def exposed_by_average(heard: np.ndarray) -> list[tuple[int, ...]]:
         heard: (N, N) boolean, ``heard[i, j]`` iff :math:`i` hears :math:`j`
             (:func:`heard_in_round`).
     """
-    heard = np.asarray(heard, dtype=bool)
-    n = heard.shape[0]
-    exposed: list[tuple[int, ...]] = []
-    for i in range(n):
-        unheard = [k for k in range(n) if k != i and not heard[i, k]]
-        exposed.append(tuple(unheard) if len(unheard) == 1 else ())
-    return exposed
+    unheard = ~np.asarray(heard, dtype=bool)
+    np.fill_diagonal(unheard, False)
+    alone = unheard.sum(axis=1) == 1
+    lone = unheard.argmax(axis=1)
+    return [(int(lone[i]),) if alone[i] else () for i in range(unheard.shape[0])]
 
 
 def evaluated_iterations(iterations: int, eval_every: int) -> list[int]:
