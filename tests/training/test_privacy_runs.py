@@ -276,6 +276,13 @@ def test_dpsgd_and_coda_clip_per_row_and_the_estimator_reports_epsilon():
         run = Run(resolve_and_check(_digits(None, algorithm=algorithm, iterations=2)))
         groups, size = run.compute.groups.groups, run.compute.groups.group_size
         assert size == 1 and groups > 8 * 16
+        # The accountant composes the rates the sampler draws at: --dp-groups (8) groups'
+        # expected rows, not one per slot (which overstated q about 20-fold, and so the noise).
+        for (_, n_pos, n_neg), party in zip(run.private_sampling.counts, run.ledger.plan.parties,
+                                            strict=True):  # fmt: skip
+            drawn = sampling_rates(8, 16, 1, n_pos, n_neg)
+            assert (party.q_pos, party.q_neg) == pytest.approx(drawn, rel=1e-12)
+            assert drawn[0] < 0.5
         assert run.advance(2) == 2 and bool(torch.isfinite(run.x).all())
     import numpy as np
 

@@ -40,15 +40,9 @@ replace-one event, so there is no RDP cross-check.) No amplification by gossip i
 positives and ``m - b`` negatives, so ``q+ = min(1, G b / n+)`` and ``q- = min(1, G (m - b) /
 n-)``.
 
-**The ledger.** An append-only file in the run folder (``privacy-ledger.jsonl``, or
-``privacy-ledger-rank{r}.jsonl`` for a site of a distributed run) of mechanisms, not counts: one
-JSON line per segment of steps (:class:`Segment`: its start, its number of steps, the clipping
-unit and bound, the sensitivity, the relation, and per party its class sizes, ``q+``, ``q-``,
-``z`` and noise), written and fsynced *before* the segment's first release: a run stopped
-within a segment has the whole segment counted. Rollbacks, resumes and returns re-run steps:
-each is counted again. It is read back by every run in the folder (a resume, a return, a new
-run with other flags) and never restored from a checkpoint; a line that lacks a field (a ledger
-of an earlier slate) is refused, never guessed (:class:`PrivacyLedgerInvalid`).
+**The ledger** (:mod:`slate.training.ledger_file`). Mechanisms, not counts: a segment per chunk
+of steps, fsynced before its first release, read back by every run in the folder, never
+restored from a checkpoint, refused where a field is missing (never guessed).
 
 **The plan** (:func:`plan_privacy`). A run is planned against what its ledger leaves: each
 party's ``z`` is the smallest that keeps the composition of the recorded history and the run's
@@ -362,6 +356,7 @@ def plan_privacy(
     positives: int,
     history: Sequence[Segment] = (),
     ledger: Path | None = None,
+    rate_groups: int | None = None,
 ) -> PrivacyPlan:
     """The plan for local parties ``counts`` (``(party, n+, n-)`` each) against the ledger's
     recorded ``history`` (read from ``ledger``): per party, ``z = max(z+, z-)`` with ``z+`` the
@@ -369,11 +364,13 @@ def plan_privacy(
     run's ``releases`` at ``q+`` meets ``epsilon`` (likewise ``z-``). Refused before the first
     step (:class:`PrivacyBudgetSpent`) where the history leaves less than :data:`MIN_SHARE` of
     the budget, or not one release at :data:`Z_CEILING`; cut to the releases it affords where
-    ``releases`` would need more than :data:`Z_CEILING`."""
+    ``releases`` would need more than :data:`Z_CEILING`. The rates are the sampler's, from
+    ``rate_groups`` (``--dp-groups``; default ``groups``, which counts slots for rows)."""
     history = tuple(history)
     check_parties(history, counts, ledger)
+    rate_groups = groups if rate_groups is None else rate_groups
     rates = {
-        party: sampling_rates(groups, batch_size, positives, n_pos, n_neg)
+        party: sampling_rates(rate_groups, batch_size, positives, n_pos, n_neg)
         for party, n_pos, n_neg in counts
     }
     where = f"the ledger {ledger}" if ledger is not None else "this run's ledger"

@@ -136,7 +136,7 @@ def privatise(
     plan = plan_privacy(
         privacy.epsilon, privacy.delta, privacy.clip, sampling.groups, sampling.size,
         sampling.unit, releases, sampling.counts, section.batch_size, section.positives,
-        history=history, ledger=path,
+        history=history, ledger=path, rate_groups=privacy.groups,
     )  # fmt: skip
     divisors = tuple(
         expected_contributors(sampling.unit, sampling.groups, n_pos, n_neg, q_pos, q_neg)
@@ -168,6 +168,7 @@ def plan_against_ledger(run: RunView, folder: Path, say: Callable[[str], None]) 
         plan = plan_privacy(
             old.epsilon, old.delta, old.clip, old.groups, old.group_size, old.unit, left,
             counts, section.batch_size, section.positives, history=history, ledger=path,
+            rate_groups=run.settings.privacy.groups,
         )  # fmt: skip
         compute = run.compute
         assert isinstance(compute, PrivateCompute)
