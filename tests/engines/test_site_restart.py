@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,9 @@ def test_ctrl_c_at_one_site_is_named_everywhere_and_the_printed_command_resumes(
             assert len(said) == 1, text[-3000:]
             who = "this site, party 2 (site2)," if rank == STOPPED else "party 2 (site2) was"
             assert who in said[0], said[0]
-            assert json.loads((folders[rank] / SITE_FLAGS_FILE).read_text())["rank"] == rank
+            record = folders[rank] / SITE_FLAGS_FILE
+            assert json.loads(record.read_text())["rank"] == rank
+            assert stat.S_IMODE(record.stat().st_mode) == 0o600  # (names the key's path)
         commands = [printed_command(text) for _, text in done]
         assert commands[0] == ["slate", "train", "--resume", "run"], commands
 

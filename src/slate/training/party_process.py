@@ -262,10 +262,12 @@ def write_site_flags(folder: Path, args: argparse.Namespace) -> None:
         "timeout": args.timeout,
         "no_plots": bool(getattr(args, "no_plots", False)),
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / SITE_FLAGS_FILE
+    from slate.permissions import private_files, private_folder
+
+    path = private_folder(folder) / SITE_FLAGS_FILE  # (0700, its files 0600: slate.permissions)
     partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(flags, indent=1) + "\n")
+    with private_files():
+        partial.write_text(json.dumps(flags, indent=1) + "\n")
     partial.replace(path)  # (never half a file, should the site be stopped while it writes)
 
 
