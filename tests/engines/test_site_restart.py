@@ -1,4 +1,4 @@
-"""Ctrl-C at one site of a roster run (issue 54): every site names the site that stopped the run,
+"""Ctrl-C at one site of a roster run: every site names the site that stopped the run,
 and the command each site prints, run exactly as printed, restarts it; the resumed run ends with
 the uninterrupted run's model.
 

@@ -1,5 +1,5 @@
-"""No warning about strangers in a clean roster run (issue 54, "a false alarm in every roster
-run"), and the real warning still for a stranger's record.
+"""No warning about strangers in a clean roster run (it once came in every roster run), and the
+real warning still for a stranger's record.
 
 The cause: torch's libuv ``TCPStore`` (the default since torch 2.4) wakes every client waiting
 for a key whenever anyone calls ``compare_set`` on that key, even when the key is absent, and then
