@@ -44,12 +44,12 @@ from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
 from slate.faults import FaultPlan
 from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
-from slate.training.accountant import console_line as privacy_line
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.disclosure_warning import disclosure_warning
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.final_check import AverageCheck, check_average
 from slate.training.interruption import interrupted_message, who_stopped
+from slate.training.ledger_file import console_line as privacy_line
 from slate.training.lr_choice import LrChoice
 from slate.training.outputs import (
     ValidationCurve,
