@@ -298,21 +298,29 @@ class Trained:
     average: torch.Tensor  # the parties' mean
     seconds_per_iteration: float
     epsilon: dict[str, float] | None
+    iterations: int  # the steps taken: fewer than planned where the budget cut the plan
 
 
 def train(config: Any, data: W7a, parts: Sequence[np.ndarray]) -> Trained:
+    """``config``'s run on ``parts``; a private run whose plan was cut to what its budget
+    affords stops where the ledger stops it (``Trained.iterations``)."""
+    from slate.training.accountant import PrivacyBudgetExhausted
+
     run = make_run(config, data, parts)
     start = time.perf_counter()
     left = config.iterations
-    while left > 0:
-        left -= run.advance(min(CHUNK, left))
-    seconds = (time.perf_counter() - start) / config.iterations
+    try:
+        while left > 0:
+            left -= run.advance(min(CHUNK, left))
+    except PrivacyBudgetExhausted:
+        pass
+    seconds = (time.perf_counter() - start) / max(1, run.iteration)
     privacy = None
     if run.ledger is not None:
         summary = run.ledger.summary()
         privacy = {k: summary[k] for k in ("epsilon_positives", "epsilon_negatives", "z")}
     x = run.x.detach().cpu().double()
-    return Trained(x.clone(), x.mean(dim=0), seconds, privacy)
+    return Trained(x.clone(), x.mean(dim=0), seconds, privacy, run.iteration)
 
 
 class Scorer:

@@ -1,14 +1,19 @@
-"""What ``--dp-epsilon`` costs in test AP: SLATE against DP-D-PSGD on w7a, over seeds.
+"""What ``--dp-epsilon`` costs in test AP: SLATE against DP-D-PSGD on w7a, over seeds, and
+against each site training alone on its own rows.
 
 ``python -m benchmarks.privacy_utility [--parties 4,20] [--iterations 2000,500] [--seeds 3]
-[--lr 0.01] [--write]`` trains, on the simulator, every party's share of w7a (stratified, the
-whole training set) and scores the final average model on w7a.t with scikit-learn's
-``average_precision_score``. Per N, with the same flags and iterations:
+[--epsilons 1,3,8] [--lr 0.01] [--write]`` trains, on the simulator, every party's share of
+w7a (stratified, the whole training set) and scores the final average model on w7a.t with
+scikit-learn's ``average_precision_score``. Per N, with the same flags and iterations:
 
 * SLATE without DP;
 * SLATE's grouped clipping without noise (the secret noise source patched to zeros in this
   process): what clipping alone costs;
-* SLATE at ε = 8 and DP-D-PSGD at ε = 8 (groups of one row: standard DP-SGD).
+* SLATE and DP-D-PSGD (groups of one row, each sampled row in its own slot: standard DP-SGD)
+  at each ε of ``--epsilons``;
+* each site alone: one party training on its own share only, without DP (its rows never leave
+  it), scored on the same test rows; the smallest ε at which the private federation's mean AP
+  beats the sites' mean AP alone is the crossover (a site gains by joining above it).
 
 ``--write`` puts the section into ``benchmarks/RESULTS.md``.
 """
@@ -38,17 +43,25 @@ from benchmarks.privacy import (
     train_config,
 )
 
-#: (label, algorithm, epsilon, noise on): the rows of one N's table.
-VARIANTS = (
+#: (label, algorithm, epsilon, noise on): the rows of one N's table without DP noise.
+BASE_VARIANTS = (
     ("SLATE, no DP", "slate", None, True),
     ("SLATE, grouped clipping without noise", "slate", 8.0, False),
-    ("SLATE, ε = 8", "slate", 8.0, True),
-    ("DP-D-PSGD, ε = 8", "dpsgd", 8.0, True),
 )
+ALONE = "each site alone, no DP"
 
 
-#: Per variant: the APs over the seeds and the median milliseconds per iteration.
-Table = dict[str, tuple[list[float], float]]
+def variants(epsilons: list[float]) -> list[tuple[str, str, float | None, bool]]:
+    """The table's rows: the base variants, then SLATE and DP-D-PSGD at each ε."""
+    private = [(f"{name}, ε = {eps:g}", algorithm, eps, True)
+               for eps in epsilons for name, algorithm in (("SLATE", "slate"),
+                                                           ("DP-D-PSGD", "dpsgd"))]  # fmt: skip
+    return [*BASE_VARIANTS, *private]
+
+
+#: Per variant: the APs over the seeds, the median milliseconds per iteration and the fewest
+#: steps taken over the seeds.
+Table = dict[str, tuple[list[float], float, int]]
 
 
 @contextlib.contextmanager
@@ -65,36 +78,67 @@ def noise_off() -> Iterator[None]:
 
 
 def one_ap(s: Settings, data: W7a, parties: int, iterations: int, algorithm: str,
-           epsilon: float | None, noise: bool) -> tuple[float, float]:  # fmt: skip
-    """Test AP of the final average and milliseconds per iteration of one run."""
+           epsilon: float | None, noise: bool) -> tuple[float, float, int]:  # fmt: skip
+    """Test AP of the final average, milliseconds per iteration and the steps taken (fewer
+    than ``iterations`` where the budget cut the plan) of one run."""
     from sklearn.metrics import average_precision_score
 
     config = train_config(s, parties, epsilon, iterations, algorithm)
     with contextlib.nullcontext() if noise else noise_off():
         done = train(config, data, deal(data.y, parties, s.seed))
     ap = average_precision_score(data.y_test, Scorer(config)(done.average, data.x_test))
-    return float(ap), 1000.0 * done.seconds_per_iteration
+    return float(ap), 1000.0 * done.seconds_per_iteration, done.iterations
 
 
 def measure(s: Settings, data: W7a, parties: int, iterations: int, seeds: int,
-            log: Any) -> Table:  # fmt: skip
+            epsilons: list[float], log: Any) -> Table:  # fmt: skip
     """Per variant: the APs over ``seeds`` seeds (model, partition and sampler order) and the
-    median milliseconds per iteration."""
+    median milliseconds per iteration; for :data:`ALONE`, every site's AP of every seed."""
     out = {}
-    for label, algorithm, epsilon, noise in VARIANTS:
-        aps, ms = [], []
+    for label, algorithm, epsilon, noise in variants(epsilons):
+        aps, ms, taken = [], [], []
         for seed in range(seeds):
-            ap, per_it = one_ap(replace(s, seed=seed), data, parties, iterations, algorithm,
-                                epsilon, noise)  # fmt: skip
+            ap, per_it, steps = one_ap(replace(s, seed=seed), data, parties, iterations,
+                                       algorithm, epsilon, noise)  # fmt: skip
             aps.append(ap)
             ms.append(per_it)
-            log(f"N {parties} {label} seed {seed}: AP {ap:.4f}, {per_it:.2f} ms/it")
-        out[label] = (aps, float(np.median(ms)))
+            taken.append(steps)
+            log(f"N {parties} {label} seed {seed}: AP {ap:.4f}, {per_it:.2f} ms/it, {steps} steps")
+        out[label] = (aps, float(np.median(ms)), min(taken))
+    out[ALONE] = alone(s, data, parties, iterations, seeds, log)
     return out
 
 
+def alone(s: Settings, data: W7a, parties: int, iterations: int, seeds: int,
+          log: Any) -> tuple[list[float], float, int]:  # fmt: skip
+    """Each site of the ``parties``-way deal training SLATE on its own share alone (one party,
+    no DP, the same flags and iterations), its final model scored on w7a.t."""
+    from sklearn.metrics import average_precision_score
+
+    aps, ms = [], []
+    for seed in range(seeds):
+        settings = replace(s, seed=seed)
+        config = train_config(settings, 1, None, iterations)
+        for site, part in enumerate(deal(data.y, parties, seed)):
+            done = train(config, data, [part])
+            ap = average_precision_score(data.y_test, Scorer(config)(done.average, data.x_test))
+            aps.append(float(ap))
+            ms.append(1000.0 * done.seconds_per_iteration)
+            log(f"N {parties} site {site} alone seed {seed}: AP {ap:.4f}")
+    return aps, float(np.median(ms)), iterations
+
+
+def crossover(table: Table, epsilons: list[float]) -> str:
+    """The smallest ε whose SLATE mean AP beats the sites' mean AP alone, or a bound."""
+    alone_mean = np.mean(table[ALONE][0])
+    for eps in sorted(epsilons):
+        if np.mean(table[f"SLATE, ε = {eps:g}"][0]) > alone_mean:
+            return f"ε = {eps:g}"
+    return f"above ε = {max(epsilons):g} (not reached)"
+
+
 def section(s: Settings, results: dict[int, Table], iterations: dict[int, int], seeds: int,
-            command: str, seconds: float) -> list[str]:  # fmt: skip
+            epsilons: list[float], command: str, seconds: float) -> list[str]:  # fmt: skip
     from benchmarks.__main__ import machine
 
     lines = [
@@ -104,16 +148,23 @@ def section(s: Settings, results: dict[int, Table], iterations: dict[int, int], 
         f"--dp-clip {s.clip:g}` on a ring, the whole training set dealt to the parties "
         f"(stratified), {seeds} seed(s) (model, partition; the DP noise and sample are secret); "
         "test AP of the final average on w7a.t (scikit-learn), mean ± sd over the seeds.\n",
-        "| N | iterations | setting | test AP | ms / iteration |",
-        "|---|---|---|---|---|",
+        "| N | iterations | setting | test AP | ms / iteration | steps taken |",
+        "|---|---|---|---|---|---|",
     ]
     for parties, table in results.items():
-        for label, (aps, ms) in table.items():
+        for label, (aps, ms, steps) in table.items():
             lines.append(f"| {parties} | {iterations[parties]} | {label} | {np.mean(aps):.4f} ± "
-                         f"{np.std(aps):.4f} | {ms:.2f} |")  # fmt: skip
-        slate = np.mean(table["SLATE, ε = 8"][0])
-        dpsgd = np.mean(table["DP-D-PSGD, ε = 8"][0])
-        lines.append(f"| {parties} | | SLATE − DP-D-PSGD at ε = 8 | {slate - dpsgd:+.4f} | |")
+                         f"{np.std(aps):.4f} | {ms:.2f} | {steps} |")  # fmt: skip
+        for eps in epsilons:
+            slate = np.mean(table[f"SLATE, ε = {eps:g}"][0])
+            dpsgd = np.mean(table[f"DP-D-PSGD, ε = {eps:g}"][0])
+            lines.append(f"| {parties} | | SLATE − DP-D-PSGD at ε = {eps:g} | "
+                         f"{slate - dpsgd:+.4f} | | |")  # fmt: skip
+        sites = table[ALONE][0]
+        lines.append(f"| {parties} | | each site alone: range over sites and seeds | "
+                     f"{min(sites):.4f} to {max(sites):.4f} | | |")  # fmt: skip
+        lines.append(f"| {parties} | | joining pays from (SLATE's mean above the sites' mean "
+                     f"alone) | {crossover(table, epsilons)} | | |")  # fmt: skip
     lines.append(f"\nThe whole invocation took {seconds:.0f} s.")
     return lines
 
@@ -124,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parties", default="4,20")
     parser.add_argument("--iterations", default="2000,500", help="per entry of --parties")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epsilons", default="1,3,8", help="the ε of the private runs")
     parser.add_argument("--lr", type=float, default=0.01, help="default: the paper's, for w7a")
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     parties = [int(v) for v in args.parties.split(",")]
+    epsilons = [float(v) for v in args.epsilons.split(",")]
     steps = [int(v) for v in args.iterations.split(",")]
     iterations = dict(zip(parties, (steps * len(parties))[: len(parties)], strict=True))
     s = Settings(data_dir=args.data_dir, lr=args.lr)
@@ -135,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     data = load_w7a(s.data_dir)
     started = time.perf_counter()
-    results = {n: measure(s, data, n, iterations[n], args.seeds, log) for n in parties}
+    results = {n: measure(s, data, n, iterations[n], args.seeds, epsilons, log) for n in parties}
     command = "python -m benchmarks.privacy_utility " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    lines = section(s, results, iterations, args.seeds, command.strip(),
+    lines = section(s, results, iterations, args.seeds, epsilons, command.strip(),
                     time.perf_counter() - started)  # fmt: skip
     print("\n".join(lines))
     if args.write:
