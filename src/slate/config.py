@@ -190,6 +190,8 @@ class TrainConfig:
     dp_delta: float = agreed(1e-5)
     dp_clip: float = agreed(1.0)
     dp_groups: int = agreed(8)
+    log_level: str = per_site("info")  # run.log's threshold (slate.training.reporting)
+    tensorboard: str | None = per_site(None)  # a SummaryWriter's folder for the scalars
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -202,6 +204,10 @@ class TrainConfig:
         if values["dp_epsilon"] is None:  # likewise the privacy flags (docs/privacy.md)
             for key in ("dp_epsilon", "dp_delta", "dp_clip", "dp_groups"):
                 del values[key]
+        if values["log_level"] == "info":  # likewise what a run reports as it goes
+            del values["log_level"]
+        if values["tensorboard"] is None:
+            del values["tensorboard"]
         return values
 
 

@@ -49,6 +49,9 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
         args.no_progress = args.no_progress or record.get("progress") is False
     else:
         config = config_from_args(args)
+    from slate.training.reporting import check_reporting
+
+    check_reporting(config.log_level, config.tensorboard)  # before any data is read
     if config.drop_party and (args.engine == "distributed" or joins_alone(args)):
         raise ConfigError(
             "--drop-party injects party losses in the simulator; with the distributed engine, "

@@ -310,6 +310,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "it importing matplotlib); 'slate plot RUN' draws the same figures later",
     )
     run.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="the least level of the lines of run.log, the run folder's log of events (start, "
+        "evaluations, checkpoints, lost parties, stop, end); the console is the same at any level",
+    )
+    run.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="write each evaluation's AP, training loss, bytes sent (and epsilon under "
+        "--dp-epsilon) as TensorBoard scalars into DIR (needs: pip install 'slate[tensorboard]')",
+    )
+    run.add_argument(
         "--party-ap",
         action=argparse.BooleanOptionalAction,
         default=None,

@@ -91,9 +91,11 @@ def run_or_reuse(config: TrainConfig, folder: Path, log: Callable[[str], None]) 
     from slate.training.loop import train
 
     summary_path = folder / "summary.json"
-    if summary_path.is_file():
-        log(f"  reuse {folder}")
-        return json.loads(summary_path.read_text())
+    if summary_path.is_file():  # (one that says it is running, stopped or failed is not done)
+        summary = json.loads(summary_path.read_text())
+        if summary.get("state", "done") == "done":
+            log(f"  reuse {folder}")
+            return summary
     config = dataclasses.replace(config, out=str(folder))
     return train(config, progress=False, log=lambda _: None).summary
 

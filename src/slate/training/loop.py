@@ -24,6 +24,7 @@ plan, never the flat flags.
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import threading
@@ -63,6 +64,7 @@ from slate.training.outputs import (
 )
 from slate.training.plan import Choices, Place, choose
 from slate.training.private_run import plan_against_ledger
+from slate.training.reporting import Progress, Reporter
 from slate.training.run import Run
 
 __all__ = ["RunResult", "run_candidates", "train"]
@@ -154,33 +156,6 @@ def _lambda_text(topology) -> str:
     )
 
 
-class _Progress:
-    """The progress bar: at every site when each party runs at its own site (per-party files,
-    where each console is its own), else on whichever process is the main one now (it moves to
-    the lowest surviving party when party 0 is lost)."""
-
-    def __init__(self, run: Run, enabled: bool) -> None:
-        self.run, self.enabled, self.bar = run, enabled, None
-
-    def show(self, postfix: str | None = None) -> None:
-        if not (self.enabled and (self.run.engine.is_main or self.run.data.federated)):
-            return
-        if self.bar is None:
-            from tqdm.auto import tqdm
-
-            total = self.run.settings.algorithm.iterations
-            self.bar = tqdm(total=total, initial=self.run.iteration, unit="it",
-                            dynamic_ncols=True)  # fmt: skip
-        self.bar.n = self.run.iteration
-        if postfix is not None:
-            self.bar.set_postfix(ap=postfix, refresh=False)
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 @dataclass
 class _Final:
     """The collectives that end a run: party APs, final scores, model and traffic; at a site of
@@ -205,8 +180,9 @@ class _Loop:
     interrupted by a lost party can be made again from the position the survivors roll back to.
     """
 
-    def __init__(self, run: Run, out: Path | None, start: float, bar: _Progress, say, log) -> None:
-        self.run, self.out, self.start, self.bar = run, out, start, bar
+    def __init__(self, run: Run, out: Path | None, start: float, bar: Progress, say, log,
+                 reporter: Reporter) -> None:  # fmt: skip
+        self.run, self.out, self.start, self.bar, self.reporter = run, out, start, bar, reporter
         self.say, self.log = say, log
         self.warned = False
         self.said_store_lost = False
@@ -249,6 +225,7 @@ class _Loop:
         ):
             run.history.append(_evaluation_row(run, self.elapsed()))
             self.bar.show(f"{run.history[-1]['test_ap']:.4f}")
+            self.reporter.evaluated()
             refused = run.evaluator.refused
             if refused and refused[-1]["iteration"] == t:
                 self.note(f"warning: the evaluation at iteration {t} was dropped: "
@@ -290,6 +267,7 @@ class _Loop:
         stopping, admitting = run.stop_flags.agree(t)
         if stopping or boundary:
             checkpoint.save_run(run, self.out, self.elapsed(), self.bar.enabled)
+            self.reporter.event(f"checkpoint: written at iteration {t}")
         if stopping:
             raise RunInterrupted(interrupted_message(run, self.out, who_stopped(run)))
         if boundary:
@@ -363,6 +341,7 @@ class _Loop:
         """A change of the party set: logged by the main party, and by every party when each
         runs at its own site (per-party files), where each site's console is its own."""
         run = self.run
+        self.reporter.event(f"party: {line}", logging.WARNING if " lost " in line else logging.INFO)
         if run.engine.is_main:
             self.say(line)
         elif run.data.federated:
@@ -529,18 +508,32 @@ def _drive(
         cut = run.ledger.plan
         if cut.requested is not None and cut.releases < cut.requested:  # ends where it affords
             run.private_end = run.iteration + cut.releases
-    bar = _Progress(run, progress)
-    loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log)
+    bar, reporter = Progress(run, progress), Reporter(run, out)
+    reporter.open()
+    reporter.event(f"start: {settings.algorithm.name} on {parties(plan.nodes)} ({run.engine.name})"
+                   f" at iteration {run.iteration} of {settings.algorithm.iterations}")  # fmt: skip
+    loop = _Loop(run, out, time.perf_counter() - offset, bar, say, log, reporter)
     loop.joined_at = run.iteration if returning else None
     if loop.best is not None and run.resumed_best is not None:
         loop.best.load_state_dict(run.resumed_best, run.device)
-    with _StopOnSignal(run):
-        try:
-            final = loop.run_to_end()
-        except TrainingDiverged as err:
-            raise TrainingDiverged(f"{err} {checkpoint.last_checkpoint_note(run, out)}") from None
-        finally:
-            bar.close()
+    try:
+        with _StopOnSignal(run), reporter.watching():
+            try:
+                final = loop.run_to_end()
+            except TrainingDiverged as err:
+                note = checkpoint.last_checkpoint_note(run, out)
+                raise TrainingDiverged(f"{err} {note}") from None
+            finally:
+                bar.close()
+        return _conclude(run, loop, final, out, log, reporter, figures)
+    finally:
+        reporter.close()
+
+
+def _conclude(run: Run, loop: _Loop, final: _Final, out: Path | None, log, reporter: Reporter,
+              figures: bool) -> RunResult:  # fmt: skip
+    """The end of a run: its summary, run folder and closing lines."""
+    plan = run.plan
     history = run.history
     robust = run.robust_records()
     if not run.writes_outputs:
@@ -565,9 +558,11 @@ def _drive(
         summary["lr_choice"] = plan.lr_choice.to_dict()
     if run.ledger is not None:
         summary["privacy"] = run.ledger.summary()
+    summary["state"] = "done"
     if out is not None:
         write_run_folder(run, summary, history, out, final.model, final.validation, figures)
         summary["out_dir"] = str(out)
+    reporter.finished(summary)
     report(run, summary, final.wall, out, log)
     if run.ledger is not None:
         log(privacy_line(summary["privacy"]))

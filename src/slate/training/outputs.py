@@ -49,6 +49,7 @@ __all__ = [
     "evaluation_summary",
     "parties",
     "report",
+    "write_history",
     "write_run_folder",
 ]
 
@@ -219,14 +220,7 @@ def _write_run_files(
     validation: ValidationCurve | None,
 ) -> None:
     xbar, buffers, scores = final_model
-    rows, columns = history, HISTORY_COLUMNS
-    if run.validated:  # the evaluations scored validation rows: say so in the columns
-        rows = [_validation_columns(row) for row in history]
-        columns = list(_validation_columns(dict.fromkeys(HISTORY_COLUMNS)))
-    with open(out / "history.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_history(out / "history.csv", history, run.validated)
     precision, recall = scores.pr_curve()
     write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
     run.compute.layout.load_into(run.model, xbar, buffers)
@@ -240,6 +234,23 @@ def _write_run_files(
     save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)
+
+
+def write_history(
+    path: Path, rows: list[dict[str, float]], validated: bool, append: bool = False
+) -> None:
+    """``history.csv``: a header and ``rows`` (with ``append``, ``rows`` added after the file's
+    own, no header); ``validated``: the evaluations scored validation rows, which the columns
+    say (``validation_ap``, ``validation_auroc``)."""
+    columns: list[str] = list(HISTORY_COLUMNS)
+    if validated:
+        rows = [_validation_columns(row) for row in rows]
+        columns = list(_validation_columns(dict.fromkeys(HISTORY_COLUMNS)))
+    with open(path, "a" if append else "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        if not append:
+            writer.writeheader()
+        writer.writerows(rows)
 
 
 def _validation_columns(row: dict[str, float]) -> dict[str, float]:

@@ -384,6 +384,11 @@ IDLE_TIMEOUT_SECONDS = 600.0  # slate rendezvous gives up after this long withou
 #: so that a lost party restarted late learns at once that the run is over.
 LINGER_SECONDS = 300.0
 WATCH_SECONDS = 0.2  # how often slate rendezvous reads the store
+#: How long ``slate rendezvous`` keeps serving once the run is over, so that a leaving party's
+#: last read of what it saw (every 0.1 s, :func:`~slate.engines.distributed.control.liveness.
+#: confirm_leave`) finds the store still there: a read of a closed store makes torch's C++ layer
+#: print a stack trace into the party's debug log.
+LEAVE_GRACE_SECONDS = 1.0
 
 
 def serve_rendezvous(
@@ -434,6 +439,7 @@ def serve_rendezvous(
                 )
                 return 1
             time.sleep(WATCH_SECONDS)
+        time.sleep(LEAVE_GRACE_SECONDS)  # (the leaving parties read that it saw them)
         missing = _parties_that_did_not_finish(records, end.final or ())
         if missing and linger > 0:
             say(
