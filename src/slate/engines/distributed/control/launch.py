@@ -38,6 +38,7 @@ from slate.engines.distributed.control.liveness import (
     signed_beats,
 )
 from slate.engines.distributed.control.rendezvous import Rendezvous
+from slate.engines.distributed.control.store_door import join_store
 from slate.engines.distributed.control.store_records import Records, read_within
 from slate.engines.distributed.control.workers import Worker, start_workers
 from slate.errors import ConfigError, parties_text, per_party_text
@@ -239,26 +240,10 @@ def party_rendezvous(
         if note:
             warn(note)
     hosts = rank == 0 and not external
-    timeout = datetime.timedelta(seconds=timeout_s)
-    try:
-        store = (
-            dist.TCPStore(host, port, world, True, timeout=timeout, wait_for_workers=False)
-            if hosts
-            else _client(host, port, timeout_s)
-        )
-    except (RuntimeError, dist.DistStoreError) as err:
-        what = "listen" if hosts else "reach the rendezvous store"
-        hint = (
-            "Is another process using that port?"
-            if hosts
-            else "Start it first: party 0 does without --external-store; with --external-store, "
-            f"run 'slate rendezvous --port {port}' on {host}. (A run that has finished takes its "
-            "rendezvous with it: a party restarted with --resume then has nothing to rejoin.)"
-        )
-        raise ConfigError(
-            f"Party {rank} could not {what} at {rendezvous} within --timeout {timeout_s:g} s "
-            f"({str(err).splitlines()[0][:160]}). {hint}"
-        ) from None
+    if hosts:
+        store = _host_store(host, port, world, timeout_s, rendezvous)
+    else:  # (bounded by --timeout, whatever holds the address: store_door.py)
+        store = join_store(host, port, timeout_s, rank, rendezvous)
     if external:
         _check_rendezvous_roster(store, rendezvous, port, identity)
     return Rendezvous(
@@ -270,6 +255,18 @@ def party_rendezvous(
         identity=identity,
         store_nonce=session.publish_store_nonce(store) if hosts else None,
     )
+
+
+def _host_store(host: str, port: int, world: int, timeout_s: float, rendezvous: str) -> Any:
+    """Party 0's store, listening at ``host:port`` (refused in one paragraph when it cannot)."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    try:
+        return dist.TCPStore(host, port, world, True, timeout=timeout, wait_for_workers=False)
+    except (RuntimeError, dist.DistStoreError) as err:
+        raise ConfigError(
+            f"Party 0 could not listen at {rendezvous} within --timeout {timeout_s:g} s "
+            f"({str(err).splitlines()[0][:160]}). Is another process using that port?"
+        ) from None
 
 
 RENDEZVOUS_ROSTER_KEY = "slate/rendezvous_roster"  # the digest 'slate rendezvous' checks with
