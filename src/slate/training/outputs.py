@@ -34,6 +34,7 @@ from slate.metrics.operating_points import (
 )
 from slate.permissions import private_files, private_folder
 from slate.security.robust import accusation_lines
+from slate.training.ap_coverage import coverage_text
 from slate.training.evaluation import TestScores
 
 if TYPE_CHECKING:
@@ -290,6 +291,7 @@ def build_summary(
         "iterations": run.iteration,
         "test_ap": final["test_ap"],
         "test_auroc": final["test_auroc"],
+        **_coverage(run),
         "party_ap_min": min(party_aps, default=None),  # None: --no-party-ap
         "party_ap_max": max(party_aps, default=None),
         "consensus_distance": final["consensus_distance"],
@@ -320,6 +322,16 @@ def build_summary(
     }
 
 
+def _coverage(run: Run) -> dict[str, Any]:
+    """Which sites' test rows the final metrics cover: ``test_ap_sites`` (None with one test
+    set for all), and ``test_ap_coverage``, the words the ``test AP`` line adds after a loss
+    (None without one)."""
+    sites = covered_sites(run)
+    events = run.party_set.party_events
+    text = coverage_text(sites, len(run.data.counts), events) if sites is not None else None
+    return {"test_ap_sites": sites, "test_ap_coverage": text}
+
+
 def _communication_summary(run: Run, final: dict[str, float]) -> dict[str, Any]:
     """How the parties talked: local steps, compressor, CHOCO's gamma, and the WAN estimate
     (that of the last history row)."""
@@ -347,6 +359,8 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
         own_models = f"(party AP {summary['party_ap_min']:.4f}-{summary['party_ap_max']:.4f}) "
     bound = summary.get("test_ap_error_bound")
     within = f" (+-{bound:.1e}, federated)" if bound is not None else ""
+    if summary.get("test_ap_coverage"):  # (after a loss: the survivors' test rows only)
+        within += f" {summary['test_ap_coverage']}"
     log(
         f"{prefix}test AP {summary['test_ap']:.4f}{within}  AUROC {summary['test_auroc']:.4f}  "
         f"{own_models}in {wall:.1f} s"
@@ -385,11 +399,19 @@ def _own_aps(own: dict[Any, float | None]) -> str:
     return text + " (all in summary.json's party_test_ap)"
 
 
-def scored_test_rows(run: Run) -> int:
-    """The test rows the final metrics cover: with per-party files, only the parties still in
-    the run (a lost party's test rows leave with it)."""
+def covered_sites(run: Run) -> list[int] | None:
+    """With per-party test files, the parties whose test rows the final metrics cover: those
+    still in the run (a lost party's test rows leave with it); None with one test set for all."""
     if run.data.federated and run.data.counts and not run.validated:
-        return sum(run.data.counts[m].test for m in run.party_set.members)
+        return list(run.party_set.members)
+    return None
+
+
+def scored_test_rows(run: Run) -> int:
+    """The test rows the final metrics cover (see :func:`covered_sites`)."""
+    sites = covered_sites(run)
+    if sites is not None:
+        return sum(run.data.counts[m].test for m in sites)
     return run.data.n_test
 
 
