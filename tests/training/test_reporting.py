@@ -90,11 +90,16 @@ def _rows_of(text: str) -> list[str]:
     return text.splitlines()[1:]
 
 
-def test_log_level_warning_drops_the_info_lines(tmp_path):
+def test_log_level_warning_drops_the_info_lines_and_debug_adds_the_steps(tmp_path):
     done = slate_here(*RUN, "--out", tmp_path / "run", "--log-level", "warning")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "run.log").read_text() == ""
     assert len(_rows(tmp_path / "run" / "history.csv")) == 7
+    done = slate_here(*RUN, "--out", tmp_path / "debug", "--log-level", "debug")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "debug" / "run.log").read_text()
+    assert "DEBUG rank=0 iteration=10 slate.run: steps: 10 to iteration 10\n" in text
+    assert text.count(" INFO ") == 10  # start, 7 evaluations, 1 checkpoint, end
 
 
 def test_tensorboard_without_its_package_is_refused_before_training(tmp_path, monkeypatch):

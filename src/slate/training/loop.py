@@ -255,6 +255,7 @@ class _Loop:
         run.stop_flags.plan_chunk(t, t + length)
         run.advance(length)
         self.bar.show()
+        self.reporter.event(f"steps: {length} to iteration {run.iteration}", logging.DEBUG)
         return None
 
     def _stop_or_checkpoint(self) -> None:

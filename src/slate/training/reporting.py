@@ -91,11 +91,17 @@ class Reporter:
     candidate run of ``--lr auto``): it then logs to the ``slate`` loggers alone."""
 
     def __init__(self, run: Run, out: Path | None) -> None:
-        self.run, self.out = run, out if run.writes_outputs else None
+        self.run, self.folder = run, out
         self.written = 0  # history rows in the live history.csv
         self.handler: logging.Handler | None = None
         self.level = LOGGER.level
         self.scalars: Any = None
+
+    @property
+    def out(self) -> Path | None:
+        """The run folder where this process writes it (the main party moves to the lowest
+        surviving one after a loss), else None."""
+        return self.folder if self.run.writes_outputs else None
 
     def where(self) -> tuple[int, int]:
         return self.run.engine.local_parties[0], self.run.iteration
@@ -115,7 +121,8 @@ class Reporter:
             if flags.tensorboard is not None:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.scalars = SummaryWriter(log_dir=flags.tensorboard)
+                rank = str(self.run.engine.local_parties[0])  # (one folder per site)
+                self.scalars = SummaryWriter(log_dir=flags.tensorboard.replace("{rank}", rank))
 
     def close(self) -> None:
         """Close the log and the SummaryWriter; the ``slate`` logger's level is restored."""
