@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slate.data.encoding import ColumnChoice, TableEncoder, looks_like_id
+from slate.data.encoding import ColumnChoice, TableEncoder
 from slate.data.readers.delimited import RawTable
+from slate.data.table_notes import looks_like_id
 from slate.errors import ConfigError, DataError
 
 

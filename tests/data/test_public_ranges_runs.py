@@ -8,12 +8,11 @@ own output only."""
 
 from __future__ import annotations
 
-import math
-import struct
 from pathlib import Path
 
 import pytest
 
+from tests.payloads import holding
 from tests.sites import (
     HAVE_W7A,
     SITE_FLAGS,
@@ -46,32 +45,6 @@ def plant(site: Path) -> str:
     lines[k] = " ".join([label, *cells])
     (site / "train.svm").write_text("\n".join(lines) + "\n")
     return lines[k]
-
-
-def encodings(value: float) -> dict[str, bytes]:
-    """``value`` as the bytes a payload could carry it in."""
-    found = {"json text": repr(value).encode(), "json text (g)": f"{value:g}".encode()}
-    for order, mark in (("little", "<"), ("big", ">")):
-        found[f"float64 {order}"] = struct.pack(mark + "d", value)
-        found[f"float32 {order}"] = struct.pack(mark + "f", value)
-        for whole in {math.floor(value), math.ceil(value)}:
-            found[f"int64 {whole} {order}"] = struct.pack(mark + "q", whole)
-        for bits in (32, 40):  # the masked sums' fixed point (slate.security.masking)
-            found[f"fixed point 2^{bits} {order}"] = struct.pack(mark + "q", round(value * 2**bits))
-    return found
-
-
-def holding(opened: Path, value: float, site: int) -> list[str]:
-    """Every payload a site other than ``site`` opened that holds ``value`` in one of its
-    :func:`encodings`, as ``file: encoding``."""
-    found = []
-    for path in sorted(opened.glob("rank*/*.bin")):
-        if path.parent.name == f"rank{site}":
-            continue
-        payload = path.read_bytes()
-        found += [f"{path.parent.name}/{path.name}: {name}"
-                  for name, data in encodings(value).items() if data in payload]  # fmt: skip
-    return found
 
 
 def run(root: Path) -> list[tuple[int, str]]:

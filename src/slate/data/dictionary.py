@@ -51,6 +51,12 @@ The rules:
 * ``label``: the label column and the positive label, used where ``--label-column`` and
   ``--positive-label`` are not given (given, they must be the same).
 
+* Under ``--dp-epsilon`` nothing is fitted on the rows: every numeric feature column needs a
+  ``range`` or ``mean`` and ``std`` (:meth:`DictionaryColumn.public_centre`,
+  :meth:`~DictionaryColumn.public_scale`), a site declares the file's ranges only
+  (:meth:`DataDictionary.public_ranges`), and a cell outside its ``range`` is clipped into it,
+  with a note at that site only (:meth:`DataDictionary.clipping_note`).
+
 Every site must hold the same file, byte for byte: its sha256 is part of each site's schema,
 compared first, before any other exchange, and of the run settings compared before step 1
 (:mod:`slate.training.agreement`).
@@ -126,6 +132,33 @@ class DictionaryColumn:
         return [*self.categories, *([MISSING] if self.missing else []),
                 *([OTHER] if self.other else [])]  # fmt: skip
 
+    @property
+    def public(self) -> bool:
+        """Whether a numeric column's imputation and scaling can come from the file alone (a
+        declared ``mean`` and ``std``, or a ``range``): what ``--dp-epsilon`` needs."""
+        return self.mean is not None or self.range is not None
+
+    def public_centre(self, path: str) -> float:
+        """A numeric column's imputed value and centre from the file alone: its ``mean``, else
+        the middle of its ``range``; ``path`` names the file where it has neither."""
+        if self.mean is not None:
+            return self.mean
+        if self.range is None:
+            raise SchemaFileError(
+                f'{path}: column {self.name!r} declares neither "mean" and "std" nor '
+                '"range": under --dp-epsilon its missing cells and scale must come from the '
+                "schema file, never from the rows."
+            )
+        return (self.range[0] + self.range[1]) / 2
+
+    def public_scale(self) -> float:
+        """A numeric column's scale from the file alone: its ``std`` (1 for a ``std`` of 0),
+        else half the width of its ``range`` (so that the range maps onto [-1, 1])."""
+        if self.mean is not None:
+            return float(self.std) if self.std else 1.0
+        lo, hi = self.range or (-1.0, 1.0)
+        return (hi - lo) / 2 if hi > lo else 1.0
+
 
 @dataclass(frozen=True)
 class DataDictionary:
@@ -179,6 +212,46 @@ class DataDictionary:
                 )
             out[name] = [lo, hi]
         return out
+
+    def public_ranges(self) -> dict[str, list[float] | None]:
+        """What a site declares of its numeric columns under ``--dp-epsilon``: the file's
+        ``range`` where it has one, nothing of its own rows (its cells outside are clipped
+        into it: :meth:`clipping_note`)."""
+        return {c.name: list(c.range) for c in self.columns if c.kind == "numeric" and c.range}
+
+    def clipping_note(self, table: Any) -> str | None:
+        """This site's own note on the cells of ``table`` outside their column's declared
+        ``range``, which ``--dp-epsilon`` clips into it (``None``: none was). Never sent: a
+        refusal, or anything sent about them, would tell the other sites such a row exists."""
+        found = []
+        for column in self.columns:
+            if column.kind != "numeric" or column.range is None:
+                continue
+            values = table.numeric.get(column.name)
+            if values is None:
+                continue
+            lo, hi = column.range
+            with np.errstate(invalid="ignore"):
+                outside = values[(values < lo) | (values > hi)]
+            if outside.size:
+                found.append(
+                    f"{outside.size} in {column.name!r} (from {outside.min():g} to "
+                    f"{outside.max():g}, into [{lo:g}, {hi:g}])"
+                )
+        if not found:
+            return None
+        return (
+            f"note: {table.path}: cells outside the range the schema {self.path} declares were "
+            f"clipped into it: {'; '.join(found)}. Only this site is told: nothing about these "
+            "cells is sent."
+        )
+
+    def without_public_constants(self, features: Any = None) -> list[str]:
+        """The numeric columns (among ``features``, ``None``: all) that declare neither
+        ``mean`` and ``std`` nor ``range``: under ``--dp-epsilon`` they have nothing to be
+        imputed and scaled with."""
+        return [c.name for c in self.columns if c.kind == "numeric" and not c.public
+                and (features is None or c.name in features)]  # fmt: skip
 
     def column(self, name: str) -> DictionaryColumn:
         return next(c for c in self.columns if c.name == name)

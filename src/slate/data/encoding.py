@@ -19,6 +19,13 @@ matrix, always the same way for training, test and prediction files:
 
 With per-party files every statistic is federated: counts and sums are summed over the parties
 and the category *names* are united; no row leaves a party.
+
+Under ``--dp-epsilon`` (``private``) a table needs its ``--schema`` (:mod:`slate.data.dictionary`)
+and nothing is fitted on its rows: a numeric column is imputed with its declared ``mean`` (else
+the middle of its declared ``range``) and scaled with its declared ``mean`` and ``std`` (else
+its ``range`` to [-1, 1]); a cell outside the declared ``range`` is clipped into it, at the site,
+in training and in every later use of the model (``bounds``); an indicator column only where
+the schema says ``"missing": true``. Nothing is summed or gathered (docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -43,18 +50,12 @@ __all__ = [
     "ColumnChoice",
     "TableEncoder",
     "fit_features",
-    "id_warnings",
-    "looks_like_id",
-    "reduction_notes",
-    "table_notes",
 ]
 
 INDICATOR_RATE = 0.01
 MISSING = "<missing>"
 OTHER = "<other>"
 DEFAULT_MAX_CATEGORIES = 50
-ID_LIKE_SHARE = 0.9  # a text column with distinct values in at least this share of rows ...
-ID_LIKE_MIN_ROWS = 20  # ... of at least this many rows looks like an ID or free text
 FORMAT = 1
 
 Total = Callable[..., Tensor]  # (value, what) -> the value summed over all processes
@@ -98,15 +99,6 @@ class ColumnChoice:
         return chosen
 
 
-def looks_like_id(values: np.ndarray) -> bool:
-    """All values distinct integers that increase with the line number (a row counter)."""
-    if len(values) < 3 or np.isnan(values).any():
-        return False
-    if not np.array_equal(values, np.round(values)):
-        return False
-    return bool(np.all(np.diff(values) > 0))
-
-
 @dataclass(frozen=True)
 class CategoryLimits:
     """How many one-hot columns a text column may get (scikit-learn's ``OneHotEncoder`` names).
@@ -145,6 +137,7 @@ def fit_features(
     gather: Gather = _local_gather,
     declared: Declared | None = None,
     dictionary: DataDictionary | None = None,
+    private: bool = False,
 ) -> TableEncoder | Standardizer | None:
     """The one fit of a run's feature transform, on the training rows of this process's parties.
 
@@ -155,83 +148,19 @@ def fit_features(
     with the sites' ``declared`` facts every federated sum is checked against them
     (:mod:`slate.data.declared`). With a ``dictionary`` (``--schema``) a table's categories,
     and the statistics it declares, come from it: nothing is gathered
-    (:mod:`slate.data.dictionary`).
+    (:mod:`slate.data.dictionary`); ``private`` (``--dp-epsilon``): only the dictionary's public
+    constants (module docstring).
     """
     if choice is not None:
-        return TableEncoder.fit(
-            train, choice, standardize, total, gather, limits, declared, dictionary
-        )
+        if dictionary is not None:
+            return TableEncoder.fit_declared(
+                train, choice, standardize, dictionary, total, declared, private
+            )
+        return TableEncoder.fit(train, choice, standardize, total, gather, limits, declared)
     if not standardize:
         return None
     rows = [x.reshape(len(x), -1) for x in train]
     return Standardizer.fit(rows, total, centre=centre, declared=declared)
-
-
-def id_warnings(table: Any, choice: ColumnChoice) -> list[str]:
-    """Warnings for feature columns that look like row IDs (distinct, increasing with the line
-    number, integer or text)."""
-    declared = set(choice.id_columns) | set(choice.drop_columns)
-    if choice.feature_columns:
-        declared |= set(table.columns) - set(choice.feature_columns)
-    suspects = [
-        c for c, values in table.numeric.items() if c not in declared and looks_like_id(values)
-    ]
-    suspects += [
-        c
-        for c, col in table.text.items()
-        if c not in declared
-        and table.rows >= 3
-        and len(col.categories) == table.rows
-        and np.array_equal(col.codes, np.arange(table.rows))
-    ]
-    return [
-        f"warning: column {c!r} of {table.path} looks like a row ID (every value distinct, "
-        "increasing with the line number) but is used as a feature; declare it with "
-        f"--id-column {c} (or --drop-columns {c})."
-        for c in suspects
-    ]
-
-
-def reduction_notes(encoder: TableEncoder, path: str, skip: set[str] = frozenset()) -> list[str]:
-    """One line per text column whose values did not all get a one-hot column: an ID-like or
-    free-text column (nearly every value distinct) is a warning naming the flag that drops it."""
-    notes = []
-    for c, (rows, values, columns) in encoder.reduced.items():
-        if c in skip:
-            continue
-        if columns == 0:
-            notes.append(
-                f"warning: column {c!r} of {path} looks like an ID or free text ({values} "
-                f"distinct values in {rows} training rows, none frequent enough for a column of "
-                f"its own): it is left out. Declare it with --id-column {c} to carry it into "
-                f"predictions, or --drop-columns {c}."
-            )
-        elif values >= ID_LIKE_SHARE * rows and rows >= ID_LIKE_MIN_ROWS:
-            notes.append(
-                f"warning: column {c!r} of {path} looks like an ID or free text ({values} "
-                f"distinct values in {rows} training rows); it is encoded as {columns} column"
-                f"{'s' if columns != 1 else ''} (the rest <other>). Drop it with --drop-columns "
-                f"{c} (or --id-column {c} to carry it into predictions)."
-            )
-        else:
-            notes.append(
-                f"note: column {c!r} of {path} has {values} distinct values; the most frequent "
-                f"get {columns} one-hot columns and the rest share <other> (--max-categories, "
-                "--min-frequency)."
-            )
-    return notes
-
-
-def table_notes(tables: list[Any], encoder: TableEncoder, choice: ColumnChoice) -> list[str]:
-    """The readers' notes, ID warnings and one-hot reductions of a run's tables, each once."""
-    notes = [n for t in tables for n in t.notes]
-    ids = [
-        w for w in id_warnings(tables[0], choice)
-        if not any(f"column {c!r}" in w for c in encoder.left_out)
-    ]  # fmt: skip
-    warned = {c for c in tables[0].columns if any(f"column {c!r}" in w for w in ids)}
-    notes += ids + reduction_notes(encoder, tables[0].path, skip=warned)
-    return list(dict.fromkeys(notes))
 
 
 @dataclass
@@ -251,6 +180,7 @@ class TableEncoder:
     seen: dict[str, set[str]] = field(default_factory=dict, repr=False)
     reduced: dict[str, tuple[int, int, int]] = field(default_factory=dict, repr=False)
     left_out: list[str] = field(default_factory=list)  # text columns without any kept value
+    bounds: dict[str, list[float]] = field(default_factory=dict)  # clipped into, before all else
 
     # ------------------------------------------------------------------ fitting
 
@@ -264,16 +194,12 @@ class TableEncoder:
         gather: Gather = _local_gather,
         limits: CategoryLimits | None = None,
         declared: Declared | None = None,
-        dictionary: DataDictionary | None = None,
     ) -> TableEncoder:
         """Fit on the training tables of this process's parties; ``total`` sums a tensor over
         all processes and ``gather`` concatenates every process's list (both identity in one
         process). The column kinds must agree across tables (checked by schema agreement).
         ``limits`` caps the one-hot columns per text column (:class:`CategoryLimits`);
-        ``declared``: the sites' declarations the federated sums are checked against; with a
-        ``dictionary`` the fit is :meth:`fit_declared`'s."""
-        if dictionary is not None:
-            return cls.fit_declared(tables, choice, standardize, dictionary, total, declared)
+        ``declared``: the sites' declarations the federated sums are checked against."""
         first = tables[0]
         features = choice.features(first.columns, first.path)
         numeric = [c for c in features if c in first.numeric]
@@ -313,6 +239,7 @@ class TableEncoder:
         dictionary: DataDictionary,
         total: Total = _local_total,
         declared: Declared | None = None,
+        private: bool = False,
     ) -> TableEncoder:
         """The fit with a declared data dictionary (``--schema``, :mod:`slate.data.dictionary`):
         the features are the dictionary's columns in its order (less ``--id-column`` and
@@ -320,7 +247,9 @@ class TableEncoder:
         its declared categories, then ``<missing>`` and ``<other>`` where declared, and no
         category name or count is sent anywhere. A numeric column with a declared mean and
         std is imputed and scaled with them; the others' statistics are summed through
-        ``total`` as in :meth:`fit` (nothing is summed when every column declares them)."""
+        ``total`` as in :meth:`fit` (nothing is summed when every column declares them).
+        ``private`` (``--dp-epsilon``): nothing is summed; every numeric column is imputed,
+        scaled and clipped with the dictionary's public constants alone (module docstring)."""
         first = tables[0]
         chosen = set(choice.features(first.columns, first.path))  # the flags checked
         features = [c for c in dictionary.names if c in chosen]
@@ -332,9 +261,9 @@ class TableEncoder:
         columns = {c.name: c for c in dictionary.columns}
         numeric = [c for c in features if columns[c].kind == "numeric"]
         text = [c for c in features if columns[c].kind == "text"]
-        summed = [c for c in numeric if columns[c].mean is None]
+        summed = [] if private else [c for c in numeric if columns[c].mean is None]
         imputed = _imputed_cells(tables, numeric)
-        means: dict[str, float] = {c: columns[c].mean for c in numeric if c not in summed}
+        means = {c: columns[c].public_centre(dictionary.path) for c in numeric if c not in summed}
         rate: dict[str, float] = {}
         if summed:
             sums, _ = _numeric_sums(tables, summed, total)
@@ -351,6 +280,8 @@ class TableEncoder:
         categories = {c: columns[c].one_hot for c in text}
         encoder = cls(numeric, text, means, indicators, categories, choice, imputed=imputed)
         encoder.seen = {c: set(columns[c].categories) for c in text}
+        if private:  # a cell outside its public range is clipped into it, here and at predict
+            encoder.bounds = {c: list(columns[c].range) for c in numeric if columns[c].range}
         if standardize:
             blocks = [encoder._numeric_block(t) for t in tables]
             mean, scale = np.zeros(encoder.width), np.ones(encoder.width)
@@ -361,8 +292,7 @@ class TableEncoder:
                 mean[at], scale[at] = fitted.mean, fitted.scale
             for j, c in enumerate(numeric):
                 if c not in summed:
-                    std = columns[c].std
-                    mean[j], scale[j] = columns[c].mean, std if std > 0 else 1.0
+                    mean[j], scale[j] = means[c], columns[c].public_scale()
             encoder.scaler = Standardizer(mean, scale)
         return encoder
 
@@ -401,7 +331,7 @@ class TableEncoder:
         self._check_columns(table)
         out = np.zeros((table.rows, self.width), dtype=np.float32)
         for j, c in enumerate(self.numeric):
-            values = table.numeric[c]
+            values = self._bounded(table, c)
             column = np.where(np.isnan(values), self.means[c], values)
             if scale:
                 column = (column - self.scaler.mean[j]) / self.scaler.scale[j]
@@ -448,9 +378,16 @@ class TableEncoder:
             return np.zeros((table.rows, 0))
         out = np.empty((table.rows, len(self.numeric)), dtype=np.float64)
         for j, c in enumerate(self.numeric):
-            values = table.numeric[c]
+            values = self._bounded(table, c)
             out[:, j] = np.where(np.isnan(values), self.means[c], values)
         return out
+
+    def _bounded(self, table: Any, column: str) -> np.ndarray:
+        """``column``'s cells, clipped into its public range where the fit set one (missing
+        cells stay NaN)."""
+        values = table.numeric[column]
+        span = self.bounds.get(column)
+        return values if span is None else np.clip(values, span[0], span[1])
 
     def _one_hot_positions(
         self, table: Any, column: str, count_unseen: bool
@@ -502,6 +439,7 @@ class TableEncoder:
             "feature_names": self.names,
             "imputed_cells": self.imputed,
             "left_out": self.left_out,
+            **({"bounds": self.bounds} if self.bounds else {}),
         }
 
     @classmethod
@@ -524,6 +462,7 @@ class TableEncoder:
             scaler,
             dict(saved.get("imputed_cells", {})),
             left_out=list(saved.get("left_out", [])),
+            bounds={k: [float(v[0]), float(v[1])] for k, v in saved.get("bounds", {}).items()},
         )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from slate.data.declared import Declared
-from slate.data.encoding import fit_features, table_notes
+from slate.data.encoding import fit_features
 from slate.data.local_data import (
     Exchange,
     HeldOut,
@@ -42,6 +42,7 @@ from slate.data.schema import (
     check_party_files_counts,
 )
 from slate.data.spec import DataSpec
+from slate.data.table_notes import table_notes
 from slate.errors import ConfigError, DataError, SlateError
 
 __all__ = ["Agreement", "agree", "cut", "local_data"]
@@ -114,7 +115,7 @@ def agree(
         [s.train.pad(width).fit_input for s in shards],
         choice=options.choice if options else None, limits=options.limits if options else None,
         standardize=standardize, centre=whole and spec.dataset != "libsvm",
-        dictionary=dictionary, **federated,
+        dictionary=dictionary, private=spec.dp_epsilon is not None, **federated,
     )  # fmt: skip
     if options is not None:
         notes += [

@@ -193,7 +193,8 @@ class PartReader:
     read with the spec's width, index base, dtype and positive label, every value outside the
     public ``feature_range`` (where there is one) clipped into it; with ``drop_wide`` (under
     ``--dp-epsilon``) a value at an index beyond ``n_features`` is dropped, not refused (a
-    refusal would tell the other sites that such a row exists)."""
+    refusal would tell the other sites that such a row exists), and a table's cells outside
+    the ranges of its ``--schema`` are noted (the encoder clips them)."""
 
     options: Any
     n_features: int | None = None
@@ -215,7 +216,10 @@ class PartReader:
         :func:`~slate.data.declared.clip_to_range`); ``labels`` is as in
         :meth:`~slate.data.options.TableOptions.read` (tables only)."""
         if self.options is not None:
-            return TablePart(self.options.read(path, labels=labels)), None
+            table = self.options.read(path, labels=labels)
+            dictionary = self.options.dictionary
+            clipped = dictionary.clipping_note(table) if self.drop_wide and dictionary else None
+            return TablePart(table), clipped
         from slate.data.readers.libsvm import read_libsvm_file
 
         def reading(width: int | None) -> Any:

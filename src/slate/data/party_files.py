@@ -105,7 +105,8 @@ def _read_party(spec: DataSpec, reader: PartReader, rank: int) -> Shard:
     schema = train.schema(rank, held, counts, positive)
     if options is not None and options.dictionary is not None:  # compared first by everyone
         dictionary = options.dictionary
-        ranges = dictionary.declared_ranges(schema.ranges, train_path)
+        ranges = (dictionary.public_ranges() if spec.dp_epsilon is not None  # nothing own
+                  else dictionary.declared_ranges(schema.ranges, train_path))  # fmt: skip
         schema = dataclasses.replace(schema, dictionary=dictionary.digest, ranges=ranges)
     if options is None and spec.public_range is not None:  # public: nothing of the rows
         schema = dataclasses.replace(schema, ranges=public_ranges(spec.public_range))

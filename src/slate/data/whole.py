@@ -113,20 +113,24 @@ def _read_csv_files(
     the shard's ``later``."""
     _need_train(spec)
     options = TableOptions.from_config(spec)
-    reader, later = PartReader.of(spec, options), None
+    reader, later, notes = PartReader.of(spec, options), None, []
+
+    def read(path: str) -> Part:
+        part, note = reader.read(path)
+        notes.extend([note] if note else [])
+        return part
+
     if spec.test:
         test_path = spec.test
-        train = reader.read(spec.train)[0]
-        held = None if validation is not None else reader.read(test_path)[0]
+        train = read(spec.train)
+        held = None if validation is not None else read(test_path)
         if validation is not None:
-            later = lambda: reader.read(test_path)[0]  # noqa: E731
+            later = lambda: read(test_path)  # noqa: E731
         split = f"test file {spec.test}"
     else:
-        train, held = reader.read(spec.train)[0].split(
-            spec.test_fraction, spec.split_seed, spec.train
-        )
+        train, held = read(spec.train).split(spec.test_fraction, spec.split_seed, spec.train)
         split = _held_out_split(spec)
-    shard = Shard(train, held, split, split, later, name="csv")
+    shard = Shard(train, held, split, split, later, name="csv", notes=notes)
     if validation is not None:
         what = f"{spec.train} (--validation-fraction)"
         shard = validated(shard, validation, validation_seed, what)

@@ -18,6 +18,7 @@ import torch
 from slate.algorithms import AlgorithmConfig, configure, parameter_fields
 from slate.communication.gossip import check_gossip_flags
 from slate.config import TrainConfig
+from slate.data.dictionary import read_dictionary
 from slate.data.sampler import validate_batch_shape
 from slate.errors import ConfigError
 from slate.security.guards import check_robust
@@ -180,8 +181,9 @@ def compressed(config: TrainConfig) -> bool:
     return str(config.compress or "none").strip().lower() != "none"
 
 
-def check_config(config: TrainConfig) -> None:
-    """Every flag of a resolved config that can be checked without data."""
+def check_config(config: TrainConfig, given: TrainConfig | None = None) -> None:
+    """Every flag of a resolved config that can be checked without data (``given``: the flags
+    as the user gave them, before the defaults)."""
     validate_batch_shape(config.batch_size, config.positives)
     if isinstance(config.lr, str) and config.lr != "auto":  # a number is checked by the rule
         raise ConfigError(f"--lr must be a number or 'auto', got {config.lr!r}.")
@@ -207,12 +209,14 @@ def check_config(config: TrainConfig) -> None:
     _check_validation(config)
     _check_positive_label(config)
     check_feature_range(config)
-    check_privacy(config)
+    check_privacy(config, given)
 
 
-def check_privacy(config: TrainConfig) -> None:
+def check_privacy(config: TrainConfig, given: TrainConfig | None = None) -> None:
     """``--dp-epsilon``'s values, and what it refuses: every choice made on the private rows
-    that the accountant does not count (docs/privacy.md, "Refused under --dp-epsilon")."""
+    that the accountant does not count (docs/privacy.md, "Refused under --dp-epsilon"), all
+    named in one message. ``given``: the flags as the user gave them, so that a default that
+    cannot run privately (a table's ``--lr auto``) gives way instead (:mod:`.lr_choice`)."""
     epsilon = config.dp_epsilon
     if epsilon is None:
         return
@@ -224,12 +228,25 @@ def check_privacy(config: TrainConfig) -> None:
         raise ConfigError(f"--dp-clip must be a positive number, got {config.dp_clip!r}.")
     if config.dp_groups < 1:
         raise ConfigError(f"--dp-groups must be at least 1, got {config.dp_groups}.")
+    refused = privacy_refusals(config, given or config)
+    if len(refused) == 1:
+        raise ConfigError(f"Refused under --dp-epsilon {epsilon:g}: {refused[0]}")
+    if refused:
+        listed = " ".join(f"({k}) {why}" for k, why in enumerate(refused, 1))
+        raise ConfigError(
+            f"Refused under --dp-epsilon {epsilon:g}, for {len(refused)} reasons: {listed}"
+        )
+
+
+def privacy_refusals(config: TrainConfig, given: TrainConfig) -> list[str]:
+    """Why ``config`` cannot run under ``--dp-epsilon``, one sentence per flag or file."""
+    table = config.dataset == "csv" and (config.train is not None or bool(config.party_files))
     refusals = [
         (
-            config.lr == "auto",
+            given.lr == "auto",
             "--lr auto chooses the step size from short runs on the private rows, which "
             "--dp-epsilon does not account. Give the step size with --lr (chosen on public "
-            "data).",
+            "data), or leave --lr out for the public default.",
         ),
         (
             config.early_stopping is not None,
@@ -237,17 +254,18 @@ def check_privacy(config: TrainConfig) -> None:
             "which --dp-epsilon does not account. Drop --early-stopping.",
         ),
         (
-            bool(config.standardize),
+            bool(config.standardize) and config.dataset != "csv",
             "--standardize computes means and standard deviations from the private rows, which "
             "--dp-epsilon does not account. Scale the features with public or declared "
             "statistics beforehand and pass --no-standardize.",
         ),
         (
-            config.dataset == "csv" and (config.train is not None or config.party_files),
-            "--dataset csv fits its table encoding (imputed values, category vocabularies, "
-            "column selection) on the private rows, which --dp-epsilon does not account. "
-            "Encode the table with public or declared statistics and give it as --dataset "
-            "libsvm.",
+            table and config.schema is None,
+            "--dataset csv without --schema fits its table encoding (imputed values, category "
+            "vocabularies, scales) on the private rows, which --dp-epsilon does not account. "
+            "Declare the table in a schema file every site holds (--schema FILE; 'slate "
+            'schema\' writes one), with each numeric column\'s public "range" (or "mean" '
+            'and "std") and each text column\'s categories.',
         ),
         (
             config.algorithm == "slate-m" and config.momentum == "storm",
@@ -256,9 +274,28 @@ def check_privacy(config: TrainConfig) -> None:
             "(the default under --dp-epsilon).",
         ),
     ]
-    for refused, why in refusals:
-        if refused:
-            raise ConfigError(f"Refused under --dp-epsilon {epsilon:g}: {why}")
+    found = [why for refused, why in refusals if refused]
+    if table and config.schema is not None:
+        found += _schema_refusals(config)
+    return found
+
+
+def _schema_refusals(config: TrainConfig) -> list[str]:
+    """The numeric feature columns of ``--schema`` that have no public constants to be imputed
+    and scaled with under ``--dp-epsilon``."""
+    dictionary = read_dictionary(config.schema)
+    skipped = {*config.id_columns, *config.drop_columns}
+    features = [n for n in dictionary.names if n not in skipped
+                and (not config.feature_columns or n in config.feature_columns)]  # fmt: skip
+    bare = dictionary.without_public_constants(features)
+    if not bare:
+        return []
+    return [
+        f'the schema {config.schema} declares neither "range" nor "mean" and "std" for '
+        f"the numeric column{'s' if len(bare) != 1 else ''} {', '.join(map(repr, bare))}, so "
+        "their missing cells and scale would come from the private rows. Declare a public "
+        '"range": [lo, hi] (or "mean" and "std") for each in the file every site holds.'
+    ]
 
 
 def check_feature_range(config: TrainConfig) -> None:

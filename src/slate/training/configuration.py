@@ -161,7 +161,7 @@ def resolve_and_check(config: TrainConfig) -> ResolvedConfig:
     """Fill ``config``'s defaults, check every flag that can be checked without data (``--out``
     first, before any data is read), and derive each stage's section."""
     flags = _with_schema(resolve_config(config, parameter_defaults()))
-    check_config(flags)
+    check_config(flags, config)
     return _derive(config, flags)  # the device is checked here, after the other flags
 
 

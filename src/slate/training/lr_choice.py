@@ -224,8 +224,15 @@ def auto_lr(
     rows ``data`` (read by the plan, :func:`slate.training.plan.whole_rows`), and its record.
 
     Per-party files cannot be scored here (module docstring): an explicit ``--lr auto`` is a
-    :class:`ConfigError`, the default falls back to :data:`FALLBACK_LR` with a note.
+    :class:`ConfigError`, the default falls back to :data:`FALLBACK_LR` with a note. So does
+    the default under ``--dp-epsilon``, whose candidates' runs would be choices made on the
+    private rows that the accountant does not count.
     """
+    if settings.privacy is not None:  # an explicit --lr auto was refused (training.checks)
+        log(f"note: --dp-epsilon: lr {FALLBACK_LR} (the default --lr auto would choose it from "
+            "runs on the private rows, which the accountant does not count; give --lr to "
+            "choose)")  # fmt: skip
+        return FALLBACK_LR, None
     if settings.data.per_party:
         if settings.given.lr == AUTO:
             raise ConfigError(
