@@ -174,13 +174,16 @@ def test_libsvm_features_are_scaled_in_float64_before_the_float32_cast(tmp_path,
     np.testing.assert_allclose(data.x_train, expected, rtol=1e-6)
 
 
-def test_party_without_positives_stops_everyone_naming_it(tmp_path):
+def test_party_without_positives_joins_with_a_note(tmp_path):
     make_sites(tmp_path)
     path = tmp_path / "1" / "train.csv"
     lines = path.read_text().split()
     path.write_text("\n".join([lines[0]] + [r for r in lines[1:] if r.endswith(",0.0")]) + "\n")
-    with pytest.raises(DataError, match=r"No positive training example at party 1\."):
-        load_local_data(csv_config(tmp_path), [0, 1, 2], SimulatorEngine(3))
+    data = load_local_data(csv_config(tmp_path), [0, 1, 2], SimulatorEngine(3))
+    assert len(data.notes) == 1 and data.notes[0].startswith(
+        "note: party 1 holds no positive training row and joins the run"
+    ), data.notes
+    assert int(data.y_train[data.parts[1]].sum()) == 0 and len(data.parts[1]) > 0
 
 
 def test_party_short_of_b_positives_trains_with_a_warning(tmp_path):

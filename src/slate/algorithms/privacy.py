@@ -14,7 +14,9 @@ is dealt at random into ``G`` groups of ``k`` slots; then
 where :math:`L(x; \mathcal G_g)` is the algorithm's loss on group ``g``'s rows alone (SLATE's AP
 surrogate unchanged inside a group, 0 for a group without a positive:
 :func:`slate.objectives.ap.masked_ap_surrogate`), and ``D`` a public constant, the expected
-number of groups that contribute (:func:`expected_contributors`). One row sits in one group, so
+number of groups that contribute (:func:`expected_contributors`). A party with ``D = 0`` (the
+AP surrogate at a party without positives, which samples nothing) releases nothing:
+:math:`\tilde u = 0`, no noise. One row sits in one group, so
 adding or removing it moves the clipped sum by at most ``2C`` (its group's clipped gradient can
 flip from one vector of norm ``C`` to another), and the noise's standard deviation is ``2C``
 times the noise multiplier ``z`` the accountant calibrated (:mod:`slate.training.accountant`).
@@ -239,8 +241,10 @@ class PrivateCompute:
             total = clipped_sum(grads, self.groups.clip)  # (P, d), float64
         noise = self.noise.take(total.shape[1]).to(total.device)
         divisor = self.divisor.to(total.device)[:, None]
-        estimate = ((total + noise) / divisor).to(x.dtype)
-        return (losses.double().sum(dim=0) / divisor[:, 0]).to(x.dtype), estimate
+        silent = divisor == 0  # a party that samples nothing: its estimate is exactly 0
+        safe = torch.where(silent, 1.0, divisor)
+        estimate = torch.where(silent, 0.0, (total + noise) / safe).to(x.dtype)
+        return (losses.double().sum(dim=0) / safe[:, 0]).to(x.dtype), estimate
 
     def keep_parties(self, rows: Tensor) -> None:
         """Compute only for the parties at positions ``rows`` from now on."""

@@ -7,6 +7,7 @@ import argparse
 from slate.cli.identity_commands import add_identity_parsers
 from slate.cli.reproduce_command import add_reproduce_parser
 from slate.cli.schema_command import add_schema_parser
+from slate.cli.status_command import add_status_parser
 from slate.cli.train_flags import add_train_arguments
 
 __all__ = ["build_parser"]
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plot_parser(sub)
     add_identity_parsers(sub)
     add_schema_parser(sub)
+    add_status_parser(sub)
     return parser
 
 

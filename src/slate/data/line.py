@@ -172,7 +172,9 @@ def cut(
             raise ConfigError(
                 f"The data assigns rows to {len(parts)} parties, but --nodes is {spec.nodes}."
             )
-        check_party_counts(y_train, parts, spec.positives, spec.batch_size, spec.partition)
+        counted = check_party_counts(
+            y_train, parts, spec.positives, spec.batch_size, spec.partition
+        )
         local = [parts[n] for n in local_parties]
         rows = np.concatenate(local)
         return LocalData(
@@ -189,7 +191,7 @@ def cut(
                 first.name, y_train, y_held, first.held_out, first.held_split
             ),
             preprocessing=agreement.transform,
-            notes=[*first.notes, *agreement.notes],
+            notes=[*first.notes, *agreement.notes, *counted],
             held_out=first.held_out,
             final_test=final,
             dictionary=agreement.dictionary,

@@ -15,10 +15,12 @@ __all__ = [
     "MAX_DEFAULT_PARTIES",
     "PARTITIONS",
     "check_party_counts",
+    "check_run_positives",
     "dirichlet_partition",
     "make_partition",
     "parties_for_positives",
     "stratified_partition",
+    "without_positives_note",
 ]
 
 PARTITIONS = ("stratified", "dirichlet")
@@ -79,17 +81,44 @@ def make_partition(
     raise ConfigError(f"Unknown --partition {scheme!r}; expected one of {', '.join(PARTITIONS)}.")
 
 
+def without_positives_note(ranks: list[int]) -> str:
+    """The console line for parties that hold no positive training row: they join the run
+    (docs/algorithms.md, "A site without positives")."""
+    one = len(ranks) == 1
+    return (
+        f"note: {parties_text(ranks)} hold{'s' if one else ''} no positive training row and "
+        f"join{'s' if one else ''} the run all the same: {'it mixes' if one else 'they mix'} "
+        "with the neighbours and the test rows are scored; the AP surrogate (slate, slate-m) "
+        f"has no term there, so {'its' if one else 'their'} local gradient is zero, while "
+        "dpsgd and coda train on the negatives (docs/algorithms.md)."
+    )
+
+
+def check_run_positives(positives: list[int]) -> None:
+    """The run as a whole needs a positive training row: with none at any party no objective
+    has a positive class to learn (a site without positives is fine, all of them is not)."""
+    if sum(positives) == 0:
+        raise DataError(
+            f"No party holds a positive training row ({len(positives)} parties): there is no "
+            "positive class to learn. Check --positive-label and the label column."
+        )
+
+
 def check_party_counts(
     labels: np.ndarray,
     parts: list[np.ndarray],
     positives: int,
     batch_size: int,
     partition: str = "stratified",
-) -> None:
-    """Every party needs at least ``b`` positives and, when ``m > b``, at least one negative."""
+) -> list[str]:
+    """Every party that holds positives needs at least ``b`` of them; a party without any
+    joins (its batches are ``m`` negatives, see :class:`slate.data.sampler.PartySampler`) and
+    gets a note, returned. Every party needs a negative where its batches draw one: when
+    ``m > b``, or when it holds no positive. The run as a whole needs a positive."""
     pos = [int(labels[p].sum()) for p in parts]
     neg = [len(p) - k for p, k in zip(parts, pos, strict=True)]
-    short = [n for n, k in enumerate(pos) if k < positives]
+    check_run_positives(pos)
+    short = [n for n, k in enumerate(pos) if 0 < k < positives]
     if short:
         fits = max(1, int(labels.sum()) // positives)
         remedy = f"Use --nodes {fits} or fewer (the {int(labels.sum())} training positives "
@@ -97,13 +126,16 @@ def check_party_counts(
         if partition != "stratified":
             remedy += ", or the stratified --partition (a small --dirichlet-alpha starves parties)"
         raise DataError(
-            f"Every party must hold at least b = {positives} positives (--positives), but "
-            f"{len(short)} of {len(parts)} parties hold fewer ({parties_text(short, False)}). "
+            f"Every party that holds positives must hold at least b = {positives} (--positives), "
+            f"but {len(short)} of {len(parts)} parties hold fewer ({parties_text(short, False)}). "
             f"Positives per party: {per_party_text(pos)}. {remedy}."
         )
-    if batch_size > positives and min(neg) < 1:
-        empty = [n for n, k in enumerate(neg) if k < 1]
+    empty = [n for n, k in enumerate(neg) if k < 1 and (batch_size > positives or pos[n] == 0)]
+    if empty:
         raise DataError(
             f"No negative example at {parties_text(empty)}, but each batch needs m - b = "
-            f"{batch_size - positives} negatives. Negatives per party: {per_party_text(neg)}."
+            f"{batch_size - positives} negatives, and all m = {batch_size} at a party without "
+            f"positives. Negatives per party: {per_party_text(neg)}."
         )
+    none = [n for n, k in enumerate(pos) if k == 0]
+    return [without_positives_note(none)] if none else []

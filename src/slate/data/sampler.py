@@ -5,7 +5,8 @@ seed and the party's index alone: ``SeedSequence(seed).spawn`` child ``n``. A pa
 therefore do not depend on N, on the other parties, or on how many steps are drawn at once, and
 the distributed engine, which samples only its own party, draws exactly the simulator's indices.
 Indices are drawn in bulk (a chunk of steps at a time) and moved to the device once per chunk.
-Sampling is uniform with replacement from the party's own examples of each class.
+Sampling is uniform with replacement from the party's own examples of each class; a party
+that holds no positive draws all ``m`` from its negatives.
 
 Under ``--dp-epsilon``, :class:`PoissonGroupSampler` replaces it (docs/privacy.md): every row is
 taken independently with its class's public rate (``q+`` for positives, ``q-`` for negatives),
@@ -84,16 +85,18 @@ class PartySampler:
         self.streams = [_party_streams(seed, n) for n in self.parties]
 
     def draw(self, steps: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Indices for the next ``steps`` iterations: the first ``b`` of each row are positives."""
+        """Indices for the next ``steps`` iterations: the first ``b`` of each row are positives,
+        except at a party without positives, whose ``m`` are all negatives (its negative
+        stream's draws; the AP surrogate has no term there, cross-entropy and CODA's negative
+        terms use them all)."""
         out = np.empty((steps, len(self.parties), self.m), dtype=np.int64)
         for k, (pos_rng, neg_rng) in enumerate(self.streams):
-            pos = self.positive_ids[k]
-            out[:, k, : self.b] = pos[pos_rng.integers(0, len(pos), size=(steps, self.b))]
-            if self.m > self.b:
-                neg = self.negative_ids[k]
-                out[:, k, self.b :] = neg[
-                    neg_rng.integers(0, len(neg), size=(steps, self.m - self.b))
-                ]
+            pos, neg = self.positive_ids[k], self.negative_ids[k]
+            first = self.b if len(pos) else 0  # where the party's negatives start
+            if first:
+                out[:, k, :first] = pos[pos_rng.integers(0, len(pos), size=(steps, first))]
+            if self.m > first:
+                out[:, k, first:] = neg[neg_rng.integers(0, len(neg), size=(steps, self.m - first))]
         return torch.from_numpy(out).to(device)
 
     def keep(self, rows: list[int]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slate.data.partition import check_run_positives, without_positives_note
 from slate.errors import DataError, by_party_text, parties_text, per_party_text
 from slate.security.messages import ListOf, MapOf
 
@@ -254,27 +255,29 @@ def column_order(names: tuple[str, ...], reference: tuple[str, ...], where: str)
 def check_party_files_counts(
     counts: list[PartyCounts], positives: int, batch_size: int
 ) -> list[str]:
-    """Stop on parties without positives or negatives; warn about those short of ``b``."""
-    none = [n for n, c in enumerate(counts) if c.train_positives == 0]
-    if none:
+    """Stop when no party holds a positive, or a party lacks the negatives its batches draw
+    (``m - b`` of them, all ``m`` at a party without positives); note the parties without
+    positives (they join, :func:`slate.data.partition.without_positives_note`) and warn about
+    those short of ``b``."""
+    check_run_positives([c.train_positives for c in counts])
+    empty = [
+        n
+        for n, c in enumerate(counts)
+        if c.train_negatives == 0 and (batch_size > positives or c.train_positives == 0)
+    ]
+    if empty:
         raise DataError(
-            f"No positive training example at {parties_text(none)}. Every party needs at least one "
-            "positive: the AP objective is an average over each batch's positives. Leave those "
-            "parties out of the run (fewer --nodes), or give them data with positives."
+            f"No negative training example at {parties_text(empty)}, but each batch needs "
+            f"m - b = {batch_size - positives} negatives, and all m = {batch_size} at a party "
+            "without positives."
         )
-    if batch_size > positives:
-        empty = [n for n, c in enumerate(counts) if c.train_negatives == 0]
-        if empty:
-            raise DataError(
-                f"No negative training example at {parties_text(empty)}, but each batch needs "
-                f"m - b = {batch_size - positives} negatives."
-            )
     check_both_test_classes([c.test for c in counts], [c.test_positives for c in counts])
+    none = [n for n, c in enumerate(counts) if c.train_positives == 0]
     short: dict[int, list[int]] = {}  # positives held -> the parties holding that many
     for n, c in enumerate(counts):
-        if c.train_positives < positives:
+        if 0 < c.train_positives < positives:
             short.setdefault(c.train_positives, []).append(n)
-    return [
+    return ([without_positives_note(none)] if none else []) + [
         f"warning: {parties_text(ranks)} hold{'s' if len(ranks) == 1 else ''} {k} positive "
         f"training example{'s' if k != 1 else ''}, fewer than b = {positives}: "
         f"{'its' if len(ranks) == 1 else 'their'} batches draw them with replacement, so "

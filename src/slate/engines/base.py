@@ -397,6 +397,11 @@ class Engine(ABC):
         if not self.recovers:
             raise err
 
+    def note_status(self, **changes: Any) -> None:
+        """This process's published status changed (the distributed engine publishes it for
+        ``slate status``; the simulator has nobody to tell)."""
+        return None
+
     def leave_generation(self, position: int) -> Change:
         """After a failed exchange: agree with the survivors on who is lost (``position``: the
         earliest point this process can resume from). Only an engine that :attr:`recovers`."""

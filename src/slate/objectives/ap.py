@@ -62,12 +62,15 @@ def ap_surrogate(scores: Tensor, labels: Tensor, margin: float) -> Tensor:
     r"""Mean over the batch's positives of :math:`f(g_i) = -g^1_i / g^2_i` (eqs. 3-5).
 
     Written with masks rather than boolean indexing so that it runs unchanged under
-    ``torch.func.vmap`` (one call for all parties). The caller guarantees at least one positive;
-    :class:`APLoss` checks it.
+    ``torch.func.vmap`` (one call for all parties). A batch without a positive (a site that
+    holds none) has no term: the sum over :math:`\mathcal{B}^+` is empty, the count is taken
+    as 1, and the loss is exactly 0 with an exactly zero gradient (each term is finite, since
+    :math:`g^2_i \ge s^2/m`, and is multiplied by the 0 of its label). :class:`APLoss`, a
+    user's loss, still refuses such a batch.
     """
     g_pos, g_all = ap_surrogate_terms(scores, labels, margin)
     positive = labels.to(scores.dtype)
-    return -(positive * g_pos / g_all).sum(dim=-1) / positive.sum(dim=-1)
+    return -(positive * g_pos / g_all).sum(dim=-1) / positive.sum(dim=-1).clamp(min=1.0)
 
 
 def sigmoid_ap_objective(margin: float):

@@ -132,10 +132,14 @@ class PrivacyBudgetSpent(PrivacyBudgetExhausted):
 
 
 def sampling_rates(
-    groups: int, batch_size: int, positives: int, n_pos: int, n_neg: int
+    groups: int, batch_size: int, positives: int, n_pos: int, n_neg: int, unit: str = "row"
 ) -> tuple[float, float]:
     """``(q+, q-)``: each of ``groups`` groups expects ``positives`` (b) positives and
-    ``batch_size - positives`` (m - b) negatives of a party with ``n_pos`` and ``n_neg``."""
+    ``batch_size - positives`` (m - b) negatives of a party with ``n_pos`` and ``n_neg``. A
+    party without positives under a loss over groups (``unit="group"``, the AP surrogate: no
+    term without a positive) samples nothing, ``(0, 0)``: it releases nothing, ε 0."""
+    if n_pos == 0 and unit == "group":
+        return 0.0, 0.0
     q_pos = min(1.0, groups * positives / n_pos) if n_pos else 0.0
     q_neg = min(1.0, groups * (batch_size - positives) / n_neg) if n_neg else 0.0
     return q_pos, q_neg
@@ -370,7 +374,7 @@ def plan_privacy(
     check_parties(history, counts, ledger)
     rate_groups = groups if rate_groups is None else rate_groups
     rates = {
-        party: sampling_rates(rate_groups, batch_size, positives, n_pos, n_neg)
+        party: sampling_rates(rate_groups, batch_size, positives, n_pos, n_neg, unit)
         for party, n_pos, n_neg in counts
     }
     where = f"the ledger {ledger}" if ledger is not None else "this run's ledger"

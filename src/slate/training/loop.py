@@ -223,6 +223,7 @@ class _Loop:
         if (t % run.plan.eval_every == 0 or t == iterations) and not (
             run.history and run.history[-1]["iteration"] == t
         ):
+            self.reporter.status("evaluating")
             run.history.append(_evaluation_row(run, self.elapsed()))
             self.bar.show(f"{run.history[-1]['test_ap']:.4f}")
             self.reporter.evaluated()
@@ -255,6 +256,7 @@ class _Loop:
         run.stop_flags.plan_chunk(t, t + length)
         run.advance(length)
         self.bar.show()
+        self.reporter.status("training")
         self.reporter.event(f"steps: {length} to iteration {run.iteration}", logging.DEBUG)
         return None
 

@@ -83,9 +83,10 @@ def sampling(
     settings: ResolvedConfig, data: LocalData, engine: Engine, faults: FaultPlan
 ) -> PrivateSampling:
     """Each local party's class sizes (public once declared), its rates ``q+ = G b / n+`` and
-    ``q- = G (m - b) / n-``, and the groups' shape: ``G`` groups of ``k`` slots for a loss over
-    a batch (SLATE's), or groups of one row for a sum over rows (D-PSGD's, CODA's), with slots
-    for the expected rows' rare highs (:func:`slate.data.sampler.slots_for`)."""
+    ``q- = G (m - b) / n-`` (both 0 for the AP surrogate at a party without positives, which
+    samples and releases nothing), and the groups' shape: ``G`` groups of ``k`` slots for a
+    loss over a batch (SLATE's), or groups of one row for a sum over rows (D-PSGD's, CODA's),
+    with slots for the expected rows' rare highs (:func:`slate.data.sampler.slots_for`)."""
     section, privacy = settings.algorithm, settings.privacy
     assert privacy is not None
     labels, parties = data.y_train, engine.local_parties
@@ -93,15 +94,15 @@ def sampling(
         (party, int((labels[rows] == 1).sum()), int((labels[rows] == 0).sum()))
         for party, rows in zip(parties, data.parts, strict=True)
     ]
+    unit = ALGORITHMS[section.name].private_unit
     rates = [
-        sampling_rates(privacy.groups, section.batch_size, section.positives, n_pos, n_neg)
+        sampling_rates(privacy.groups, section.batch_size, section.positives, n_pos, n_neg, unit)
         for _, n_pos, n_neg in counts
     ]
     expected = max(
         q_pos * n_pos + q_neg * n_neg
         for (q_pos, q_neg), (_, n_pos, n_neg) in zip(rates, counts, strict=True)
     )
-    unit = ALGORITHMS[section.name].private_unit
     if unit == "group":
         groups, size = privacy.groups, slots_for(expected / privacy.groups)
     else:

@@ -146,6 +146,7 @@ class Reporter:
         run = self.run
         row = run.history[-1]
         self.event(f"evaluation: {_row_text(row)}")
+        self.status("training")
         if self.out is None:
             return
         with private_files():
@@ -158,6 +159,14 @@ class Reporter:
             self.write_state("running")
         if self.scalars is not None:
             self._scalars(row)
+
+    def status(self, state: str, **more: Any) -> None:
+        """This site's status for ``slate status``: ``state``, the iteration, the latest pooled
+        AP (and ``more``), handed to the engine that publishes it."""
+        run = self.run
+        latest = run.history[-1]["test_ap"] if run.history else None
+        run.engine.note_status(state=state, iteration=run.iteration, pooled_ap=latest,
+                               iterations=run.settings.algorithm.iterations, **more)  # fmt: skip
 
     def _scalars(self, row: dict[str, float]) -> None:
         step, writer = int(row["iteration"]), self.scalars
@@ -178,6 +187,8 @@ class Reporter:
                 if summary.get(key) is not None:
                     self.scalars.add_scalar(f"ap/own_{key[9:]}", summary[key], step)
             self.scalars.flush()
+        own = (summary.get("final_average") or {}).get("own_model_ap_own_rows")
+        self.status("training", **({} if own is None else {"own_ap": own}))
         self.event(f"end: test AP {summary['test_ap']:.4f}, state {summary['state']}")
 
     def write_state(self, state: str) -> None:

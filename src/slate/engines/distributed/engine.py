@@ -59,6 +59,7 @@ from slate.engines.distributed.control.liveness import (
 from slate.engines.distributed.control.lookout import Lookout
 from slate.engines.distributed.control.membership import Change, Membership, PartyLost
 from slate.engines.distributed.control.rendezvous import Rendezvous
+from slate.engines.distributed.control.site_status import SiteReport
 from slate.engines.distributed.control.store_records import Records, SigningStore
 from slate.engines.distributed.wire import handshake, json_exchange
 from slate.engines.distributed.wire.direct import DIRECT_BYTES, DirectWire
@@ -108,6 +109,7 @@ class DistributedEngine(Engine):
         self.records = self.guard.records() or Records(None, dist.get_world_size())
         self.guard.register()
         self.waiter = Waiter(self.guard, None)
+        self.report: SiteReport | None = None
 
     @classmethod
     def open(
@@ -145,6 +147,8 @@ class DistributedEngine(Engine):
         engine.roster_digest = rendezvous.identity.roster.digest if rendezvous.identity else None
         engine._prefix = None
         engine.rosters_seen = ""
+        engine.report = SiteReport(rendezvous.connect, engine.rank, rendezvous.world, records,
+                                   rendezvous.identity)  # fmt: skip
         start_up.publish_roster(records, engine.rank)
         running = start_up.join_session(engine, recover) if records.signed else None
         membership = Membership(records, rendezvous.rank, list(engine.members), timeout_s)
@@ -168,6 +172,7 @@ class DistributedEngine(Engine):
             engine._open_group(0)
             if recover:
                 membership.announce()
+        engine.report.started()
         return engine
 
     def rejoin(self, reason: str = "restarted with --resume") -> Change:
@@ -180,6 +185,11 @@ class DistributedEngine(Engine):
         self.returning = False
         self._open_group(change.generation)
         return change
+
+    def note_status(self, **changes: Any) -> None:
+        """This site's published status changed (``slate status``, :mod:`.control.site_status`)."""
+        if self.report is not None:
+            self.report.note(**changes)
 
     @property
     def generation(self) -> int:
@@ -530,6 +540,8 @@ class DistributedEngine(Engine):
                 daemon.stop()
         if self.rendezvous is not None:
             try:
+                if self.report is not None:
+                    self.report.done(self.records)
                 final = json.dumps(list(self.members)) if self.is_main else None
                 if final is not None:
                     self.records.put(FINAL_MEMBERS_KEY, final)

@@ -38,6 +38,7 @@ from slate.engines.distributed.control.liveness import (
     signed_beats,
 )
 from slate.engines.distributed.control.rendezvous import Rendezvous
+from slate.engines.distributed.control.site_view import MembershipEvents
 from slate.engines.distributed.control.store_door import join_store
 from slate.engines.distributed.control.store_records import Records, read_within
 from slate.engines.distributed.control.workers import Worker, start_workers
@@ -421,12 +422,14 @@ def serve_rendezvous(
     records = Records(store, roster.n if roster else 1 << 16, say=say, roster=roster)
     end = _EndWatch(records, nonce, say)
     watch = _Activity(records, idle_timeout, end)
+    events = MembershipEvents(records, say)
     try:  # (from the line that says Ctrl-C stops it, a Ctrl-C ends here)
         say(
             f"slate rendezvous: serving one run on {host}:{port}; start the parties with "
             f"--rendezvous <this host>:{port} --external-store. Ctrl-C stops it."
         )
         while not end.over():
+            events.look()
             if watch.idle():
                 say(
                     f"slate rendezvous: no party has been heard from for {idle_timeout:g} s "
@@ -437,6 +440,8 @@ def serve_rendezvous(
                 return 1
             time.sleep(WATCH_SECONDS)
         time.sleep(LEAVE_GRACE_SECONDS)  # (the leaving parties read that it saw them)
+        events.looked = 0.0
+        events.look()  # (the last sites' "done")
         missing = _parties_that_did_not_finish(records, end.final or ())
         if missing and linger > 0:
             say(

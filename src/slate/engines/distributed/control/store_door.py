@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from slate.errors import ConfigError
 
-__all__ = ["PROBE_INTERVAL_S", "STORE_GRACE_S", "join_store"]
+__all__ = ["PROBE_INTERVAL_S", "STORE_GRACE_S", "join_store", "reach_store"]
 
 #: Seconds between two probes of an address where nothing listens yet.
 PROBE_INTERVAL_S = 0.25
@@ -49,6 +49,20 @@ def join_store(host: str, port: int, timeout_s: float, rank: int, rendezvous: st
     return store
 
 
+def reach_store(host: str, port: int, timeout_s: float) -> tuple[Any | None, str]:
+    """A client of the store at ``host:port`` within ``timeout_s`` (as :func:`join_store`), or
+    None and why not: ``"nothing is listening there (...)"`` or ``"... does not speak ..."``."""
+    deadline = time.monotonic() + timeout_s
+    refused = _probe_until(host, port, deadline)
+    if refused is not None:
+        return None, f"nothing is listening there (the last attempt: {refused})"
+    last_chance = max(deadline, time.monotonic() + 1.0)
+    store, error = _store_within(host, port, timeout_s, last_chance, register=False)
+    if store is None:
+        return None, f"something is listening there, but it does not answer as a store ({error})"
+    return store, ""
+
+
 def _probe_until(host: str, port: int, deadline: float) -> str | None:
     """None once a plain TCP connection to ``host:port`` is accepted before ``deadline``; else
     why the last attempt failed."""
@@ -67,18 +81,20 @@ def _probe_until(host: str, port: int, deadline: float) -> str | None:
 
 
 def _store_within(
-    host: str, port: int, timeout_s: float, deadline: float
+    host: str, port: int, timeout_s: float, deadline: float, register: bool = True
 ) -> tuple[Any | None, str]:
     """torch's store client, opened on a daemon thread and given up at ``deadline`` (the thread
     is left behind, blocked in torch's connect, and ends with the process); the client keeps
-    ``timeout_s`` as its timeout for every later operation."""
+    ``timeout_s`` as its timeout for every later operation. Without ``register`` it does not
+    add itself to the store's count of workers (it writes nothing)."""
     result: dict[str, Any] = {}
 
     def connect() -> None:
         try:
             result["store"] = dist.TCPStore(
-                host, port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s)
-            )
+                host, port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s),
+                wait_for_workers=register,
+            )  # fmt: skip
         except Exception as err:  # (reported by the caller, in one paragraph)
             result["error"] = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
 

@@ -236,6 +236,10 @@ class Records:
             found.append(self._any_session(key, _text(raw), signer))
         return found
 
+    def open_any_session(self, key: str, raw: str, signer: int) -> tuple[str, str] | None:
+        """:meth:`get_any_session` of the stored text ``raw`` (read already)."""
+        return self._any_session(key, raw, signer)
+
     def _any_session(self, key: str, raw: str, signer: int) -> tuple[str, str] | None:
         if self.roster is None:
             return None
