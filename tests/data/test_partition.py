@@ -219,3 +219,17 @@ def test_check_party_counts_no_negatives() -> None:
     assert "Negatives per party: party 1: 0; party 0: 1." in message
     # With m == b no negative is ever drawn, so the same parties are fine.
     check_party_counts(labels, parts, positives=2, batch_size=2)
+
+
+def test_check_party_counts_lets_a_party_without_positives_join() -> None:
+    labels = np.array([1, 1, 0, 0, 0, 0], dtype=np.int64)
+    parts = [np.array([0, 1, 2]), np.array([3, 4, 5])]  # party 1: negatives only
+    notes = check_party_counts(labels, parts, positives=2, batch_size=4)
+    assert len(notes) == 1 and notes[0].startswith("note: party 1 holds no positive"), notes
+
+
+def test_check_party_counts_refuses_a_run_without_any_positive() -> None:
+    labels = np.zeros(6, dtype=np.int64)
+    parts = [np.array([0, 1, 2]), np.array([3, 4, 5])]
+    with pytest.raises(DataError, match=r"No party holds a positive training row"):
+        check_party_counts(labels, parts, positives=1, batch_size=2)
