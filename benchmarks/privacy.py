@@ -324,14 +324,15 @@ def train(config: Any, data: W7a, parts: Sequence[np.ndarray]) -> Trained:
 
 
 class Scorer:
-    """Logits of rows under a parameter vector, in the run's model (``mlp``, w7a's hidden)."""
+    """Logits of rows under a parameter vector, in the run's model (``mlp``, w7a's hidden; rows
+    of ``width`` features, w7a's 300 by default)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, width: int = 300) -> None:
         from slate.models import build_model
         from slate.training.configuration import resolve_and_check
 
         flags = resolve_and_check(config).flags
-        self.module = build_model(flags.model, (300,), hidden=flags.hidden, seed=flags.seed)
+        self.module = build_model(flags.model, (width,), hidden=flags.hidden, seed=flags.seed)
         self.module = self.module.double().eval()
         self.size = sum(p.numel() for p in self.module.parameters())
 

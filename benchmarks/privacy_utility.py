@@ -1,10 +1,13 @@
-"""What ``--dp-epsilon`` costs in test AP: SLATE against DP-D-PSGD on w7a, over seeds, and
-against each site training alone on its own rows.
+"""What ``--dp-epsilon`` costs in test AP: SLATE against DP-D-PSGD on w7a (or a public table),
+over seeds, and against each site training alone on its own rows.
 
 ``python -m benchmarks.privacy_utility [--parties 4,20] [--iterations 2000,500] [--seeds 3]
-[--epsilons 1,3,8] [--lr 0.01] [--write]`` trains, on the simulator, every party's share of
-w7a (stratified, the whole training set) and scores the final average model on w7a.t with
-scikit-learn's ``average_precision_score``. Per N, with the same flags and iterations:
+[--epsilons 1,3,8] [--lr 0.01] [--dataset w7a] [--write]`` trains, on the simulator, every
+party's share of w7a (stratified, the whole training set) and scores the final average model on
+w7a.t with scikit-learn's ``average_precision_score``. ``--dataset digits`` does the same on a
+public table: scikit-learn's bundled digits as slate's ``digits`` reads it (64 pixel columns of
+public range 0-16 scaled by that range, digits 5-9 positive, 80% of the training positives
+dropped, its seeded test split). Per N, with the same flags and iterations:
 
 * SLATE without DP;
 * SLATE's grouped clipping without noise (the secret noise source patched to zeros in this
@@ -86,7 +89,9 @@ def one_ap(s: Settings, data: W7a, parties: int, iterations: int, algorithm: str
     config = train_config(s, parties, epsilon, iterations, algorithm)
     with contextlib.nullcontext() if noise else noise_off():
         done = train(config, data, deal(data.y, parties, s.seed))
-    ap = average_precision_score(data.y_test, Scorer(config)(done.average, data.x_test))
+    ap = average_precision_score(
+        data.y_test, Scorer(config, data.x.shape[1])(done.average, data.x_test)
+    )
     return float(ap), 1000.0 * done.seconds_per_iteration, done.iterations
 
 
@@ -121,7 +126,9 @@ def alone(s: Settings, data: W7a, parties: int, iterations: int, seeds: int,
         config = train_config(settings, 1, None, iterations)
         for site, part in enumerate(deal(data.y, parties, seed)):
             done = train(config, data, [part])
-            ap = average_precision_score(data.y_test, Scorer(config)(done.average, data.x_test))
+            ap = average_precision_score(
+                data.y_test, Scorer(config, data.x.shape[1])(done.average, data.x_test)
+            )
             aps.append(float(ap))
             ms.append(1000.0 * done.seconds_per_iteration)
             log(f"N {parties} site {site} alone seed {seed}: AP {ap:.4f}")
@@ -137,17 +144,36 @@ def crossover(table: Table, epsilons: list[float]) -> str:
     return f"above ε = {max(epsilons):g} (not reached)"
 
 
+def load_digits_table() -> W7a:
+    """slate's ``digits`` (module docstring), as the harness's arrays."""
+    from slate.data.datasets import read_named_dataset
+    from slate.data.spec import DataSpec
+
+    d = read_named_dataset(DataSpec(dataset="digits"))
+    return W7a(np.ascontiguousarray(d.x_train, np.float32), d.y_train.astype(np.int64),
+               np.ascontiguousarray(d.x_test, np.float32), d.y_test.astype(np.int64))  # fmt: skip
+
+
+#: The harness's datasets: (loader of the data directory, the section's name, the test rows).
+DATASETS = {
+    "w7a": (load_w7a, "w7a", "w7a.t"),
+    "digits": (lambda _: load_digits_table(), "digits, a public table", "its test split"),
+}
+
+
 def section(s: Settings, results: dict[int, Table], iterations: dict[int, int], seeds: int,
-            epsilons: list[float], command: str, seconds: float) -> list[str]:  # fmt: skip
+            epsilons: list[float], command: str, seconds: float,
+            dataset: str = "w7a") -> list[str]:  # fmt: skip
     from benchmarks.__main__ import machine
 
+    _, name, test = DATASETS[dataset]
     lines = [
-        "## Utility under `--dp-epsilon`: SLATE against DP-D-PSGD (w7a)\n",
+        f"## Utility under `--dp-epsilon`: SLATE against DP-D-PSGD ({name})\n",
         f"`{command}` on {machine()}, one process, one torch thread. Every run: `--lr {s.lr:g} "
         f"--batch-size {s.batch_size} --positives {s.positives} --dp-groups {s.groups} "
         f"--dp-clip {s.clip:g}` on a ring, the whole training set dealt to the parties "
         f"(stratified), {seeds} seed(s) (model, partition; the DP noise and sample are secret); "
-        "test AP of the final average on w7a.t (scikit-learn), mean ± sd over the seeds.\n",
+        f"test AP of the final average on {test} (scikit-learn), mean ± sd over the seeds.\n",
         "| N | iterations | setting | test AP | ms / iteration | steps taken |",
         "|---|---|---|---|---|---|",
     ]
@@ -177,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epsilons", default="1,3,8", help="the ε of the private runs")
     parser.add_argument("--lr", type=float, default=0.01, help="default: the paper's, for w7a")
+    parser.add_argument("--dataset", default="w7a", choices=sorted(DATASETS))
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     parties = [int(v) for v in args.parties.split(",")]
@@ -186,14 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(data_dir=args.data_dir, lr=args.lr)
     torch.set_num_threads(1)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    data = load_w7a(s.data_dir)
+    data = DATASETS[args.dataset][0](s.data_dir)
     started = time.perf_counter()
     results = {n: measure(s, data, n, iterations[n], args.seeds, epsilons, log) for n in parties}
     command = "python -m benchmarks.privacy_utility " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
     lines = section(s, results, iterations, args.seeds, epsilons, command.strip(),
-                    time.perf_counter() - started)  # fmt: skip
+                    time.perf_counter() - started, args.dataset)  # fmt: skip
     print("\n".join(lines))
     if args.write:
         from benchmarks.__main__ import _update_section
