@@ -16,7 +16,11 @@ from torch import Tensor
 from slate.config import TrainConfig
 from slate.engines.simulator import SimulatorCommunicator, SimulatorEngine
 from slate.topology import build_topology
+from slate.training.configuration import resolve_and_check
+from slate.training.disclosure_warning import disclosure_warning
 from slate.training.loop import train
+from slate.training.run import Run
+from tests.sites import HAVE_W7A, write_sites
 
 
 def _digits(**flags) -> TrainConfig:
@@ -26,9 +30,33 @@ def _digits(**flags) -> TrainConfig:
 
 
 def _lines(config: TrainConfig) -> list[str]:
+    """The start-up warning of ``config``'s run as a site holding its own rows would print it
+    (a run of one dataset cut into parties prints none: below)."""
+    text = disclosure_warning(Run(resolve_and_check(config)))
+    return [] if text is None else [text]
+
+
+def _printed(config: TrainConfig) -> list[str]:
     lines: list[str] = []
     train(config, progress=False, write=False, log=lines.append)
-    return lines
+    return [line for line in lines if "models away" in line]
+
+
+def test_one_dataset_cut_into_parties_prints_no_warning():
+    """One operator holds every party's rows: no site learns another's model."""
+    assert _lines(_digits()) != [] and _printed(_digits()) == []
+
+
+@pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
+def test_sites_with_their_own_files_print_the_warning(tmp_path):
+    write_sites(tmp_path, parties=4, rows=200)
+    template = str(tmp_path / "site{rank}")
+    config = TrainConfig(dataset="libsvm", train=f"{template}/train.svm",
+                         test=f"{template}/test.svm", n_features=300, nodes=4, iterations=4,
+                         eval_every=2, positives=1, batch_size=8, lr=0.05,
+                         compile="off")  # fmt: skip
+    (line,) = _printed(config)
+    assert line.startswith("warning: on topology ring without --dp-epsilon")
 
 
 def _warnings(config: TrainConfig) -> list[str]:
@@ -246,10 +274,9 @@ def test_under_compression_site_0_gets_site_2s_model_up_to_its_neighbours_residu
     relative 1.4e-5 (the average itself is 5e-4 to 8e-4 away from z_2), with sign more than the
     average's distance (measured 2e-3 to 4e-3 against 1.4e-3 to 1.8e-3)."""
     engine = _CopiesEngine(4)
-    lines: list[str] = []
     train(_digits(compress=compress), progress=False, write=False, engine=engine,
-          log=lines.append)  # fmt: skip
-    (line,) = [line for line in lines if "up to compression" in line]
+          log=lambda _: None)  # fmt: skip
+    (line,) = [line for line in _lines(_digits(compress=compress)) if "up to compression" in line]
     assert f"--compress {compress}" in line and "site 0 recovers site 2's model" in line
     for index, T in ((1, 10), (2, 20)):
         _, average = engine.averages[index]

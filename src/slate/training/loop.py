@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,15 +39,15 @@ from slate.data.local_data import LocalData
 from slate.engines.base import Engine
 from slate.engines.distributed.control.failures import ExchangeFailed
 from slate.engines.distributed.control.membership import CountedLost
-from slate.errors import ConfigError, RunInterrupted, TrainingDiverged
+from slate.errors import ConfigError, RunInterrupted, SumRefused, TrainingDiverged
 from slate.faults import FaultPlan
 from slate.metrics.divergence import advice_for, assess_divergence
 from slate.training import checkpoint
 from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.disclosure_warning import disclosure_warning
 from slate.training.early_stopping import BestModel, validation_summary
-from slate.training.final_check import AverageCheck, check_average
-from slate.training.interruption import interrupted_message, who_stopped
+from slate.training.final_check import AverageCheck, check_average, own_model_kept
+from slate.training.interruption import StopOnSignal, interrupted_message, who_stopped
 from slate.training.ledger_file import console_line as privacy_line
 from slate.training.lr_choice import LrChoice
 from slate.training.outputs import (
@@ -57,6 +55,7 @@ from slate.training.outputs import (
     build_summary,
     default_out_dir,
     evaluation_summary,
+    final_curves,
     parties,
     report,
     test_positives,
@@ -99,28 +98,6 @@ def _evaluation_row(run: Run, elapsed: float) -> dict[str, float]:
         "eval_bytes_per_party": run.evaluator.sent_bytes,
         "estimated_wan_seconds": run.network.estimated_wan_seconds(elapsed, traffic, run.comm),
     }
-
-
-class _StopOnSignal:
-    """While active, SIGINT and SIGTERM ask the run to stop at the next safe point."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        del signum, frame
-        self.run.stop_requested = True
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
 
 
 def _chunk_length(run: Run) -> int:
@@ -214,6 +191,10 @@ class _Loop:
                 self.run.engine.raise_unless_recovering(err)
                 failed = True  # (also when a recovery or a return itself failed: agree again)
                 continue
+            except SumRefused as err:  # a lie in a sum: a site keeps its own model
+                if self.run.engine.own_party is None:
+                    raise
+                return self._keep_own(str(err))
             if final is not None:
                 return final
 
@@ -299,6 +280,17 @@ class _Loop:
         model = (scored.parameters, scored.buffers, scored.scores)
         return _Final(party_aps, wall, scored.logits, scored.scores, model, traffic, validation,
                       check)  # fmt: skip
+
+    def _keep_own(self, why: str) -> _Final:
+        """The end of a site that refused a sum (``why``): its own model, scored on its own
+        test rows, with no exchange (:func:`slate.training.final_check.own_model_kept`)."""
+        run = self.run
+        own = run.evaluator.own_model(run.x)
+        check = own_model_kept(run.engine.rank, own.logits, run.evaluator.test_labels, why)
+        names = ("comm_bytes_per_party", "messages_per_party", "rounds")  # its own counters
+        traffic = dict(zip(names, (float(v) for v in run.comm.counters()), strict=True))
+        model = (own.parameters, own.buffers, own.scores)
+        return _Final([], self.elapsed(), own.logits, own.scores, model, traffic, None, check)
 
     def _recover(self) -> None:
         """Agree with the survivors on who is lost and continue without them. A party the
@@ -496,8 +488,10 @@ def _drive(
     )
     say(f"{settings.algorithm.name} on {parties(plan.nodes)} ({run.engine.name}), {network}, "
         f"{settings.algorithm.iterations} iterations")  # fmt: skip
-    if (exposed := disclosure_warning(run)) is not None:  # each site's own console
-        (log if settings.data.per_party else say)(exposed)
+    # each site's own console; where one dataset is cut into parties, one operator holds every
+    # party's rows, so no site learns another's model and nothing is said
+    if settings.data.per_party and (exposed := disclosure_warning(run)) is not None:
+        log(exposed)
     offset = 0.0
     run.network.start()
     if returning:
@@ -520,7 +514,7 @@ def _drive(
     if loop.best is not None and run.resumed_best is not None:
         loop.best.load_state_dict(run.resumed_best, run.device)
     try:
-        with _StopOnSignal(run), reporter.watching():
+        with StopOnSignal(run), reporter.watching():
             try:
                 final = loop.run_to_end()
             except TrainingDiverged as err:
@@ -542,8 +536,9 @@ def _conclude(run: Run, loop: _Loop, final: _Final, out: Path | None, log, repor
     if not run.writes_outputs:
         return RunResult({}, history, None, run.x)
     summary = build_summary(run, history, final.party_aps, final.wall, final.traffic, robust)
-    summary.update(evaluation_summary(run, final.logits, final.scores))
     refused = final.average_check is not None and final.average_check.refused
+    curves = final_curves(run, final.logits, final.scores, refused)
+    summary.update(evaluation_summary(run, final.logits, final.scores, curves))
     if run.validated or refused:  # the test scored once, just now; or the site's own model
         summary.update(test_ap=final.scores.values["test_ap"],
                        test_auroc=final.scores.values["test_auroc"])  # fmt: skip
@@ -563,7 +558,8 @@ def _conclude(run: Run, loop: _Loop, final: _Final, out: Path | None, log, repor
         summary["privacy"] = run.ledger.summary()
     summary["state"] = "done"
     if out is not None:
-        write_run_folder(run, summary, history, out, final.model, final.validation, figures)
+        write_run_folder(run, summary, history, out, final.model, final.validation, figures,
+                         curves)  # fmt: skip
         summary["out_dir"] = str(out)
     reporter.finished(summary)
     report(run, summary, final.wall, out, log)
