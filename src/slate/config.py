@@ -1,6 +1,8 @@
 """The flags of a run, and the paper's per-dataset defaults.
 
-Every flag of ``slate train`` is a field of :class:`TrainConfig`. A flag left unset takes the
+Every setting of a run is a field of :class:`TrainConfig`; each is declared once as a flag of
+``slate train`` (its flag, help, type and group) in :mod:`slate.cli.train_settings`, which the
+parser and the job file (``slate job init``, ``--job``) are built from. A flag left unset takes the
 dataset's default from :data:`DATASET_DEFAULTS` (the hyperparameters of the paper's runs,
 REFERENCE.md), then the generic default: :data:`_GENERIC_DEFAULTS` here, or, for a parameter of
 one algorithm or operator, its own dataclass's default (passed in by
@@ -192,6 +194,7 @@ class TrainConfig:
     dp_groups: int = agreed(8)
     log_level: str = per_site("info")  # run.log's threshold (slate.training.reporting)
     tensorboard: str | None = per_site(None)  # a SummaryWriter's folder for the scalars
+    job_sha256: str | None = agreed(None)  # the --job file's digest (slate.cli.job_file)
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -208,6 +211,8 @@ class TrainConfig:
             del values["log_level"]
         if values["tensorboard"] is None:
             del values["tensorboard"]
+        if values["job_sha256"] is None:  # recorded for a run started with --job only
+            del values["job_sha256"]
         return values
 
 
