@@ -1,5 +1,5 @@
 """The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, ``rendezvous``,
-``keygen``, ``roster``, ``schema`` and ``status`` for multi-site runs, and ``predict``,
+``keygen``, ``roster``, ``schema``, ``status`` and ``job`` for multi-site runs, and ``predict``,
 ``evaluate``, ``export``, ``calibrate``, ``plot`` for a trained run.
 
 Errors caused by the user's input (:class:`slate.errors.SlateError`) are printed as one paragraph
@@ -30,6 +30,7 @@ from slate.cli.commands import (
     run_tune,
 )
 from slate.cli.identity_commands import run_keygen, run_roster
+from slate.cli.job_command import run_job
 from slate.cli.memory import keep_freed_memory
 from slate.cli.parser import build_parser
 from slate.cli.reproduce_command import run_reproduce
@@ -65,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "roster": run_roster,
         "schema": run_schema,
         "status": run_status,
+        "job": run_job,
     }
     try:
         if args.command == "train":

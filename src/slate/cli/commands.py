@@ -13,8 +13,10 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from slate.cli.job_command import check_resumed_job, with_job
 from slate.cli.parser import build_parser
 from slate.cli.train_flags import comma_items
+from slate.cli.train_settings import SETTINGS
 from slate.config import TrainConfig
 from slate.errors import ConfigError
 from slate.training.party_process import launch, run_party, run_worker
@@ -44,11 +46,15 @@ def run_train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.resume:
         record = resumed_record(args.resume)
+        if args.job:
+            check_resumed_job(args.job, record["config"])
         config = resumed_config(args.resume, argv, record)
         # A run started with --no-progress resumes without a bar too.
         args.no_progress = args.no_progress or record.get("progress") is False
     else:
         config = config_from_args(args)
+        if args.job:
+            config = with_job(config, args.job, given_flags(argv))
     from slate.training.reporting import check_reporting
 
     check_reporting(config.log_level, config.tensorboard)  # before any data is read
@@ -95,20 +101,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**values)
 
 
-NOT_CONFIG = frozenset(
-    {
-        "command",
-        "resume",
-        "engine",
-        "timeout",
-        "no_progress",
-        "no_plots",
-        "rank",
-        "rendezvous",
-        "external_store",
-        "lr_choice",
-    }
-)
+#: The parsed train flags that are no :class:`TrainConfig` field (``--rank``, ``--job``, ...).
+NOT_CONFIG = frozenset({"command"} | {s.dest for s in SETTINGS if s.agree is False})
 
 
 def given_flags(argv: Sequence[str]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from slate.cli.identity_commands import add_identity_parsers
+from slate.cli.job_command import add_job_parser
 from slate.cli.reproduce_command import add_reproduce_parser
 from slate.cli.schema_command import add_schema_parser
 from slate.cli.status_command import add_status_parser
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_identity_parsers(sub)
     add_schema_parser(sub)
     add_status_parser(sub)
+    add_job_parser(sub)
     return parser
 
 
@@ -115,7 +117,7 @@ def add_tune_parser(sub) -> None:
     """``slate tune``: the train flags (``--validation-fraction`` defaults to 0.2 here) and
     ``--grid``."""
     tune = sub.add_parser("tune", help="grid search on a validation split of the training set")
-    add_train_arguments(tune)
+    add_train_arguments(tune, job=False)
     tune.add_argument(
         "--grid",
         help="e.g. 'lr=0.01,0.005 margin=0.1,0.5' (default: the paper's grid for the algorithm)",

@@ -79,22 +79,55 @@ def _flag(name: str) -> str:
 
 def check_same_run(fingerprints: list[tuple[int, dict[str, Any]]]) -> None:
     """Raise :class:`RunMismatch` unless every ``(rank, fingerprint)`` equals party 0's (the
-    lowest rank's); the message names the first differing site and flag and both values, or
-    the site whose declarations differ between the sites that received them."""
+    lowest rank's); the message names the first differing site, every flag it differs in and
+    both values (and the job file, when the sites were started with ``--job``), or the site
+    whose declarations differ between the sites that received them."""
     ordered = sorted(fingerprints, key=lambda item: item[0])
     ref_rank, reference = ordered[0]
     _check_declarations(ordered)
     for rank, fingerprint in ordered[1:]:
-        for name, value in reference.items():
-            theirs = fingerprint.get(name)
-            if theirs != value:
-                raise RunMismatch(
-                    f"The sites were started with different training settings: party {rank} has "
-                    f"{_flag(name)} {theirs!r} where party {ref_rank} has {value!r}. Every site "
-                    "must run the same algorithm with the same flags (and the same slate and "
-                    "torch versions); no step was taken. Restart the sites with one command "
-                    "line (only --rank, --train, --test and --out may differ)."
-                )
+        differing = [name for name, value in reference.items() if fingerprint.get(name) != value]
+        if not differing:
+            continue
+        if JOB in differing or reference.get(JOB) is not None:
+            raise RunMismatch(_job_mismatch(rank, fingerprint, ref_rank, reference, differing))
+        pairs = "; ".join(
+            f"{_flag(name)} {fingerprint.get(name)!r} where party {ref_rank} has "
+            f"{reference[name]!r}"
+            for name in differing
+        )
+        raise RunMismatch(
+            f"The sites were started with different training settings: party {rank} has "
+            f"{pairs}. Every site must run the same algorithm with the same flags (and the "
+            "same slate and torch versions); no step was taken. Restart the sites with one "
+            "command line (only --rank, --train, --test and --out may differ), or give every "
+            "site the same job file ('slate job init', 'slate train --job FILE')."
+        )
+
+
+#: The fingerprint's digest of the ``--job`` file (a :class:`~slate.config.TrainConfig` field).
+JOB = "job_sha256"
+
+
+def _job_mismatch(
+    rank: int, theirs: dict[str, Any], ref_rank: int, ours: dict[str, Any], differing: list[str]
+) -> str:
+    """One paragraph for a site whose job file, or whose settings beside the job file, differ
+    from party ``ref_rank``'s: the keys that differ, with both values."""
+    keys = [name for name in differing if name != JOB]
+    pairs = "; ".join(f"{name} {theirs.get(name)!r} against {ours[name]!r}" for name in keys)
+    digests = f"sha256 {_digest(theirs.get(JOB))} against {_digest(ours.get(JOB))}"
+    return (
+        f"The sites were started with different job files: party {rank}'s job file differs "
+        f"from party {ref_rank}'s ({digests})"
+        + (f" in {', '.join(keys)}: {pairs}" if keys else "")
+        + ". Every site must run with the same job file (and the same slate and torch "
+        "versions); no step was taken. Give every site the same file and restart them."
+    )
+
+
+def _digest(value: Any) -> str:
+    return "none (no --job)" if value is None else f"{str(value)[:12]}..."
 
 
 def _check_declarations(ordered: list[tuple[int, dict[str, Any]]]) -> None:
