@@ -33,6 +33,11 @@ class TrainingDiverged(SlateError):
     """A loss or parameter became non-finite during training."""
 
 
+class SumRefused(SlateError):
+    """A sum over the sites that cannot be true (a lie in a sum, or a value no sum can carry):
+    every site drops it and stops, keeping its own model (exit code 2)."""
+
+
 class RunInterrupted(SlateError):
     """The run was stopped by SIGINT or SIGTERM after writing a checkpoint (exit code 130)."""
 

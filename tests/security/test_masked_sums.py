@@ -92,12 +92,14 @@ def run_all(wires_, values, what="statistics"):
 
 
 def words_sent(monkeypatch) -> list[int]:
-    """The words each gathered (masked) message holds, from now on."""
+    """The words each gathered masked message holds, from now on (not the digests compared
+    after each sum, bytes: :mod:`slate.security.sum_digests`)."""
     sent: list[int] = []
     gather = ThreadWire.gather
 
     def counting_gather(self, waiter, value):
-        sent.append(value.numel())
+        if value.dtype == torch.int64:
+            sent.append(value.numel())
         return gather(self, waiter, value)
 
     monkeypatch.setattr(ThreadWire, "gather", counting_gather)

@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from slate.errors import SlateError
+from slate.errors import SumRefused
 
 __all__ = [
     "FLOAT_BITS",
@@ -78,8 +78,9 @@ FLOAT_BITS = 40  # fractional bits of every float summed under masks (a step of 
 PARAMETER_BITS = 32  # ... but the parameters' average's, in one word (a step of 2.3e-10)
 
 
-class MaskOverflow(SlateError):
-    """A value too large for its fixed-point encoding in a masked sum."""
+class MaskOverflow(SumRefused):
+    """A value too large for its fixed-point encoding in a masked sum (refused on every site,
+    which keeps its own model)."""
 
 
 def mask_info(run_id: str, session: str, generation: int, a: int, b: int) -> bytes:
@@ -228,14 +229,27 @@ class WideFixedPoint:
             value = float(np.asarray(local, dtype=np.float64).reshape(-1)[np.flatnonzero(bad)[0]])
             where = f"this site's {self.name} holds {value!r}"
         else:
-            where = f"another site's {self.name} holds a value"
+            where = f"another site's {self.name} holds a value (or a participant lied in the sum)"
         return (
             f"The masked sum of the {self.name} was refused on every site: {where} that it "
             f"cannot carry ({refused} value(s) in all are not finite or beyond +-{range_:.3g}, "
             f"the range of {self.bits} fractional bits over {parties} sites). Nothing of the "
-            "sum was used. Such a value means the data or the run went wrong (a feature on a "
-            "huge scale: try --standardize, or check the file; a diverging run: lower --lr)."
+            f"sum was used. {_advice(bool(bad.any()))}"
         )
+
+
+def _advice(own: bool) -> str:
+    """What a refused sum means: this site's value (its data or run went wrong), or another's
+    (its run diverged, or it lied in the sum: nothing at this site is at fault)."""
+    if own:
+        return (
+            "Such a value means the data or the run went wrong (a feature on a huge scale: try "
+            "--standardize, or check the file; a diverging run: lower --lr)."
+        )
+    return (
+        "This site's own values are within range: another site's data or run went wrong, or "
+        "it lied in the sum (runs modified code); a sum does not show which site."
+    )
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from slate.metrics.histograms import (
     lower_edges,
     metrics_from_counts,
 )
+from slate.training.sum_checks import distance_problem, flag_problem, refusal
 
 if TYPE_CHECKING:
     from slate.algorithms.compute import PartyCompute
@@ -421,8 +422,7 @@ class Evaluator:
             local = torch.cat([local, riders.to(torch.float64).cpu()])
         state, summed = self._exchange(logits, iteration, local)
         assert summed is not None
-        if float(summed[1]) > 0:  # every process sees the same sum: all stop together
-            self._diverged(x, iteration)
+        self._check_sum(x, float(summed[0]), float(spread), float(summed[1]), iteration)
         self.summed_riders = summed[2:]
         self._watch_learning(xbar, logits, iteration)
         scores = self._metrics(state)
@@ -434,6 +434,24 @@ class Evaluator:
             "test_auroc": scores.values["test_auroc"],
             "consensus_distance": distance,
         }
+
+    def _check_sum(
+        self, x: Tensor, distance: float, own: float, flags: float, iteration: int
+    ) -> None:
+        """Refuse a summed consensus distance or non-finite flag that cannot be true
+        (:mod:`slate.training.sum_checks`), and stop a run whose own training diverged. Every
+        process sees the same sum, so all stop together."""
+        processes = self.engine.n_parties // max(len(self.engine.local_parties), 1)
+        problem = distance_problem(distance, own, processes)
+        if problem is None and flags != 0:
+            own_logits = self.compute.party_logits(x, self.test_features)
+            finite = bool(torch.isfinite(x).all()) and bool(torch.isfinite(own_logits).all())
+            largest = float(x.abs().max()) if finite and x.numel() else math.nan
+            problem = flag_problem(flags, processes, finite, largest)
+            if problem is None:
+                self._diverged(x, iteration)
+        if problem is not None:
+            raise refusal(problem, iteration, self.engine.own_party)
 
     def _diverged(self, x: Tensor, iteration: int) -> None:
         """Stop when the averaged model's test scores overflow (collective: all stop together).

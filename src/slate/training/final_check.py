@@ -21,6 +21,15 @@ paragraph. How :math:`\delta` was set: honest runs of 4 sites on w7a (ring, base
 steps and int8, Dirichlet-split sites, a site with few positives) give :math:`b - a` of at most
 0.02 (``docs/security.md``); the poisoned average scores 0.02 against 0.70. A site with no
 positive test row cannot score an AP: the check is skipped there and says so.
+
+**More than AP** (:mod:`slate.training.final_measures`): AP ignores a shift of every score and a
+change to a small group of rows, so the site also compares, on the same rows, the mean logit, the
+share flagged at 0.5 and at the threshold it deploys, the log-loss, the largest flagged-share
+change within a group of rows defined by the model's inputs, and the distance from its own model
+to the average against the distances it measured itself. Each has a stated bound
+(``--final-check-bounds``, :class:`~slate.training.final_measures.Bounds`); one measure over its
+bound refuses the average like the AP, and ``summary.json``'s ``final_average`` lists every
+measure (``checks``), the failed ones by name (``failed``) and by how much.
 """
 
 from __future__ import annotations
@@ -33,8 +42,9 @@ from torch import Tensor
 
 from slate import metrics
 from slate.errors import SlateError
+from slate.training.final_measures import Bounds, Measure, compare
 
-__all__ = ["AVERAGE_BOUND", "AverageCheck", "AverageRefused", "check_average"]
+__all__ = ["AVERAGE_BOUND", "AverageCheck", "AverageRefused", "check_average", "own_model_kept"]
 
 AVERAGE_BOUND = 0.05  # delta: the most the saved model's AP may fall below the site's own
 
@@ -53,10 +63,19 @@ class AverageCheck:
     own_ap: float | None  # b: the site's own model's AP
     bound: float = AVERAGE_BOUND
     refused_counts: str | None = None  # why the final evaluation's counts were refused
+    refused_sum: str | None = None  # a sum refused during the run (SumRefused's paragraph)
+    measures: tuple[Measure, ...] = ()  # the measures beyond AP (slate.training.final_measures)
+
+    @property
+    def failed(self) -> list[Measure]:
+        """The measures over their bounds."""
+        return [m for m in self.measures if m.failed]
 
     @property
     def refused(self) -> bool:
-        if self.refused_counts is not None:
+        if self.refused_counts is not None or self.refused_sum is not None:
+            return True
+        if self.failed:
             return True
         if self.average_ap is None or self.own_ap is None:
             return False
@@ -72,12 +91,21 @@ class AverageCheck:
             "bound": self.bound,
             "test_rows": self.rows,
             "reason": self.reason(),
+            "checks": [m.to_dict() for m in self.measures],
+            "failed": [m.name for m in self.failed],
         }
 
     def reason(self) -> str | None:
+        if self.refused_sum is not None:
+            return f"a sum was refused during the run: {self.refused_sum}"
         if self.refused_counts is not None:
             return (f"the final evaluation's counts broke the sites' declarations "
                     f"({self.refused_counts})")  # fmt: skip
+        measures = "; ".join(m.describe() for m in self.failed)
+        ap_failed = (self.average_ap is not None and self.own_ap is not None
+                     and self.average_ap < self.own_ap - self.bound)  # fmt: skip
+        if measures and not ap_failed:
+            return f"on this site's {self.rows} test rows {measures}"
         if self.average_ap is None or self.own_ap is None:
             return "not checked: this site holds no positive test row" if self.rows else None
         if not self.refused:
@@ -86,11 +114,18 @@ class AverageCheck:
             f"on this site's {self.rows} test rows the averaged model scores AP "
             f"{self.average_ap:.4f}, its own model {self.own_ap:.4f}: "
             f"{self.own_ap - self.average_ap:.4f} lower, over the bound {self.bound:g}"
+            + (f"; {measures}" if measures else "")
         )
 
     def message(self, out: Any) -> str:
         """The paragraph a site that refused the average stops with."""
         where = f"{out}/model.pt" if out is not None else "its model"
+        if self.refused_sum is not None:
+            return (
+                f"{self.refused_sum} Party {self.rank} kept its own model: {where} is its own "
+                "model, and summary.json's test AP is that model's on this site's own test rows "
+                "(final_average records the refusal)."
+            )
         return (
             f"Party {self.rank} refused the final average: {self.reason()}. A participant may "
             "have lied in the average (or the sites ended far apart: see the consensus distance "
@@ -102,20 +137,39 @@ class AverageCheck:
 
 def check_average(
     rank: int, average_logits: Tensor, own_logits: Tensor, labels: Tensor,
-    refused_counts: str | None = None,
+    refused_counts: str | None = None, *, features: Tensor | None = None,
+    bounds: Bounds | None = None, distance: float | None = None,
+    reference: float | None = None,
 ) -> AverageCheck:  # fmt: skip
     """Score the averaged model and the site's own on the site's test rows (module docstring);
     ``refused_counts``: why the final evaluation's counts were refused (with
     ``--on-party-loss continue``, :class:`slate.training.evaluation.Evaluator`), which refuses
-    the average too."""
+    the average too. ``features``: the rows' model inputs (the groups), ``bounds`` the measures'
+    bounds, ``distance`` and ``reference`` the squared distance from the own model to the
+    average and the largest measured before (:func:`slate.training.final_measures.compare`)."""
+    bounds = bounds if bounds is not None else Bounds()
+    measures = tuple(compare(average_logits, own_logits, labels, features, bounds, distance,
+                             reference))  # fmt: skip
     rows = len(labels)
     if rows == 0 or not bool(labels.any()) or bool(labels.all()):
-        return AverageCheck(rank, rows, None, None, refused_counts=refused_counts)
+        return AverageCheck(rank, rows, None, None, bounds.ap, refused_counts, measures=measures)
     average = _ap(average_logits, labels)
     own = _ap(own_logits, labels)
-    return AverageCheck(rank, rows, average, own, refused_counts=refused_counts)
+    return AverageCheck(rank, rows, average, own, bounds.ap, refused_counts, measures=measures)
 
 
 def _ap(logits: Tensor, labels: Tensor) -> float | None:
     value = metrics.average_precision(logits, labels)
     return None if math.isnan(value) else float(value)
+
+
+def own_model_kept(rank: int, own_logits: Tensor, labels: Tensor, why: str) -> AverageCheck:
+    """The check of a site that stopped on a refused sum (``why``, its paragraph) and keeps its
+    own model: the own model's AP on the site's test rows, no average to compare."""
+    rows = len(labels)
+    own = (
+        None
+        if rows == 0 or not bool(labels.any()) or bool(labels.all())
+        else _ap(own_logits, labels)
+    )
+    return AverageCheck(rank, rows, None, own, refused_sum=why)

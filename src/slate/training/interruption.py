@@ -5,12 +5,14 @@ party (:attr:`slate.engines.base.Engine.resume_flags` and ``resume_note``)."""
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 from slate.errors import SlateError, parties_text
 
-__all__ = ["interrupted_message", "who_stopped"]
+__all__ = ["StopOnSignal", "interrupted_message", "who_stopped"]
 
 STOP_SHAPE = [int, int]  # one party's stop request on the wire: [rank, 1 if it asked]
 
@@ -72,3 +74,25 @@ def interrupted_message(run: Any, out: Path | None, stoppers: list[int] | None =
         f"{what}; checkpoint written to {out}. Continue with: "
         f"slate train --resume {out}{run.engine.resume_flags}{run.engine.resume_note}"
     )
+
+
+class StopOnSignal:
+    """While active, SIGINT and SIGTERM ask the run to stop at the next safe point."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        del signum, frame
+        self.run.stop_requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

@@ -47,10 +47,12 @@ from slate.training.configuration import ResolvedConfig, as_resolved
 from slate.training.disclosure_warning import disclosure_warning
 from slate.training.early_stopping import BestModel, validation_summary
 from slate.training.final_check import AverageCheck, check_average, own_model_kept
+from slate.training.final_measures import Distances
 from slate.training.interruption import StopOnSignal, interrupted_message, who_stopped
 from slate.training.ledger_file import console_line as privacy_line
 from slate.training.lr_choice import LrChoice
 from slate.training.outputs import (
+    HISTORY_COLUMNS,
     ValidationCurve,
     build_summary,
     default_out_dir,
@@ -175,6 +177,7 @@ class _Loop:
             if note:
                 say(note)
         self.stopped_at: int | None = None
+        self.distances = Distances()  # the final check's reference (final_measures)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -206,6 +209,7 @@ class _Loop:
         ):
             self.reporter.status("evaluating")
             run.history.append(_evaluation_row(run, self.elapsed()))
+            self.distances.record(run, t)
             self.bar.show(f"{run.history[-1]['test_ap']:.4f}")
             self.reporter.evaluated()
             refused = run.evaluator.refused
@@ -274,7 +278,8 @@ class _Loop:
             own = run.evaluator.own_model(run.x)
             problem = run.evaluator.refused[-1]["problem"] if scored.refused else None
             check = check_average(run.engine.rank, scored.logits, own.logits,
-                                  run.evaluator.test_labels, problem)  # fmt: skip
+                                  run.evaluator.test_labels, problem,
+                                  **self.distances.check_inputs(run, scored))  # fmt: skip
             if check.refused:
                 scored = own
         model = (scored.parameters, scored.buffers, scored.scores)
@@ -289,6 +294,11 @@ class _Loop:
         check = own_model_kept(run.engine.rank, own.logits, run.evaluator.test_labels, why)
         names = ("comm_bytes_per_party", "messages_per_party", "rounds")  # its own counters
         traffic = dict(zip(names, (float(v) for v in run.comm.counters()), strict=True))
+        if not run.history or run.history[-1]["iteration"] != run.iteration:  # refused there
+            row = dict.fromkeys(HISTORY_COLUMNS, math.nan)
+            row.update(iteration=run.iteration, elapsed_seconds=self.elapsed(),
+                       parties_alive=run.engine.n_parties, rounds=traffic["rounds"])  # fmt: skip
+            run.history.append(row)
         model = (own.parameters, own.buffers, own.scores)
         return _Final([], self.elapsed(), own.logits, own.scores, model, traffic, None, check)
 

@@ -59,6 +59,7 @@ from slate.security.sealing import (
     SealingKeyRefused,
     sealing_key_record,
 )
+from slate.security.sum_digests import digest_report, equivocation
 
 __all__ = ["SealedWire", "sealing_key_name"]
 
@@ -264,8 +265,9 @@ class SealedWire(DirectWire):
             masked = torch.from_numpy(self.sums.mask(words).view(np.int64)).to(values[0].device)
             if self._tamper is not None and self._tamper.dies_in_sum():
                 self._die_after_sending_one(waiter, masked)
-            parts = self.gather(waiter, masked)
-            summed = MaskedSums.total([p.cpu().numpy() for p in parts])
+            parts = [p.cpu().numpy() for p in self.gather(waiter, masked)]
+            summed = MaskedSums.total(parts)
+            self._agree_on_total(waiter, summed, parts, what, masked.device)
             sizes = np.cumsum([len(w) for w, _ in encoded])[:-1]
             out = []
             for total, local, (_, bad), value in zip(
@@ -274,3 +276,17 @@ class SealedWire(DirectWire):
                 decoded = torch.from_numpy(decode_sum(total, local, what, n, bad, narrow))
                 out.append(decoded.to(dtype=value.dtype, device=value.device))
             return out
+
+    def _agree_on_total(
+        self, waiter: Any, summed: np.ndarray, parts: list[np.ndarray], what: str, device: Any
+    ) -> None:
+        """Compare the digest of the total and of every contribution with every member, in one
+        small exchange (:mod:`slate.security.sum_digests`): a member that sent different
+        contributions to different members makes the totals differ, and every member drops the
+        sum (:class:`~slate.security.sum_digests.SumEquivocated`) before it is decoded."""
+        report = torch.from_numpy(digest_report(summed, parts)).to(device)
+        with self.exchange(f"{what} digest"):
+            reports = self.gather(waiter, report)
+        problem = equivocation([r.cpu().numpy() for r in reports], self.members, what)
+        if problem is not None:
+            raise problem
