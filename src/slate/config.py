@@ -194,6 +194,7 @@ class TrainConfig:
     dp_groups: int = agreed(8)
     log_level: str = per_site("info")  # run.log's threshold (slate.training.reporting)
     tensorboard: str | None = per_site(None)  # a SummaryWriter's folder for the scalars
+    final_check_bounds: str | None = per_site(None)  # slate.training.final_measures.Bounds
     job_sha256: str | None = agreed(None)  # the --job file's digest (slate.cli.job_file)
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,6 +212,8 @@ class TrainConfig:
             del values["log_level"]
         if values["tensorboard"] is None:
             del values["tensorboard"]
+        if values["final_check_bounds"] is None:
+            del values["final_check_bounds"]
         if values["job_sha256"] is None:  # recorded for a run started with --job only
             del values["job_sha256"]
         return values

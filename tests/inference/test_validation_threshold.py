@@ -87,7 +87,8 @@ def test_the_threshold_comes_from_the_validation_rows(validated_run, capsys):
     x_val, y_val = _validation_rows(config)
     assert info["validation_curve"] == {
         "file": "validation_pr_curve.csv", "rows": len(y_val), "positives": int(y_val.sum()),
-        "evaluation": "pooled",
+        "evaluation": "pooled", "source": "pooled", "pooled_file": None, "pooled_positives": None,
+        "note": "one set of rows for every site: its own rows are the pooled rows (one curve)",
     }  # fmt: skip
     model, _ = load_model(run)
     val_logits = logits_of(model, x_val).numpy().astype(np.float64)

@@ -293,7 +293,7 @@ def run_predict(args: argparse.Namespace) -> int:
     result = predict(
         args.run, args.data, threshold=args.threshold, at_recall_of=args.at_recall,
         at_precision_of=args.at_precision, calibrate=args.calibrate,
-        reading=Reading(args.on_bad_row, args.delimiter),
+        reading=Reading(args.on_bad_row, args.delimiter), curve=args.curve,
     )  # fmt: skip
     write_predictions(result, args.out)
     say = (lambda line: print(line, file=sys.stderr)) if args.out is None else print

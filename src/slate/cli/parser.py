@@ -169,6 +169,12 @@ def add_model_parsers(sub) -> None:
         "the run's validation rows when it was trained with --validation-fraction, reporting "
         "the threshold's test precision and recall beside it; else the run's test set)",
     )  # fmt: skip
+    pred.add_argument(
+        "--curve", choices=("own", "pooled"),
+        help="with per-site files, the run's curve to choose the threshold on: own (this "
+        "site's own rows, the default: no other site can shape it) or pooled (every site's "
+        "summed histograms, which a lying site can shape); model.json's threshold_curve",
+    )  # fmt: skip
     ev.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     ev.add_argument("--out", metavar="DIR", help="also write evaluation.json and pr_curve.png")
     exp.add_argument(

@@ -154,6 +154,13 @@ def _columns(dest: str, flag: str, text: str) -> TrainSetting:
     return TrainSetting(dest, TABLE, text, flags=(flag,), action="append", metavar="A,B")
 
 
+def _checked_bounds(text: str) -> str:
+    """``--final-check-bounds``, checked (:class:`slate.training.final_measures.Bounds`)."""
+    from slate.training.final_measures import bounds_text
+
+    return bounds_text(text)
+
+
 def _field(dest: str, group: str | None, text: str | None = None, **options: Any) -> TrainSetting:
     """A :class:`TrainConfig` field's setting (its default and classification: the field's)."""
     return TrainSetting(dest, group, text, **options)
@@ -301,6 +308,10 @@ SETTINGS: tuple[TrainSetting, ...] = (
     _field("tensorboard", RUN, "write each evaluation's AP, training loss, bytes sent (and "
             "epsilon under --dp-epsilon) as TensorBoard scalars into DIR (needs: pip install "
             "'slate[tensorboard]')", metavar="DIR"),
+    _field("final_check_bounds", RUN, "distributed: the bounds of the final check of the average "
+            "against this site's own model on its own test rows, e.g. 'mean_logit=0.5,"
+            "flagged_at_half=0.05' (names and defaults: docs/security.md)",
+            type=_checked_bounds, metavar="NAME=V,..."),
     _field("party_ap", RUN, "also report each party's own final test AP (N more "
             "evaluations; default: on when they cost under 10%% of the training work)",
             action=argparse.BooleanOptionalAction),

@@ -22,7 +22,15 @@ A decision threshold (``--at-recall R`` / ``--at-precision P``) is chosen by the
 validation rows (``validation_pr_curve.csv``, named in ``model.json``) when it had
 ``--validation-fraction``, and then the test precision and recall of that same threshold (read
 off the test set's ``pr_curve.csv``) are reported beside it, the honest estimate; else on the
-run's test set (``pr_curve.csv``). Rows with logit :math:`\ge t` get decision 1. With
+run's test set (``pr_curve.csv``). Rows with logit :math:`\ge t` get decision 1.
+
+With per-site files the run folder holds two curves of each kind (``model.json``'s
+``threshold_curve`` and ``validation_curve``; :mod:`slate.training.threshold_curve`): the
+saved model's on this site's **own** rows, the default (``pr_curve.csv``,
+``validation_pr_curve.csv``), which no other site can shape, and the **pooled** curve of every
+site's summed histograms (``pr_curve_pooled.csv``, ``validation_pr_curve_pooled.csv``), which
+a lying site can shape; ``--curve own|pooled`` chooses explicitly. With one test set for every
+site the two are one curve. With
 ``--threshold T`` the decision is ``score >= T`` on the score :math:`\sigma(z)` (monotone in the
 logit :math:`z`, not a calibrated probability: ``slate calibrate`` fits one,
 :mod:`slate.inference.calibration`, and the predictions then carry a ``probability`` column).
@@ -261,6 +269,7 @@ def predict(
     at_precision_of: float | None = None,
     calibrate: str | Path | None = None,
     reading: Reading = Reading(),
+    curve: str | None = None,
 ) -> Predictions:
     """Score every row of ``data`` with the run's model; with a threshold option, decide.
 
@@ -273,6 +282,8 @@ def predict(
         at_precision_of: decision at the threshold of the highest recall with precision >= P.
         calibrate: a labelled file in the same format to choose the threshold on.
         reading: bad rows and the delimiter of a CSV file (and of ``calibrate``).
+        curve: ``"own"`` or ``"pooled"``: the run's curve to choose on (module docstring);
+            None: the run's default (``model.json``'s ``threshold_curve``).
     """
     _check_threshold_options(threshold, at_recall_of, at_precision_of, calibrate)
     model, pre = load_model(run_dir)
@@ -298,13 +309,13 @@ def predict(
         out.notes += held.notes
         positives = int(held.labels.sum())
     else:
-        validation = _validation_curve(run_dir)
+        validation = _validation_curve(run_dir, curve)
         if validation is not None:
             (precision, recall, edges), positives, out.threshold_source = validation
         else:
-            precision, recall, edges = run_curve(run_dir)
-            out.threshold_source = _test_source(run_dir)
-            positives = _run_test_positives(run_dir)
+            name, positives, whose = _test_curve(run_dir, curve)
+            precision, recall, edges = run_curve(run_dir, name)
+            out.threshold_source = _test_source(run_dir, name, whose)
     if at_recall_of is not None:
         point = at_recall(precision, recall, edges, at_recall_of)
     else:
@@ -323,42 +334,87 @@ def predict(
         out.notes += [warning] if warning else []
     out.point = point
     if calibrate is None and validation is not None:  # the honest number: the test set's
-        out.test_point, out.test_source = _on_test_set(run_dir, point)
-        out.test_binned = _run_summary(run_dir).get("evaluation") == "federated"
+        out.test_point, out.test_source = _on_test_set(run_dir, point, curve)
+        own = out.test_source.startswith(_WHOSE["own"].format(kind="test"))
+        out.test_binned = _run_summary(run_dir).get("evaluation") == "federated" and not own
     out.decisions = (logits.numpy().astype(np.float64) >= point.logit).astype(np.int8)
     return out
 
 
-def _test_source(run_dir: str | Path) -> str:
-    return f"the run's test set ({Path(run_dir) / 'pr_curve.csv'})"
+_WHOSE = {
+    "own": "this site's own {kind} rows",
+    "pooled": "every site's pooled {kind} rows",
+    "run": "the run's {kind} set",
+}
+
+
+def _test_source(run_dir: str | Path, name: str = "pr_curve.csv", whose: str = "run") -> str:
+    return f"{_WHOSE[whose].format(kind='test')} ({Path(run_dir) / name})"
+
+
+def _chosen(saved: dict[str, Any], curve: str | None, what: str) -> tuple[str, str]:
+    """``(file, whose rows: own, pooled or run)`` of the curve ``curve`` (None: the run's
+    default) among the curves ``saved`` describes (``model.json``'s ``threshold_curve`` or
+    ``validation_curve``; empty for a run written before either was recorded: one curve)."""
+    default = saved.get("file", "pr_curve.csv")
+    source, pooled = saved.get("source"), saved.get("pooled_file")
+    if curve == "pooled" and pooled:
+        return pooled, "pooled"
+    if curve == "pooled" and source == "own":
+        raise DataError(
+            f"this run has no pooled {what} curve: the site refused the final average and saved "
+            "its own model, scored on its own rows only. Leave out --curve pooled."
+        )
+    if curve == "own" and source == "pooled" and pooled:
+        raise DataError(
+            f"this run has no own {what} curve: {saved.get('note')}. Use --curve pooled, or "
+            "--calibrate FILE with labelled rows of this site."
+        )
+    if source == "own":
+        return default, "own"
+    return default, "pooled" if pooled else "run"
+
+
+def _test_curve(run_dir: str | Path, curve: str | None) -> tuple[str, int | None, str]:
+    """The test curve's file, its positives and whose rows it scores (:func:`_chosen`)."""
+    saved = read_model_info(run_dir).get("threshold_curve") or {}
+    name, whose = _chosen(saved, curve, "test")
+    positives = {"own": saved.get("positives"), "pooled": saved.get("pooled_positives")}.get(whose)
+    if positives is None:
+        positives = _run_test_positives(run_dir)
+    return name, (None if positives is None else int(positives)), whose
 
 
 def _validation_curve(
-    run_dir: str | Path,
+    run_dir: str | Path, curve: str | None = None
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int | None, str] | None:
-    """The run's validation curve (``model.json``'s ``validation_curve``), its positives and
-    a description; None for a run without validation rows."""
+    """The run's validation curve (``model.json``'s ``validation_curve``; ``curve``:
+    :func:`_chosen`), its positives and a description; None for a run without validation
+    rows."""
     saved = read_model_info(run_dir).get("validation_curve")
     if not saved:
         return None
-    name = saved.get("file", "validation_pr_curve.csv")
-    curve = run_curve(run_dir, name, "validation")
-    positives = saved.get("positives")
+    name, whose = _chosen(saved, curve, "validation")
+    positives = saved.get("pooled_positives" if whose == "pooled" else "positives")
+    where = _WHOSE[whose].format(kind="validation").replace(" set", " rows")
     source = (
-        f"the run's validation rows ({Path(run_dir) / name}: {saved.get('rows')} rows, "
+        f"{where} ({Path(run_dir) / name}: {saved.get('rows')} rows, "
         f"{positives} positive{'' if positives == 1 else 's'})"
     )
-    return curve, (None if positives is None else int(positives)), source
+    curves = run_curve(run_dir, name, "validation")
+    return curves, (None if positives is None else int(positives)), source
 
 
-def _on_test_set(run_dir: str | Path, point: OperatingPoint) -> tuple[OperatingPoint, str]:
+def _on_test_set(
+    run_dir: str | Path, point: OperatingPoint, curve: str | None = None
+) -> tuple[OperatingPoint, str]:
     """The precision and recall on the run's test set of a threshold chosen elsewhere."""
-    precision, recall, edges = run_curve(run_dir)
+    name, positives, whose = _test_curve(run_dir, curve)
+    precision, recall, edges = run_curve(run_dir, name)
     test = at_threshold(precision, recall, edges, point.logit, point.kind, point.target)
-    positives = _run_test_positives(run_dir)
     if positives is not None and test.reachable:
         test = test.with_counts(positives)
-    return test, _test_source(run_dir)
+    return test, _test_source(run_dir, name, whose)
 
 
 def _calibrated(run_dir: str | Path, logits: Tensor) -> np.ndarray | None:

@@ -120,6 +120,7 @@ class OutputsSection:
     party_ap: bool | None
     checkpoint_every: int
     early_stopping: int | None
+    final_check_bounds: str | None = None  # a site's bounds of the final check (final_measures)
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ def _derive(given: TrainConfig, flags: TrainConfig) -> ResolvedConfig:
         outputs=OutputsSection(
             out=flags.out, eval_every=flags.eval_every, party_ap=flags.party_ap,
             checkpoint_every=flags.checkpoint_every, early_stopping=flags.early_stopping,
+            final_check_bounds=flags.final_check_bounds,
         ),
         privacy=None if flags.dp_epsilon is None else PrivacySection(
             epsilon=flags.dp_epsilon, delta=flags.dp_delta, clip=flags.dp_clip,

@@ -4,7 +4,9 @@
 :func:`evaluation_summary` assemble ``summary.json`` (keys in ``docs/outputs.md``) and
 :func:`report` prints the closing lines. With validation rows (``--validation-fraction``) the kept
 model's validation PR curve is saved beside the test one (:class:`ValidationCurve`), and named in
-``model.json``: ``slate predict --at-recall`` chooses its threshold there.
+``model.json``: ``slate predict --at-recall`` chooses its threshold there. With per-site files
+each curve is the saved model's on this site's own rows, the pooled curve beside it
+(:mod:`slate.training.threshold_curve`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ from slate.permissions import private_files, private_folder
 from slate.security.robust import accusation_lines
 from slate.training.ap_coverage import coverage_text
 from slate.training.evaluation import TestScores
+from slate.training.threshold_curve import (
+    CURVE,
+    POOLED_CURVE,
+    POOLED_VALIDATION_CURVE,
+    Curves,
+    curves_of,
+)
 
 if TYPE_CHECKING:
     from slate.training.run import Run
@@ -48,6 +57,7 @@ __all__ = [
     "default_out_dir",
     "draw_figures",
     "evaluation_summary",
+    "final_curves",
     "parties",
     "report",
     "write_history",
@@ -84,23 +94,32 @@ class ValidationCurve:
     rows: int
     positives: int
     evaluation: str  # "pooled" or "federated"
+    curves: Curves | None = None  # the site's own curve and the pooled one
 
     @classmethod
     def of(cls, run: Run) -> ValidationCurve:
         """Score the run's current (kept) model on its validation rows (collective: every
         process calls it; reuses the last evaluation when it scored this model)."""
-        scores = run.evaluator.test_scores(run.x, run.iteration).scores
-        evaluation = run.evaluator.evaluation.name
-        return cls(scores, int(run.data.n_test), int(test_positives(run)), evaluation)
+        evaluator = run.evaluator
+        scored = evaluator.test_scores(run.x, run.iteration)
+        positives = int(test_positives(run))
+        curves = curves_of(evaluator.federated, scored.logits, evaluator.test_labels,
+                           scored.scores, positives)  # fmt: skip
+        return cls(scored.scores, int(run.data.n_test), positives, evaluator.evaluation.name,
+                   curves)  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
-        """``model.json``'s ``validation_curve``."""
-        return {
+        """``model.json``'s ``validation_curve``: the default curve's file, rows and positives
+        (the site's own with per-site files), and the pooled one's."""
+        described: dict[str, Any] = {
             "file": VALIDATION_CURVE,
             "rows": self.rows,
             "positives": self.positives,
             "evaluation": self.evaluation,
         }
+        if self.curves is not None:
+            described.update(self.curves.describe(VALIDATION_CURVE, POOLED_VALIDATION_CURVE))
+        return described
 
 
 def default_out_dir(dataset: str, algorithm: str) -> Path:
@@ -122,14 +141,16 @@ def write_run_folder(
     final_model: tuple[Tensor, dict[str, Tensor], TestScores],
     validation: ValidationCurve | None = None,
     figures: bool = True,
+    curves: Curves | None = None,
 ) -> None:
     """Write the run folder: history, PR curve, model, summary; with ``validation``, the kept
     model's validation PR curve (:data:`VALIDATION_CURVE`); with ``figures``, the figures drawn
-    from those files (:func:`draw_figures`). The folder is ``0700`` and every file ``0600``
+    from those files (:func:`draw_figures`); ``curves``: the test curves
+    (:func:`final_curves`; None: the scores' own). The folder is ``0700`` and every file ``0600``
     (:mod:`slate.permissions`)."""
     private_folder(out)
     with private_files():
-        _write_run_files(run, summary, history, out, final_model, validation)
+        _write_run_files(run, summary, history, out, final_model, validation, curves)
         if figures:
             draw_figures(out)
 
@@ -181,6 +202,9 @@ def _draw(
     label = f"{flags['algorithm']} (N={flags['nodes']}, {flags['topology']})"
     table = [OperatingPoint.from_dict(p) for p in summary.get("operating_points", [])]
     positives, rows = summary.get("test_positives"), summary.get("n_test")
+    own = summary.get("threshold_curve") or {}
+    if own.get("source") == "own":  # pr_curve.csv is the site's own rows'
+        positives, rows = own.get("positives"), own.get("rows")
     written = [
         plots.plot_pr_curves(
             {label: (precision, recall, test_ap)},
@@ -219,22 +243,34 @@ def _write_run_files(
     out: Path,
     final_model: tuple[Tensor, dict[str, Tensor], TestScores],
     validation: ValidationCurve | None,
+    curves: Curves | None,
 ) -> None:
     xbar, buffers, scores = final_model
     write_history(out / "history.csv", history, run.validated)
-    precision, recall = scores.pr_curve()
-    write_pr_curve(out / "pr_curve.csv", precision, recall, scores.thresholds)
+    if curves is None:
+        curves = Curves(scores, "pooled", 0, 0)
+    _write_curves(out, curves, CURVE, POOLED_CURVE)
     run.compute.layout.load_into(run.model, xbar, buffers)
     description = describe_run(run.flags, run.data.input_shape, run.data.preprocessing)
+    description["threshold_curve"] = summary.get("threshold_curve")
     if validation is not None and validation.scores.curve is not None:
-        v_precision, v_recall = validation.scores.pr_curve()
-        write_pr_curve(out / VALIDATION_CURVE, v_precision, v_recall, validation.scores.thresholds)
+        v_curves = validation.curves or Curves(validation.scores, "pooled", 0, 0)
+        _write_curves(out, v_curves, VALIDATION_CURVE, POOLED_VALIDATION_CURVE)
         description["validation_curve"] = validation.describe()
     if "privacy" in summary:  # --dp-epsilon: the guarantee travels with the model
         description["privacy"] = {k: v for k, v in summary["privacy"].items() if k != "ledger"}
     save_model(out, run.model, description)  # model.pt (the state_dict) and model.json
     with open(out / "summary.json", "w") as handle:
         json.dump(summary, handle, indent=2)
+
+
+def _write_curves(out: Path, curves: Curves, file: str, pooled_file: str) -> None:
+    """The default curve as ``file`` and, with per-site files, the pooled one as
+    ``pooled_file``."""
+    for scores, name in ((curves.default, file), (curves.pooled, pooled_file)):
+        if scores is not None and scores.curve is not None:
+            precision, recall = scores.pr_curve()
+            write_pr_curve(out / name, precision, recall, scores.thresholds)
 
 
 def write_history(
@@ -424,9 +460,22 @@ def test_positives(run: Run) -> int:
     return int(run.data.y_test.sum())
 
 
-def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str, Any]:
+def final_curves(run: Run, logits: Tensor, scores: TestScores, refused: bool = False) -> Curves:
+    """The saved model's test curves (:mod:`slate.training.threshold_curve`): ``logits`` on this
+    process's test rows, ``scores`` the run's metrics of them; ``refused``: the site refused
+    the average and ``scores`` are its own model's on its own rows."""
+    evaluator = run.evaluator
+    return curves_of(evaluator.federated, logits, evaluator.test_labels, scores,
+                     test_positives(run), refused)  # fmt: skip
+
+
+def evaluation_summary(
+    run: Run, logits: Tensor, scores: TestScores, curves: Curves | None = None
+) -> dict[str, Any]:
     """How the test set was scored; with per-party files the error bounds and each party's own
-    AP; the preprocessing applied to every feature row."""
+    AP; the operating points of the default threshold's curve (``curves``, :func:`final_curves`:
+    the site's own rows with per-site files) and of the pooled one; the preprocessing applied
+    to every feature row."""
     out: dict[str, Any] = dict(run.evaluator.evaluation.describe())
     out["test_positives"] = test_positives(run)
     if run.data.federated:
@@ -438,13 +487,17 @@ def evaluation_summary(run: Run, logits: Tensor, scores: TestScores) -> dict[str
             party_rows=[dataclasses.asdict(c) for c in run.data.counts],
             evaluation_warning=scores.warning,  # e.g. many scores in the end bins
         )
-    if (
-        scores.thresholds is not None
-    ):  # the test set's operating points (slate.metrics.operating_points)
-        precision, recall = scores.pr_curve()
-        positives = test_positives(run)
-        table = operating_points(precision, recall, scores.thresholds, positives=positives)
-        out["operating_points"] = [point.to_dict() for point in table]
+    if curves is None:  # (the scores' own curve)
+        curves = Curves(scores, "pooled", scored_test_rows(run), test_positives(run))
+    out["threshold_curve"] = curves.describe()
+    for key, curve, positives in (
+        ("operating_points", curves.default, curves.positives),
+        ("operating_points_pooled", curves.pooled, curves.pooled_positives),
+    ):  # the operating points (slate.metrics.operating_points)
+        if curve is not None and curve.thresholds is not None:
+            precision, recall = curve.pr_curve()
+            table = operating_points(precision, recall, curve.thresholds, positives=positives)
+            out[key] = [point.to_dict() for point in table]
     transform = run.data.preprocessing
     out["preprocessing"] = transform.to_dict() if transform is not None else None
     unseen = getattr(transform, "unseen", None)
