@@ -98,6 +98,8 @@ def write_job(path: str | Path, values: Mapping[str, Any]) -> None:
             f"{path} exists already: 'slate job init' never replaces a job file (the sites "
             "may be running with it). Give another --out, or remove the file first."
         ) from None
+    except OSError as err:
+        raise ConfigError(f"--out {path}: the job file cannot be written: {err}.") from None
 
 
 def _line_of(text: str, key: str) -> str:
