@@ -242,12 +242,18 @@ def test_party_ids_and_index_lists_give_the_same_model(imbalanced) -> None:
     np.testing.assert_array_equal(by_ids.party_sizes_, [len(r) for r in rows])
 
 
-def test_a_party_without_positives_is_a_value_error(imbalanced) -> None:
+def test_a_party_without_positives_takes_part_and_one_short_of_b_is_a_value_error(
+    imbalanced,
+) -> None:
     x, y = imbalanced
     ids = np.where(y == 1, 0, np.arange(len(y)) % 2)  # party 1 holds negatives only
-    with pytest.raises(ValueError, match=r"at least b = 2 positives \('positives'\)") as info:
+    fitted = SlateClassifier(iterations=10).fit(x, y, parties=ids)
+    assert np.isfinite(fitted.decision_function(x)).all()
+    ids = np.where(y == 1, 0, np.arange(len(y)) % 2)
+    ids[np.flatnonzero(y == 1)[0]] = 1  # party 1 holds one positive, fewer than b = 2
+    with pytest.raises(ValueError, match=r"at least b = 2 \('positives'\)") as info:
         SlateClassifier(iterations=10).fit(x, y, parties=ids)
-    assert "party 1: 0" in str(info.value)
+    assert "party 1: 1" in str(info.value)
     assert "sorted order of their ids: 0 = 0, 1 = 1" in str(info.value)
     with pytest.raises(ValueError, match="'n_parties'"):
         SlateClassifier(n_parties=500, iterations=10).fit(x, y)
