@@ -65,10 +65,10 @@ class Bounds:
     ap: float = 0.05
     mean_logit: float = 0.5
     flagged_at_half: float = 0.05
-    flagged_at_threshold: float = 0.15
-    log_loss: float = 0.1
+    flagged_at_threshold: float = 0.1
+    log_loss: float = 0.05
     group_flagged: float = 0.25
-    distance_ratio: float = 4.0
+    distance_ratio: float = 1.0
     distance_floor: float = 0.01
     groups: int = 20
     group_rows: int = 30
