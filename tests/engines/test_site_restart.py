@@ -1,4 +1,5 @@
-"""Ctrl-C at one site of a roster run: every site names the site that stopped the run,
+"""Ctrl-C at one site of a roster run (here ``slate stop DIR`` with that site's run folder,
+which sends it SIGINT as Ctrl-C does): every site names the site that stopped the run,
 and the command each site prints, run exactly as printed, restarts it; the resumed run ends with
 the uninterrupted run's model.
 
@@ -85,7 +86,8 @@ def test_ctrl_c_at_one_site_is_named_everywhere_and_the_printed_command_resumes(
             "every site's first checkpoint",
             process=parties[STOPPED],
         )
-        parties[STOPPED].send_signal(signal.SIGINT)
+        stop = slate_here("stop", str(folders[STOPPED]), "--timeout", "0")  # (SIGINT to it)
+        assert stop.returncode == 0 and "asked the site of" in stop.stdout, stop.stderr
         done = finish(parties)
         server.send_signal(signal.SIGINT)  # the old rendezvous still holds the stopped run
         server.communicate(timeout=60)
@@ -144,3 +146,19 @@ def test_a_sites_folder_without_its_flags_record_is_refused_in_one_paragraph(tmp
     assert done.returncode == 2
     assert "site flags record" in done.stderr and "--rendezvous" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.processes
+def test_slate_stop_names_a_folder_without_a_running_site(tmp_path):
+    """No record, and a record whose process has ended: one paragraph each, exit 2, nothing
+    signalled."""
+    done = slate_here("stop", str(tmp_path))
+    assert done.returncode == 2 and "no site's record" in done.stderr
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    record = {"format": "slate-site-flags-1", "rank": 1, "rendezvous": "127.0.0.1:1",
+              "timeout": 30, "roster": None, "key": None, "pid": int(dead.stdout)}  # fmt: skip
+    (tmp_path / SITE_FLAGS_FILE).write_text(json.dumps(record))
+    done = slate_here("stop", str(tmp_path))
+    assert done.returncode == 2 and "is not running" in done.stderr
+    assert f"slate train --resume {tmp_path}" in " ".join(done.stderr.split())

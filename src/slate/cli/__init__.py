@@ -1,6 +1,6 @@
 """The ``slate`` command line: ``train``, ``topology``, ``reproduce``, ``tune``, ``rendezvous``,
-``keygen``, ``roster``, ``schema``, ``status`` and ``job`` for multi-site runs, and ``predict``,
-``evaluate``, ``export``, ``calibrate``, ``plot`` for a trained run.
+``keygen``, ``roster``, ``schema``, ``status``, ``stop`` and ``job`` for multi-site runs, and
+``predict``, ``evaluate``, ``export``, ``calibrate``, ``plot`` for a trained run.
 
 Errors caused by the user's input (:class:`slate.errors.SlateError`) are printed as one paragraph
 with exit code 2; an interrupted run exits with 130. No traceback reaches the user for either.
@@ -36,6 +36,7 @@ from slate.cli.parser import build_parser
 from slate.cli.reproduce_command import run_reproduce
 from slate.cli.schema_command import run_schema
 from slate.cli.status_command import run_status
+from slate.cli.stop_command import run_stop
 from slate.errors import RunInterrupted, SlateError
 from slate.training.party_process import exit_worker
 
@@ -66,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "roster": run_roster,
         "schema": run_schema,
         "status": run_status,
+        "stop": run_stop,
         "job": run_job,
     }
     try:

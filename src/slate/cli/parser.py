@@ -9,6 +9,7 @@ from slate.cli.job_command import add_job_parser
 from slate.cli.reproduce_command import add_reproduce_parser
 from slate.cli.schema_command import add_schema_parser
 from slate.cli.status_command import add_status_parser
+from slate.cli.stop_command import add_stop_parser
 from slate.cli.train_flags import add_train_arguments
 
 __all__ = ["build_parser"]
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_identity_parsers(sub)
     add_schema_parser(sub)
     add_status_parser(sub)
+    add_stop_parser(sub)
     add_job_parser(sub)
     return parser
 

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -251,7 +252,8 @@ SITE_FLAGS_FORMAT = "slate-site-flags-1"
 def write_site_flags(folder: Path, args: argparse.Namespace) -> None:
     """Record this site's ``--rank``, ``--rendezvous``, ``--external-store``, ``--roster``,
     ``--key`` (as absolute paths: the key's path, never the key), ``--timeout`` and
-    ``--no-plots`` in ``folder`` (:data:`SITE_FLAGS_FILE`), at every start."""
+    ``--no-plots`` in ``folder`` (:data:`SITE_FLAGS_FILE`), at every start; and this process's
+    id and host, by which ``slate stop DIR`` finds the site."""
     flags = {
         "format": SITE_FLAGS_FORMAT,
         "rank": args.rank,
@@ -261,6 +263,8 @@ def write_site_flags(folder: Path, args: argparse.Namespace) -> None:
         "key": str(Path(args.key).resolve()) if args.key else None,
         "timeout": args.timeout,
         "no_plots": bool(getattr(args, "no_plots", False)),
+        "pid": os.getpid(),  # for slate stop DIR (slate.cli.stop_command), on this host
+        "host": socket.gethostname(),
     }
     from slate.permissions import private_files, private_folder
 
