@@ -104,7 +104,7 @@ def bounds_text(text: str) -> str:
     try:
         Bounds.parse(text)
     except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--final-check-bounds: ")) from None
     return text
 
 
