@@ -85,6 +85,7 @@ def test_the_threshold_comes_from_the_validation_rows(validated_run, capsys):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["model_iteration"] < summary["iterations"]  # early stopping kept an earlier one
     x_val, y_val = _validation_rows(config)
+    assert info["validation_curve"].pop("ap") == pytest.approx(summary["validation_ap"], abs=1e-9)
     assert info["validation_curve"] == {
         "file": "validation_pr_curve.csv", "rows": len(y_val), "positives": int(y_val.sum()),
         "evaluation": "pooled", "source": "pooled", "pooled_file": None, "pooled_positives": None,

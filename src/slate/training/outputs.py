@@ -205,6 +205,7 @@ def _draw(
     own = summary.get("threshold_curve") or {}
     if own.get("source") == "own":  # pr_curve.csv is the site's own rows'
         positives, rows = own.get("positives"), own.get("rows")
+        test_ap = own.get("ap", test_ap)
     written = [
         plots.plot_pr_curves(
             {label: (precision, recall, test_ap)},

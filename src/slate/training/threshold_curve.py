@@ -80,6 +80,7 @@ class Curves:
             "file": file,
             "rows": self.rows,
             "positives": self.positives,
+            "ap": self.default.values.get("test_ap"),
             "pooled_file": pooled_file if self.pooled is not None else None,
             "pooled_positives": self.pooled_positives,
             "note": self.note,
