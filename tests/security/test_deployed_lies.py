@@ -11,7 +11,6 @@ honest site chooses on its own rows by default and still reaches its recall ther
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,6 @@ import torch
 from slate.inference.predict import predict
 from tests.sites import (
     HAVE_W7A,
-    SHARED,
     SITE_FLAGS,
     finish,
     free_port,
@@ -158,17 +156,20 @@ def test_a_push_on_one_inputs_weights_is_refused_by_every_honest_site(sites):
     refused_by_all(run(root, roster, liar_program(push)), root)
 
 
-def plant_positives(site: Path, copies: int = 40) -> None:
-    """The liar's test file with its positive rows repeated: declared and planted."""
+def plant_positives(site: Path, rows: int = 2 * ROWS - 30) -> None:
+    """The liar's test file with ``rows`` more rows, its positive rows repeated: declared and
+    planted, within what a site may plausibly declare (test rows at most three times its
+    training rows)."""
     lines = (site / "test.svm").read_text().splitlines(keepends=True)
     positives = [line for line in lines if float(line.split()[0]) > 0]
-    (site / "test.svm").write_text("".join(lines + positives * copies))
+    planted = [positives[k % len(positives)] for k in range(rows)]
+    (site / "test.svm").write_text("".join(lines + planted))
 
 
 @pytest.mark.processes
 def test_a_lie_in_the_evaluation_counts_does_not_move_an_honest_sites_threshold(sites):
     """Before: the threshold came from the pooled curve, where the liar's planted positives in
-    the top bin reach recall 0.9; an honest site then flagged almost none of its positives."""
+    the top bin stand for most of the recall; an honest site then flagged fewer of its own."""
     root, roster = sites
     plant_positives(root / f"site{LIAR}")
     program = [sys.executable, "-c", TOP_BIN]
@@ -185,15 +186,13 @@ def test_a_lie_in_the_evaluation_counts_does_not_move_an_honest_sites_threshold(
             out = predict(site / "run", site / "test.svm", at_recall_of=0.9, curve=curve)
             recalls[curve] = float(out.decisions[labels == 1].mean())
         assert recalls[None] >= 0.85, recalls
-        assert recalls["pooled"] < 0.85, recalls  # the lie works on the pooled curve
+        assert recalls["pooled"] < recalls[None] - 0.05, recalls  # the lie moves the pooled one
         assert torch.load(site / "run" / "model.pt", weights_only=True)  # the saved model
 
 
 def test_the_planted_file_holds_more_positives(tmp_path):
-    """(The helper itself: the liar's rows grow by its positives times the copies.)"""
-    with gzip.open(SHARED / "w7a" / "w7a.t.gz", "rt") as handle:
-        lines = [line for line, _ in zip(handle, range(200), strict=False)]
-    (tmp_path / "test.svm").write_text("".join(lines))
-    positives = sum(float(line.split()[0]) > 0 for line in lines)
-    plant_positives(tmp_path, copies=3)
-    assert len((tmp_path / "test.svm").read_text().splitlines()) == 200 + 3 * positives
+    """(The helper itself: the liar's rows grow by positive rows only.)"""
+    (tmp_path / "test.svm").write_text("+1 1:1\n-1 2:1\n+1 3:1\n-1 4:1\n")
+    plant_positives(tmp_path, rows=5)
+    planted = (tmp_path / "test.svm").read_text().splitlines()
+    assert len(planted) == 9 and sum(line.startswith("+1") for line in planted) == 7
