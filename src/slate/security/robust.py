@@ -107,6 +107,7 @@ from slate.security.accusations import (
     current_record,
     events_from_records,
 )
+from slate.security.pulls import NO_PULL, PullRule, PullWatch
 
 __all__ = [
     "RECORD_SHAPE",
@@ -207,13 +208,15 @@ MEMORY_FIELDS = ("window", "filled", "refused", "seen", "excluded_at")
 class ClipOutcome:
     """:func:`clipped_update`'s result: the ``(P, d)`` increments, and per edge whether it was
     dropped (non-finite), clipped, far (farther than ``FAR`` times the receiver's norm), or
-    ignored (its sender excluded)."""
+    ignored (its sender excluded); ``diff`` and ``dist``: each edge's difference and its norm."""
 
     delta: Tensor
     dropped: Tensor
     clipped: Tensor
     far: Tensor
     ignored: Tensor
+    diff: Tensor
+    dist: Tensor
 
 
 def clipped_update(
@@ -253,7 +256,7 @@ def clipped_update(
     out.index_add_(0, receivers, diff * (weights * scale)[:, None])
     far = usable & (dist > FAR * size[receivers])
     memory.record(receivers, senders, far | ~finite, ~ignored, iteration)
-    return ClipOutcome(out, ~finite & ~ignored, clipped, far, ignored)
+    return ClipOutcome(out, ~finite & ~ignored, clipped, far, ignored, diff, dist)
 
 
 class Sender(Protocol):
@@ -344,6 +347,7 @@ class MessageGuard:
         self._past: list[list[int]] = []  # records() before the last restart
         self._first_bad: Tensor | None = None  # (n,): first iteration of a non-finite message
         self._memory: ClipMemory | None = None  # --robust clip's, per local row
+        self._pulls: PullWatch | None = None  # --robust clip's watch for a persistent pull
 
     @property
     def edge_by_edge(self) -> bool:
@@ -455,8 +459,12 @@ class MessageGuard:
         for row, sender in noted.nonzero().tolist():
             at = int(excluded[row, sender])
             rows.append([self.local[row], sender, *(int(c) for c in counts[:, row, sender]),
-                         at if at < NEVER else -1])  # fmt: skip
+                         at if at < NEVER else -1, *self._pull_columns(row, sender)])  # fmt: skip
         return rows
+
+    def _pull_columns(self, row: int, sender: int) -> list[int]:
+        """A record's pull columns (:mod:`slate.security.pulls`; none without its watch)."""
+        return list(NO_PULL) if self._pulls is None else self._pulls.columns(row, sender)
 
     def events(self, records: list[list[int]] | None = None) -> list[dict[str, Any]]:
         """``party_events`` entries from ``records`` (default: this process's own): one per
@@ -494,6 +502,8 @@ class ClippingGuard(MessageGuard):
     excluded, and every exclusion recorded as its receiver's accusation (module docstring)."""
 
     clips = True
+    #: The persistent-pull watch's thresholds (:mod:`slate.security.pulls`).
+    pull_rule: ClassVar[PullRule] = PullRule()
 
     @property
     def edge_by_edge(self) -> bool:
@@ -503,6 +513,13 @@ class ClippingGuard(MessageGuard):
         super()._ensure(like)
         if self._memory is None:
             self._memory = ClipMemory(len(self.local), self.n, like.device, like.dtype)
+        if self._pulls is None and like.dim() == 2:
+            self._pulls = PullWatch(len(self.local), self.n, like.shape[1], like.device,
+                                    like.dtype, self.pull_rule)  # fmt: skip
+
+    def restart(self, local_parties: list[int], x: Tensor) -> None:
+        self._pulls = None
+        super().restart(local_parties, x)
 
     def begin(self, x: Tensor) -> None:
         super().begin(x)
@@ -526,6 +543,9 @@ class ClippingGuard(MessageGuard):
         done = clipped_update(own, theirs, weights, receivers, senders, self._memory,
                               self.iteration, self._memory.movement(rows),
                               torch.linalg.vector_norm(rows, dim=1))  # fmt: skip
+        assert self._pulls is not None
+        self._pulls.observe(receivers, senders, done.diff, done.dist, done.clipped,
+                            ~done.ignored & ~done.dropped, self.iteration)  # fmt: skip
         counted = torch.stack(
             [~done.ignored, done.dropped, done.clipped, done.far, done.ignored]
         ).long()
@@ -567,3 +587,11 @@ class ClippingGuard(MessageGuard):
             self._ensure(like)
             assert self._memory is not None
             self._memory.load_state_dict(state["memory"])
+        if "pulls" in state and self._pulls is not None:
+            self._pulls.load_state_dict(state["pulls"])
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self._pulls is not None:
+            state["pulls"] = self._pulls.state_dict()
+        return state
