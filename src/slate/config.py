@@ -195,6 +195,7 @@ class TrainConfig:
     log_level: str = per_site("info")  # run.log's threshold (slate.training.reporting)
     tensorboard: str | None = per_site(None)  # a SummaryWriter's folder for the scalars
     final_check_bounds: str | None = per_site(None)  # slate.training.final_measures.Bounds
+    declared_bounds: str | None = per_site(None)  # slate.data.plausible.SetupBounds
     job_sha256: str | None = agreed(None)  # the --job file's digest (slate.cli.job_file)
 
     def to_dict(self) -> dict[str, Any]:
@@ -214,6 +215,8 @@ class TrainConfig:
             del values["tensorboard"]
         if values["final_check_bounds"] is None:
             del values["final_check_bounds"]
+        if values["declared_bounds"] is None:
+            del values["declared_bounds"]
         if values["job_sha256"] is None:  # recorded for a run started with --job only
             del values["job_sha256"]
         return values

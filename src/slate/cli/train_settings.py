@@ -161,6 +161,13 @@ def _checked_bounds(text: str) -> str:
     return bounds_text(text)
 
 
+def _checked_declared(text: str) -> str:
+    """``--declared-bounds``, checked (:class:`slate.data.plausible.SetupBounds`)."""
+    from slate.data.plausible import bounds_text
+
+    return bounds_text(text)
+
+
 def _field(dest: str, group: str | None, text: str | None = None, **options: Any) -> TrainSetting:
     """A :class:`TrainConfig` field's setting (its default and classification: the field's)."""
     return TrainSetting(dest, group, text, **options)
@@ -312,6 +319,10 @@ SETTINGS: tuple[TrainSetting, ...] = (
             "against this site's own model on its own test rows, e.g. 'mean_logit=0.5,"
             "flagged_at_half=0.05' (names and defaults: docs/security.md)",
             type=_checked_bounds, metavar="NAME=V,..."),
+    _field("declared_bounds", RUN, "distributed: the plausibility rules of every site's "
+            "declared row counts and the clamp of the federated scaling by this site's own "
+            "rows, e.g. 'test_ratio=3,share=10,rate=3,scale=20' (the defaults; "
+            "docs/security.md)", type=_checked_declared, metavar="NAME=V,..."),
     _field("party_ap", RUN, "also report each party's own final test AP (N more "
             "evaluations; default: on when they cost under 10%% of the training work)",
             action=argparse.BooleanOptionalAction),

@@ -43,7 +43,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -125,11 +125,20 @@ class Declared:
 
     counts: tuple[PartyCounts, ...]
     ranges: tuple[dict[str, list[float] | None], ...]
+    # this site's clamp of the federated scaling (slate.data.plausible.bound_moments), and the
+    # notes of where it bound, for this site's own output
+    scale_bound: float | None = None
+    notes: list[str] = field(default_factory=list, compare=False)
 
     @classmethod
-    def of(cls, counts: Sequence[PartyCounts], ranges: Sequence[dict[str, Any]]) -> Declared:
+    def of(
+        cls,
+        counts: Sequence[PartyCounts],
+        ranges: Sequence[dict[str, Any]],
+        scale_bound: float | None = None,
+    ) -> Declared:
         """The declarations received, checked one by one: a declaration that cannot be true
-        names its site."""
+        names its site. ``scale_bound``: this site's clamp of the federated scaling."""
         for rank, (c, r) in enumerate(zip(counts, ranges, strict=True)):
             problem = _impossible(c, r)
             if problem:
@@ -138,7 +147,7 @@ class Declared:
                     "lied or runs modified code. Nothing was trained; remove it from the "
                     "roster or ask its site to run the same slate."
                 )
-        return cls(tuple(counts), tuple(dict(r) for r in ranges))
+        return cls(tuple(counts), tuple(dict(r) for r in ranges), scale_bound)
 
     def digests(self) -> list[str]:
         """Per rank, the sha256 of its declaration (compared by every site before step 1)."""

@@ -32,6 +32,7 @@ from slate.data.local_data import (
 from slate.data.options import TableOptions
 from slate.data.partition import check_party_counts, make_partition
 from slate.data.parts import Shard
+from slate.data.plausible import SetupBounds, check_plausible
 from slate.data.schema import (
     SCHEMA_SHAPE,
     PartyCounts,
@@ -105,7 +106,9 @@ def agree(
         everyone = [Schema.from_json(raw) for raw in shared]
         _check_agreement(everyone, shards)
         counts = [s.counts for s in everyone]
-        declared = Declared.of(counts, [s.ranges for s in everyone])
+        bounds = SetupBounds.parse(spec.declared_bounds)
+        check_plausible(counts, bounds)
+        declared = Declared.of(counts, [s.ranges for s in everyone], bounds.scale)
         notes = check_party_files_counts(counts, spec.positives, spec.batch_size)
         width = None if options else (spec.n_features or max(s.n_features for s in everyone))
         federated = {"total": exchange.total, "gather": exchange.gather_json,
@@ -117,6 +120,8 @@ def agree(
         standardize=standardize, centre=whole and spec.dataset != "libsvm",
         dictionary=dictionary, private=spec.dp_epsilon is not None, **federated,
     )  # fmt: skip
+    if declared is not None:
+        notes += declared.notes  # where this site's clamp of the scaling bound
     if options is not None:
         notes += [
             note

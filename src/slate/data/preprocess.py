@@ -17,7 +17,9 @@ LIBSVM data is scaled without centring, :math:`x_j / \sigma_j`, so that zeros st
 
 With the sites' declarations (:class:`slate.data.declared.Declared`), the summed rows must equal
 the declared training rows, each mean must lie in its column's declared range, and each
-variance in :math:`[0, (hi - lo)^2 / 4]`; a sum that breaks one stops the run.
+variance in :math:`[0, (hi - lo)^2 / 4]`; a sum that breaks one stops the run. Each site then
+clamps the federated mean and standard deviation by its own rows' (``--declared-bounds``
+scale, :func:`slate.data.plausible.bound_moments`), saying where the clamp bound.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch import Tensor
+
+from slate.data.plausible import bound_moments
 
 if TYPE_CHECKING:
     from slate.data.declared import Declared
@@ -81,9 +85,28 @@ def federated_moments(
     for block in blocks:
         squares += torch.from_numpy(((block.astype(np.float64) - mean) ** 2).sum(axis=0))
     variance = total(squares, "standardisation squares").numpy() / max(rows, 1)
+    std = np.sqrt(variance)
     if declared is not None:
         declared.check_variances(variance, names)
-    return mean, np.sqrt(variance), rows
+        if declared.scale_bound is not None:
+            mean, std = _bounded(blocks, mean, std, declared, columns)
+    return mean, std, rows
+
+
+def _bounded(
+    blocks: Sequence[np.ndarray],
+    mean: np.ndarray,
+    std: np.ndarray,
+    declared: Declared,
+    columns: Sequence[str] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The federated moments clamped by this site's own rows
+    (:func:`slate.data.plausible.bound_moments`); where the clamp bound, the site's note."""
+    assert declared.scale_bound is not None
+    mean, std, note = bound_moments(blocks, mean, std, declared.scale_bound, columns)
+    if note:
+        declared.notes.append(note)
+    return mean, std
 
 
 @dataclass(frozen=True)

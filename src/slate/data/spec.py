@@ -65,6 +65,7 @@ class DataSpec:
     positives: int | None = None
     batch_size: int | None = None
     dp_epsilon: float | None = None
+    declared_bounds: str | None = None  # slate.data.plausible.SetupBounds (--declared-bounds)
 
     @classmethod
     def from_config(cls, config: Any) -> DataSpec:
