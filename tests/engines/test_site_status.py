@@ -45,7 +45,8 @@ def frames(text: str) -> list[list[list[str]]]:
 def training(frame: list[list[str]], sites: int) -> bool:
     """Every site in state training at an iteration above 0."""
     return len(frame) == sites and all(
-        row[2] == "training" and int(row[3].split("/")[0]) > 0 for row in frame
+        row[2] == "training" and row[3].split("/")[0].isdigit() and int(row[3].split("/")[0]) > 0
+        for row in frame
     )
 
 
