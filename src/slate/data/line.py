@@ -107,8 +107,8 @@ def agree(
         _check_agreement(everyone, shards)
         counts = [s.counts for s in everyone]
         bounds = SetupBounds.parse(spec.declared_bounds)
-        check_plausible(counts, bounds)
         declared = Declared.of(counts, [s.ranges for s in everyone], bounds.scale)
+        check_plausible(counts, bounds)
         notes = check_party_files_counts(counts, spec.positives, spec.batch_size)
         width = None if options else (spec.n_features or max(s.n_features for s in everyone))
         federated = {"total": exchange.total, "gather": exchange.gather_json,

@@ -18,8 +18,10 @@ site's declared counts against three rules (:class:`SetupBounds`, ``--declared-b
   times at the 99th percentile and 44 at most (raise it for such a split);
 * **rate** (default 3): a site's test positive rate lies within this factor of its training
   positive rate, widened by four standard errors of the difference of the two rates (the
-  two-sample binomial error at the site's pooled rate; rates with half a positive added, so
-  that a site without positives is judged too).
+  two-sample binomial error at the site's pooled rate, with half a positive added). A site
+  that declares no positive training row (such a site joins a run) is judged by the other
+  rules only: a liar can declare that and plant positives up to the test_ratio and share
+  bounds, which is why each site's headline AP is that of its own test rows.
 
 A site outside a rule is named at every site (:class:`ImplausibleDeclaration`, exit 2), before
 any sum: nothing was trained. The rules bound a lie, they cannot find one within them.
@@ -115,8 +117,8 @@ def _ratio_problem(c: PartyCounts, bound: float) -> str | None:
 
 
 def _rate_problem(c: PartyCounts, bound: float) -> str | None:
-    if c.test == 0:
-        return None
+    if c.test == 0 or c.train_positives == 0:  # (a site without positives joins: judged
+        return None  # by the other rules)
     p_train, p_test = _rate(c.train_positives, c.train), c.test_positives / c.test
     pooled = _rate(c.train_positives + c.test_positives, c.train + c.test)
     spread = pooled * (1 - pooled) * (1 / c.test + 1 / max(c.train, 1))

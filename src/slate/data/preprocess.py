@@ -85,11 +85,11 @@ def federated_moments(
     for block in blocks:
         squares += torch.from_numpy(((block.astype(np.float64) - mean) ** 2).sum(axis=0))
     variance = total(squares, "standardisation squares").numpy() / max(rows, 1)
-    std = np.sqrt(variance)
     if declared is not None:
         declared.check_variances(variance, names)
-        if declared.scale_bound is not None:
-            mean, std = _bounded(blocks, mean, std, declared, columns)
+    std = np.sqrt(variance)
+    if declared is not None and declared.scale_bound is not None:
+        mean, std = _bounded(blocks, mean, std, declared, columns)
     return mean, std, rows
 
 
