@@ -164,3 +164,23 @@ def test_planted_test_rows_and_a_million_training_rows_are_named_at_set_up(sites
     outputs = run_with_liar(sites, lie, tmp_path)
     named_at_set_up(outputs, "1000000 training rows")
     named_at_set_up(outputs, "(39000 of 40000)")
+
+
+def test_the_headline_is_the_sites_own_ap_with_the_pooled_ap_labelled_beside_it():
+    from types import SimpleNamespace
+
+    from slate.training.evaluation import TestScores
+    from slate.training.outputs import headline, headline_text
+
+    counts = [PartyCounts(100, 3, 100, 3)] * 3 + [PartyCounts(100, 3, 40000, 39000)]
+    run = SimpleNamespace(data=SimpleNamespace(counts=counts, federated=True, validated=False),
+                          party_set=SimpleNamespace(members=[0, 1, 2, 3], party_events=[]),
+                          validated=False)  # fmt: skip
+    found = headline(run, [0.7], TestScores({"test_ap": 0.998}))
+    assert found["own_test_ap"] == 0.7 and found["headline_ap"] == "own"
+    assert found["pooled_test_ap"] == 0.998
+    assert found["pooled_test_shares"]["3"] == pytest.approx(40000 / 40300)
+    text = headline_text(found)
+    assert text.startswith("AP 0.7000 on this site's own test rows (the headline); pooled AP "
+                           "0.9980") and "site 3 99%" in text  # fmt: skip
+    assert headline(run, [0.7, 0.6], TestScores({"test_ap": 0.9}))["headline_ap"] == "pooled"

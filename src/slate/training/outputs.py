@@ -398,6 +398,8 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
     within = f" (+-{bound:.1e}, federated)" if bound is not None else ""
     if summary.get("test_ap_coverage"):  # (after a loss: the survivors' test rows only)
         within += f" {summary['test_ap_coverage']}"
+    if summary.get("own_test_ap") is not None:  # (the headline: this site's own rows)
+        log(f"{prefix}{headline_text(summary)}")
     log(
         f"{prefix}test AP {summary['test_ap']:.4f}{within}  AUROC {summary['test_auroc']:.4f}  "
         f"{own_models}in {wall:.1f} s"
@@ -416,6 +418,31 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
         log(f"{prefix}AP of the consensus model on each party's own test rows: {_own_aps(own)}")
     if out is not None:
         log(f"{prefix}results written to {out}")
+
+
+def headline(run: Run, own: list[float | None], scores: TestScores) -> dict[str, Any]:
+    """A site's headline AP: that of its own test rows (``own_test_ap``, with one local party
+    that holds some), the pooled AP beside it (``pooled_test_ap``, the same as ``test_ap``), and
+    each site's declared share of the pooled test rows (``pooled_test_shares``): a site that
+    declares rows it does not hold moves the pooled AP, never a site's own (docs/security.md)."""
+    sites = covered_sites(run) or list(range(len(run.data.counts)))
+    rows = sum(run.data.counts[m].test for m in sites)
+    shares = {str(m): run.data.counts[m].test / rows if rows else None for m in sites}
+    mine = own[0] if len(own) == 1 else None
+    return {"own_test_ap": mine, "headline_ap": "own" if mine is not None else "pooled",
+            "pooled_test_ap": scores.values.get("test_ap"),
+            "pooled_test_shares": shares}  # fmt: skip
+
+
+def headline_text(summary: dict[str, Any]) -> str:
+    """The console's headline: the site's own-rows AP, the pooled AP labelled beside it."""
+    shares = summary.get("pooled_test_shares") or {}
+    named = ", ".join(f"site {m} {share:.0%}" for m, share in shares.items() if share is not None)
+    pooled = summary.get("pooled_test_ap")
+    pooled_text = f"{pooled:.4f}" if pooled is not None else "n/a"
+    return (f"AP {summary['own_test_ap']:.4f} on this site's own test rows (the headline); "
+            f"pooled AP {pooled_text} over every site's declared test rows "
+            f"(shares: {named})")  # fmt: skip
 
 
 def _own_aps(own: dict[Any, float | None]) -> str:
@@ -487,6 +514,7 @@ def evaluation_summary(
             party_test_ap={str(n): ap for n, ap in zip(run.engine.local_parties, own, strict=True)},
             party_rows=[dataclasses.asdict(c) for c in run.data.counts],
             evaluation_warning=scores.warning,  # e.g. many scores in the end bins
+            **headline(run, own, scores),
         )
     if curves is None:  # (the scores' own curve)
         curves = Curves(scores, "pooled", scored_test_rows(run), test_positives(run))
