@@ -44,9 +44,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from slate.config import parse_bounds
 from slate.data.declared import DeclarationBroken
 from slate.data.schema import PartyCounts
-from slate.errors import ConfigError
 
 __all__ = [
     "ImplausibleDeclaration",
@@ -76,24 +76,9 @@ class SetupBounds:
 
     @classmethod
     def parse(cls, text: str | None) -> SetupBounds:
-        """``NAME=VALUE,...`` (``--declared-bounds``); unnamed bounds keep their defaults."""
-        names = [f.name for f in fields(cls)]
-        values: dict[str, float] = {}
-        for item in (text or "").split(","):
-            if not item.strip():
-                continue
-            name, _, value = item.partition("=")
-            name = name.strip().replace("-", "_")
-            if name not in names:
-                raise ConfigError(f"{FLAG}: no bound {name!r}; the bounds are {', '.join(names)}")
-            try:
-                number = float(value)
-            except ValueError:
-                raise ConfigError(f"{FLAG}: {name}={value!r} is no number") from None
-            if not number >= 1:
-                raise ConfigError(f"{FLAG}: {name} must be a factor >= 1, got {value}")
-            values[name] = number
-        return cls(**values)
+        """``NAME=VALUE,...`` (``--declared-bounds``); unnamed bounds keep their defaults, and
+        each is a factor of at least 1."""
+        return parse_bounds(cls, text, FLAG, 1.0)
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from slate import metrics
+from slate.config import parse_bounds
 from slate.errors import ConfigError
 from slate.metrics.operating_points import at_recall
 
@@ -76,24 +77,7 @@ class Bounds:
     @classmethod
     def parse(cls, text: str | None) -> Bounds:
         """``NAME=VALUE,...`` (``--final-check-bounds``); unnamed bounds keep their defaults."""
-        values: dict[str, Any] = {}
-        names = {f.name: f.type for f in fields(cls)}
-        for item in (text or "").split(","):
-            if not item.strip():
-                continue
-            name, _, value = item.partition("=")
-            name = name.strip().replace("-", "_")
-            if name not in names:
-                raise ConfigError(f"--final-check-bounds: no bound {name!r}; the bounds are "
-                                  f"{', '.join(names)}")  # fmt: skip
-            try:
-                number = float(value)
-            except ValueError:
-                raise ConfigError(f"--final-check-bounds: {name}={value!r} is no number") from None
-            if not number >= 0:
-                raise ConfigError(f"--final-check-bounds: {name} must be >= 0, got {value}")
-            values[name] = int(number) if name in ("groups", "group_rows") else number
-        return cls(**values)
+        return parse_bounds(cls, text, "--final-check-bounds", 0.0, ("groups", "group_rows"))
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
