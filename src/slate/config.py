@@ -31,7 +31,6 @@ __all__ = [
     "agreed",
     "agreed_fields",
     "must_agree",
-    "parse_bounds",
     "per_site",
     "resolve_config",
 ]
@@ -261,32 +260,3 @@ def resolve_config(config: TrainConfig, parameters: Mapping[str, Any] | None = N
     if resolved.on_party_loss is None:  # docs/reliability.md: why continue, and why not on CUDA
         resolved.on_party_loss = "stop" if resolved.device.startswith("cuda") else "continue"
     return resolved
-
-
-def parse_bounds(
-    cls: Any, text: str | None, flag: str, minimum: float, integers: tuple = ()
-) -> Any:
-    """``NAME=VALUE,...`` (``flag``: ``--final-check-bounds``, ``--declared-bounds``) as the
-    frozen dataclass ``cls`` of numbers: each name one of its fields (``-`` read as ``_``), each
-    value a number of at least ``minimum`` (the fields in ``integers`` as whole numbers); the
-    names left out keep their defaults. A bad item is a :class:`~slate.errors.ConfigError`
-    naming the flag and the item."""
-    from slate.errors import ConfigError
-
-    names = [f.name for f in dataclasses.fields(cls)]
-    values: dict[str, float] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        name, _, value = item.partition("=")
-        name = name.strip().replace("-", "_")
-        if name not in names:
-            raise ConfigError(f"{flag}: no bound {name!r}; the bounds are {', '.join(names)}")
-        try:
-            number = float(value)
-        except ValueError:
-            raise ConfigError(f"{flag}: {name}={value!r} is no number") from None
-        if not number >= minimum:
-            raise ConfigError(f"{flag}: {name} must be at least {minimum:g}, got {value}")
-        values[name] = int(number) if name in integers else number
-    return cls(**values)

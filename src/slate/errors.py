@@ -10,6 +10,7 @@ it stays one short paragraph at any number of parties.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 
@@ -152,3 +153,30 @@ def by_party_text(items: Iterable[tuple[int, str]], lead: tuple[str, str] = ("",
         others = parties_text([r for text in rest for r in groups[text]])
         pieces.append(f"{others[0].upper()}{others[1:]}: {len(rest)} other messages, not shown.")
     return " ".join(pieces)
+
+
+def parse_bounds(
+    cls: Any, text: str | None, flag: str, minimum: float, integers: tuple = ()
+) -> Any:
+    """``NAME=VALUE,...`` (``flag``: ``--final-check-bounds``, ``--declared-bounds``) as the
+    frozen dataclass ``cls`` of numbers: each name one of its fields (``-`` read as ``_``), each
+    value a number of at least ``minimum`` (the fields in ``integers`` as whole numbers); the
+    names left out keep their defaults. A bad item is a :class:`ConfigError`
+    naming the flag and the item."""
+    names = [f.name for f in fields(cls)]
+    values: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in names:
+            raise ConfigError(f"{flag}: no bound {name!r}; the bounds are {', '.join(names)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"{flag}: {name}={value!r} is no number") from None
+        if not number >= minimum:
+            raise ConfigError(f"{flag}: {name} must be at least {minimum:g}, got {value}")
+        values[name] = int(number) if name in integers else number
+    return cls(**values)

@@ -354,7 +354,11 @@ def test_a_drift_never_gets_an_honest_party_excluded_or_accused(factor, tmp_path
                         iterations=300, eval_every=300)  # fmt: skip
     events = {e["rank"]: e for e in summary["party_events"] if e["event"] == "robust"}
     assert all(e["accused_by"] == [] and e["far"] == 0 for e in events.values())
-    assert accusation_lines(summary["party_events"]) == []
+    # the drifting party may be suspected of its pull (security.pulls), never excluded; no
+    # honest party is accused or suspected
+    lines = accusation_lines(summary["party_events"])
+    assert [line for line in lines if "suspects party 1:" not in line] == [], lines
+    assert all("not excluded" in line for line in lines)
     assert events[1]["clipped"] > 0  # what it sent was clipped
 
 

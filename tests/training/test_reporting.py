@@ -152,15 +152,15 @@ def test_a_site_s_history_grows_while_it_trains_and_it_leaves_no_native_trace(tm
 def test_the_summary_says_stopped_when_the_run_is_interrupted(tmp_path, monkeypatch):
     """A stop asked before the first step (as SIGINT asks it): the run stops after its first
     evaluation, and its summary and log say so."""
-    from slate.training import loop
+    from slate.training.interruption import StopOnSignal
 
-    enter = loop._StopOnSignal.__enter__
+    enter = StopOnSignal.__enter__
 
     def asked(self):
         self.run.stop_requested = True
         return enter(self)
 
-    monkeypatch.setattr(loop._StopOnSignal, "__enter__", asked)
+    monkeypatch.setattr(StopOnSignal, "__enter__", asked)
     done = slate_here(*RUN, "--out", tmp_path / "run")
     assert done.returncode == 130, done.stderr
     live = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -44,9 +44,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from slate.config import parse_bounds
 from slate.data.declared import DeclarationBroken
 from slate.data.schema import PartyCounts
+from slate.errors import parse_bounds
 
 __all__ = [
     "ImplausibleDeclaration",

@@ -40,8 +40,10 @@ class Tamper:
         self.due = due  # hook -> the first message (or sum) it may act on; removed once it did
         self.sealed = 0
         self.sums = 0
-        self.last_out: dict[int, Tensor] = {}  # peer -> the last message sealed for it
-        self.last_in: dict[int, Tensor] = {}  # sender -> the last sealed message received
+        # (peer, size) -> the last message of that size sealed for it; (sender, size) -> the
+        # last of that size received (kept by size: a sum's digests go between its messages)
+        self.last_out: dict[tuple[int, int], Tensor] = {}
+        self.last_in: dict[tuple[int, int], Tensor] = {}
 
     def sending(self, sealed: Tensor, peer: int) -> Tensor:
         """What goes to global rank ``peer`` in place of ``sealed``: ``sealed`` itself, unless a
@@ -53,13 +55,13 @@ class Tamper:
                 out = sealed.clone()
                 out[0] ^= 1
             elif hook == REPLAY_ENV:
-                out = _same_size(sealed, [self.last_out.get(peer)])
+                out = _same_size(sealed, [self.last_out.get((peer, sealed.numel()))])
             else:
-                out = _same_size(sealed, [m for r, m in self.last_in.items() if r != peer])
+                out = _same_size(sealed, [m for (r, _), m in self.last_in.items() if r != peer])
             if out is not sealed:
                 del self.due[hook]
                 break
-        self.last_out[peer] = sealed
+        self.last_out[(peer, sealed.numel())] = sealed
         return out
 
     def dies_in_sum(self) -> bool:
@@ -69,7 +71,7 @@ class Tamper:
 
     def received(self, sealed: Tensor, sender: int) -> None:
         """Keep the last sealed message of global rank ``sender`` (for :data:`RELAY_ENV`)."""
-        self.last_in[sender] = sealed.detach().cpu().clone()
+        self.last_in[(sender, sealed.numel())] = sealed.detach().cpu().clone()
 
 
 def _same_size(sealed: Tensor, candidates: list[Tensor | None]) -> Tensor:

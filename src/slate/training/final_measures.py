@@ -38,8 +38,7 @@ import torch
 from torch import Tensor
 
 from slate import metrics
-from slate.config import parse_bounds
-from slate.errors import ConfigError
+from slate.errors import ConfigError, parse_bounds
 from slate.metrics.operating_points import at_recall
 
 if TYPE_CHECKING:
