@@ -105,17 +105,19 @@ def test_distributed_engine_equals_simulator(case, tmp_path, launched):
 
 @pytest.mark.processes
 def test_ring_traffic_is_two_neighbours_times_parameter_bytes_times_exchanges(launched):
-    """Counted on the processes' own sends, in the dpsgd run of the test above (one exchange
-    per iteration, as SLATE without tracking: the count is the communicator's, whatever the
-    algorithm, so a run of its own would check the same code again)."""
-    out, done = launched("dpsgd")
-    assert done.returncode == 0, done.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["engine"] == "distributed" and summary["algorithm"] == "dpsgd"
-    parameter_bytes = summary["n_parameters"] * 4  # float32, one flat buffer
-    exchanges = 50  # D-PSGD mixes once per iteration
-    assert summary["comm_bytes_per_party"] == 2 * parameter_bytes * exchanges
-    assert summary["messages_per_party"] == 2 * exchanges
+    """Counted on the processes' own sends, in the runs of the test above (no run of its own:
+    the count is the communicator's, whatever the algorithm): D-PSGD mixes once per iteration,
+    SLATE with gradient tracking twice (the tracker, then the model; without tracking it mixes
+    the model only, as D-PSGD does)."""
+    for case, per_iteration in (("dpsgd", 1), ("slate-gt", 2)):
+        out, done = launched(case)
+        assert done.returncode == 0, done.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["engine"] == "distributed" and summary["algorithm"] == CASES[case][1]
+        parameter_bytes = summary["n_parameters"] * 4  # float32, one flat buffer
+        exchanges = 50 * per_iteration
+        assert summary["comm_bytes_per_party"] == 2 * parameter_bytes * exchanges, case
+        assert summary["messages_per_party"] == 2 * exchanges, case
 
 
 def _children(pid: int) -> dict[int, int]:
