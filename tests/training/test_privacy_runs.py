@@ -5,13 +5,14 @@ refusals, and what the run folder records."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import dp_accounting as dpa
 import pytest
 import torch
-from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 
 from slate import SlateClassifier
 from slate.config import TrainConfig
@@ -39,10 +40,48 @@ def _event(q: float, z: float, steps: int):
 
 def _pld(*events: tuple[float, float, int], delta: float = 1e-5) -> float:
     """dp-accounting's PLD accountant under replace-one at its finest default discretisation
-    (not slate's), over the composition of ``(q, z, steps)`` events."""
+    (not slate's), over the composition of ``(q, z, steps)`` events.
+
+    The accountant's own steps (``PLDAccountant._maybe_compose``: the identity, then each
+    Poisson-sampled Gaussian's PLD self-composed ``steps`` times and composed in order), with
+    each event's PLD made once per test process (:func:`_segment_pld`): tests compose the same
+    segments again (a first run at ε 4, parties with the same rates), and making one costs
+    seconds. The result is the accountant's, bit for bit (checked below)."""
+    composed = privacy_loss_distribution.identity(value_discretization_interval=FINEST)
+    for q, z, steps in events:
+        if q > 0 and steps > 0:
+            composed = composed.compose(_segment_pld(q, z, steps))
+    return composed.get_epsilon_for_delta(delta)
+
+
+#: ``PLDAccountant``'s default discretisation (slate's is coarser: accountant.DISCRETISATION).
+FINEST = 1e-4
+
+
+@functools.cache
+def _gaussian_pld(q: float, z: float):
+    return privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=z, value_discretization_interval=FINEST, sampling_prob=q,
+        neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE,
+    )  # fmt: skip
+
+
+@functools.cache
+def _segment_pld(q: float, z: float, steps: int):
+    return _gaussian_pld(q, z).self_compose(steps)
+
+
+def _accountant_epsilon(*events: tuple[float, float, int], delta: float = 1e-5) -> float:
+    """The same composition by ``PLDAccountant`` itself."""
     accountant = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
     accountant.compose(dpa.ComposedDpEvent([_event(*e) for e in events]))
     return accountant.get_epsilon(delta)
+
+
+def test_the_cached_reference_is_the_accountant_bit_for_bit():
+    events = ((0.2, 2.0, 7), (0.05, 3.0, 11))
+    assert _pld(*events) == _accountant_epsilon(*events)
+    assert _pld(events[1]) == _accountant_epsilon(events[1])
 
 
 def test_the_noise_multiplier_meets_epsilon_by_an_independent_pld_accountant():
@@ -72,6 +111,11 @@ def _digits(tmp_path: Path | None, **flags) -> TrainConfig:
     return TrainConfig(**{**values, **flags})
 
 
+def _train(config: TrainConfig, log=lambda _: None, **flags):
+    """``train`` without a progress bar, a log or figures (no test here reads one)."""
+    return train(config, progress=False, figures=False, log=log, **flags)
+
+
 def _segments_epsilon(folder: Path, party: int, positive: bool) -> float:
     """dp-accounting's composition of every segment recorded in the folder's ledger."""
     segments = read_ledger(folder / LEDGER)
@@ -83,7 +127,7 @@ def test_a_run_records_its_guarantee_and_a_resume_of_a_spent_budget_is_refused(t
     for positives and negatives as dp-accounting computes them here, the relation). Its
     checkpoint is that of iteration 10: resuming would re-run steps 10-19, but the ledger's
     history has spent the budget, so the resume is refused before its first step."""
-    result = train(_digits(tmp_path), progress=False, log=lambda _: None)
+    result = _train(_digits(tmp_path))
     privacy = result.summary["privacy"]
     party = privacy["parties"][0]
     assert privacy["releases"] == privacy["ledger_releases"] == 20
@@ -100,7 +144,7 @@ def test_a_run_records_its_guarantee_and_a_resume_of_a_spent_budget_is_refused(t
     assert all(row["train_loss"] != row["train_loss"] for row in result.history)  # NaN: unsent
     ledger = (tmp_path / LEDGER).read_text()
     with pytest.raises(PrivacyBudgetSpent) as refused:
-        train(_digits(tmp_path), progress=False, resume=True, log=lambda _: None)
+        _train(_digits(tmp_path), resume=True)
     assert "No step was taken" in str(refused.value) and "\n" not in str(refused.value)
     assert (tmp_path / LEDGER).read_text() == ledger  # not one line more
 
@@ -110,8 +154,8 @@ def test_a_new_run_with_other_flags_composes_the_folder_history(tmp_path):
     groups: run 2 is planned against run 1's releases, and its summary.json gives the ε of
     both runs' segments as dp-accounting composes them (within 1%, never above 8) with run
     2's own rates, z and releases."""
-    first = train(_digits(tmp_path, dp_epsilon=4.0), progress=False, log=lambda _: None)
-    second = train(_digits(tmp_path, dp_groups=4), progress=False, log=lambda _: None)
+    first = _train(_digits(tmp_path, dp_epsilon=4.0))
+    second = _train(_digits(tmp_path, dp_groups=4))
     one, two = first.summary["privacy"], second.summary["privacy"]
     written = json.loads((tmp_path / "summary.json").read_text())["privacy"]
     assert written == json.loads(json.dumps(two))  # the run that wrote it
@@ -131,7 +175,7 @@ def test_a_resume_is_planned_again_for_its_steps_left_and_noised_at_its_new_z(tm
     steps left, planned against the 20 recorded ones, and draws its noise at that plan's 2 C z,
     not at the set-up's (a run built on the folder and moved to iteration 10 shows it); its ε
     is dp-accounting's composition of all 30 releases (within 1%, never above 8)."""
-    train(_digits(tmp_path, dp_epsilon=4.0), progress=False, log=lambda _: None)
+    _train(_digits(tmp_path, dp_epsilon=4.0))
     run = Run(resolve_and_check(_digits(tmp_path)))
     at_set_up = run.compute.noise.std.clone()
     run.iteration = 10
@@ -141,7 +185,7 @@ def test_a_resume_is_planned_again_for_its_steps_left_and_noised_at_its_new_z(tm
     expected = torch.tensor(plan.noise_std(), dtype=torch.float64)
     torch.testing.assert_close(run.compute.noise.std, expected)
     assert not torch.equal(at_set_up, expected)
-    resumed = train(_digits(tmp_path), progress=False, resume=True, log=lambda _: None)
+    resumed = _train(_digits(tmp_path), resume=True)
     privacy = resumed.summary["privacy"]
     assert privacy["releases"] == privacy["planned_releases"] == 10
     assert privacy["z"] == pytest.approx(max(p.z for p in plan.parties))
@@ -159,12 +203,12 @@ def test_a_plan_the_remainder_cannot_pay_is_cut_and_the_run_ends_there(tmp_path,
     runs' segments) stays within the budget."""
     from slate.training import accountant
 
-    train(_digits(tmp_path, dp_epsilon=4.0), progress=False, log=lambda _: None)
+    _train(_digits(tmp_path, dp_epsilon=4.0))
     monkeypatch.setattr(accountant, "Z_CEILING", 1.5)
     accountant._calibrate.cache_clear()  # (its results depend on the ceiling)
     lines: list[str] = []
     try:
-        result = train(_digits(tmp_path, eval_every=5), progress=False, log=lines.append)
+        result = _train(_digits(tmp_path, eval_every=5), log=lines.append)
     finally:
         accountant._calibrate.cache_clear()
     privacy = result.summary["privacy"]
@@ -187,7 +231,7 @@ def test_the_command_line_refuses_a_spent_budget_before_the_first_step(tmp_path)
     flags = ["train", "--dataset", "digits", "--nodes", "2", "--iterations", "10", "--lr",
              "0.05", "--dp-epsilon", "4", "--positives", "1", "--batch-size", "16",
              "--eval-every", "10", "--no-progress", "--no-party-ap", "--compile", "off",
-             "--out", tmp_path]  # fmt: skip
+             "--no-plots", "--out", tmp_path]  # fmt: skip
     assert slate_here(*flags).returncode == 0
     ledger, summary = (tmp_path / LEDGER).read_text(), (tmp_path / "summary.json").read_text()
     done = slate_here(*flags[:-2], "--dp-groups", "2", "--out", tmp_path)
@@ -306,7 +350,7 @@ def test_both_engines_compute_the_same_guarantee(tmp_path):
 
     flags = ["train", "--dataset", "digits", "--nodes", "2", "--iterations", "6", "--lr", "0.05",
              "--dp-epsilon", "4", "--positives", "1", "--batch-size", "8", "--eval-every", "6",
-             "--no-progress", "--no-party-ap"]  # fmt: skip
+             "--no-progress", "--no-party-ap", "--no-plots"]  # fmt: skip
     assert slate_here(*flags, "--out", tmp_path / "sim").returncode == 0
     done = subprocess.run(
         [sys.executable, "-m", "slate", *flags, "--out", str(tmp_path / "dist"), "--engine",
