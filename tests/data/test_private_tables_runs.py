@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import dp_accounting as dpa
 import numpy as np
 import pytest
-from dp_accounting.pld import pld_privacy_accountant
 
 from slate.config import TrainConfig
 from slate.training.accountant import LEDGER, PrivacyBudgetSpent, read_ledger
@@ -26,19 +24,16 @@ from tests.data.test_private_tables import (
 )
 from tests.payloads import holding
 from tests.sites import finish, free_port, identity_flags, make_roster, start_party
+from tests.training.test_privacy_runs import _pld
 
 PARTIES, SITE = 4, 1
+QUIET = dict(progress=False, figures=False, log=lambda _: None)  # (no test reads a figure)
 
 
 def _composed(folder: Path, party: int, positive: bool) -> float:
-    """dp-accounting's PLD composition (replace-one) of every segment of the folder's ledger."""
-    accountant = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
-    events = [
-        dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), steps)
-        for q, z, steps in (s.event(party, positive) for s in read_ledger(folder / LEDGER))
-    ]
-    accountant.compose(dpa.ComposedDpEvent(events))
-    return accountant.get_epsilon(1e-5)
+    """dp-accounting's PLD composition (replace-one) of every segment of the folder's ledger
+    (each segment's PLD made once per process: ``tests.training.test_privacy_runs._pld``)."""
+    return _pld(*(s.event(party, positive) for s in read_ledger(folder / LEDGER)))
 
 
 def _table_run(tmp_path: Path, out: Path, **flags) -> TrainConfig:
@@ -56,8 +51,8 @@ def test_a_table_s_ledger_composes_its_history_and_refuses_a_spent_budget(tmp_pa
     write_table(tmp_path / "t.csv", np.arange(569))
     write_schema(tmp_path / "s.json")
     out = tmp_path / "run"
-    train(_table_run(tmp_path, out, dp_epsilon=4.0), progress=False, log=lambda _: None)
-    second = train(_table_run(tmp_path, out, dp_groups=4), progress=False, log=lambda _: None)
+    train(_table_run(tmp_path, out, dp_epsilon=4.0), **QUIET)
+    second = train(_table_run(tmp_path, out, dp_groups=4), **QUIET)
     privacy = second.summary["privacy"]
     assert privacy["ledger_releases"] == 60 and 7.9 < privacy["epsilon"] <= 8.0
     for party in privacy["parties"]:
@@ -66,7 +61,7 @@ def test_a_table_s_ledger_composes_its_history_and_refuses_a_spent_budget(tmp_pa
             assert party[key] == pytest.approx(truth, rel=0.01) and party[key] <= 8.0
     ledger = (out / LEDGER).read_text()
     with pytest.raises(PrivacyBudgetSpent, match="No step was taken"):
-        train(_table_run(tmp_path, out, dp_groups=2), progress=False, log=lambda _: None)
+        train(_table_run(tmp_path, out, dp_groups=2), **QUIET)
     assert (out / LEDGER).read_text() == ledger
 
 
