@@ -301,7 +301,8 @@ SMALL = dict(dataset="digits", nodes=4, topology="ring", iterations=60, eval_eve
 def small_run(tmp_path, name, attack=None, **flags):
     faults = FaultPlan.from_environment({"SLATE_ATTACK": attack} if attack else {})
     config = TrainConfig(**{**SMALL, **flags, "out": str(tmp_path / name)})
-    return train(config, progress=False, log=lambda _: None, faults=faults).summary
+    return train(config, progress=False, log=lambda _: None, faults=faults,
+                 figures=False).summary  # (no test here reads a figure)
 
 
 @pytest.mark.parametrize("compress", ["none", "int8"])
@@ -434,7 +435,7 @@ def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path
     at most, against the simulator on its own kernels); without compression 1.9e-7 at most."""
     common = ["--compress", compress, "--dataset", "digits", "--nodes", "4", "--topology",
               "ring", "--iterations", "30", "--eval-every", "15", "--seed", "3", "--no-progress",
-              "--robust", "clip"]  # fmt: skip
+              "--robust", "clip", "--no-plots"]  # fmt: skip
     out = tmp_path / "dist"
     env = {**os.environ, "SLATE_ATTACK": attack, "ATEN_CPU_CAPABILITY": "default"}
     done = subprocess.run(
