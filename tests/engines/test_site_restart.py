@@ -1,7 +1,7 @@
 """Ctrl-C at one site of a roster run (here ``slate stop DIR`` with that site's run folder,
 which sends it SIGINT as Ctrl-C does): every site names the site that stopped the run,
 and the command each site prints, run exactly as printed, restarts it; the resumed run ends with
-the uninterrupted run's model.
+the uninterrupted run's model (run side by side with the stopped one).
 
 Before, the sites stopped without saying who stopped them, and the printed
 ``slate train --resume run --engine distributed`` started the local launcher in the site's
@@ -76,7 +76,13 @@ def test_ctrl_c_at_one_site_is_named_everywhere_and_the_printed_command_resumes(
     for r in range(SITES):  # the same keys and roster for the uninterrupted run
         shutil.copy2(stopped / f"site{r}" / f"site{r}.key", reference / f"site{r}")
 
+    # The uninterrupted run goes side by side with the stopped one, on its own rendezvous.
+    reference_port = free_port()
+    reference_server = serve(reference_port, "--roster", str(roster))
+    reference_sites = start_sites(reference, roster, reference_port)
     port = free_port()
+    while port == reference_port:  # (that server may not listen yet)
+        port = free_port()
     server = serve(port, "--roster", str(roster))
     try:
         parties = start_sites(stopped, roster, port)
@@ -116,21 +122,15 @@ def test_ctrl_c_at_one_site_is_named_everywhere_and_the_printed_command_resumes(
             assert rank > 0 or "resumed from iteration" in text, text[-3000:]  # (party 0 says)
         server.communicate(timeout=60)
         assert server.returncode == 0
+        for rank, (code, text) in enumerate(finish(reference_sites)):
+            assert code == 0, f"reference site {rank}: {text[-3000:]}"
+        reference_server.communicate(timeout=60)
     finally:
-        if server.poll() is None:
-            server.kill()
+        for process in (server, reference_server, *reference_sites):  # (on a failure)
+            if process.poll() is None:
+                process.kill()
     for r in range(SITES):  # no launcher's party folders in a site's run folder
         assert not list((stopped / f"site{r}" / "run").glob("party*")), r
-
-    port = free_port()
-    server = serve(port, "--roster", str(roster))
-    try:
-        for rank, (code, text) in enumerate(finish(start_sites(reference, roster, port))):
-            assert code == 0, f"reference site {rank}: {text[-3000:]}"
-        server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
     for resumed, uninterrupted in zip(models(stopped), models(reference), strict=True):
         assert resumed.keys() == uninterrupted.keys() and resumed
         for name in resumed:
