@@ -34,10 +34,8 @@ def config_for(nodes: int, algorithm: str, gradient_tracking: bool) -> TrainConf
     ))  # fmt: skip
 
 
-def worker(rank, world, init_file, config, result_file):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)  # fmt: skip
+def own_loop(rank, world, config, result_file):
+    """Party ``rank``'s own loop under ``config``; rank 0 saves the averaged parameters."""
     import slate.optim
 
     data = load_dataset(config)
@@ -64,25 +62,45 @@ def worker(rank, world, init_file, config, result_file):
     if rank == 0:
         torch.save(flat / world, result_file)
     dist.barrier()
+
+
+def worker(rank, world, init_file, configs, result_files):
+    """Every config's own loop in turn, in one gloo group (a fresh model and optimizer each)."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)  # fmt: skip
+    for config, result_file in zip(configs, result_files, strict=True):
+        own_loop(rank, world, config, result_file)
     # Leave without the interpreter's shutdown, where gloo's threads can abort the process
     # (as slate's own workers do; see slate.training.party_process.exit_worker).
     os._exit(0)
 
 
-@pytest.mark.processes
-@pytest.mark.parametrize(
-    ("nodes", "algorithm", "gradient_tracking"),
-    [(4, "slate", True), (4, "dpsgd", False)],
-)
-def test_optimizer_in_own_loop_equals_the_engine(tmp_path, nodes, algorithm, gradient_tracking):
-    config = config_for(nodes, algorithm, gradient_tracking)
-    result = tmp_path / "averaged.pt"
+#: (nodes, algorithm, gradient tracking): both of slate.optim's optimizers.
+CASES = [(4, "slate", True), (4, "dpsgd", False)]
+
+
+@pytest.fixture(scope="module")
+def own_loops(tmp_path_factory) -> dict[tuple, torch.Tensor]:
+    """Each case's averaged parameters from the users' loops: one start of the four worker
+    processes runs both cases, one after the other (what each case checks is its own result)."""
+    root = tmp_path_factory.mktemp("own_loops")
+    configs = [config_for(*case) for case in CASES]
+    results = [str(root / f"averaged{i}.pt") for i in range(len(CASES))]
+    nodes = {case[0] for case in CASES}.pop()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     mp.start_processes(
-        worker, args=(nodes, str(tmp_path / "init"), config, str(result)), nprocs=nodes,
+        worker, args=(nodes, str(root / "init"), configs, results), nprocs=nodes,
         join=True, start_method="spawn",
     )  # fmt: skip
-    ours = torch.load(result, weights_only=True)
+    return {case: torch.load(result, weights_only=True) for case, result in zip(CASES, results)}
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(("nodes", "algorithm", "gradient_tracking"), CASES)
+def test_optimizer_in_own_loop_equals_the_engine(own_loops, nodes, algorithm, gradient_tracking):
+    config = config_for(nodes, algorithm, gradient_tracking)
+    ours = own_loops[(nodes, algorithm, gradient_tracking)]
     engine = train(config, progress=False, write=False, log=lambda _: None)
     torch.testing.assert_close(ours, engine.parameters.mean(0), rtol=0, atol=1e-5)
     # (a ring of 4 is not exact averaging, as rings of 2 and 3 are: the parties must differ)
