@@ -3,6 +3,7 @@ runs (a party set that barely gossips warns; the dense ring does not)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -16,6 +17,7 @@ from slate.metrics.divergence import (
     assess_divergence,
 )
 from slate.training.loop import train
+from tests.sites import slate_here
 
 NORM = 70.0  # the squared norm of w7a's averaged MLP after 10 000 iterations (measured)
 
@@ -43,6 +45,20 @@ def test_a_diverging_run_warns_with_its_numbers():
     summary = verdict.to_dict()
     assert summary["warned"] is True and summary["warning"] == line
     assert summary["relative_distance_limit"] == RELATIVE_DISTANCE_LIMIT
+
+
+def test_under_dp_the_noises_distance_is_a_note_not_a_warning():
+    # 4 parties on digits at --dp-epsilon 8, 30 iterations: rho 4.75e-03, all privacy noise
+    distances = [0.0, 0.3, 0.31, 0.311]
+    noisy = assess_divergence(distances, 65.5, [], 0.55, ["a better-connected --topology"],
+                              noise=True)  # fmt: skip
+    assert not noisy.warned and noisy.warning is None
+    assert noisy.relative_distance == pytest.approx(0.311 / 65.5)
+    assert noisy.noise_note.startswith("note: under --dp-epsilon")
+    assert "--topology (" not in noisy.noise_note and "4.75e-03" in noisy.noise_note
+    assert noisy.to_dict()["noise_note"] == noisy.noise_note
+    plain = assess_divergence(distances, 65.5, [], 0.55, ["a better-connected --topology"])
+    assert plain.warned and plain.noise_note is None  # the same numbers without noise warn
 
 
 def test_a_healthy_run_does_not_warn():
@@ -125,3 +141,19 @@ def test_the_dense_ring_does_not_warn(tmp_path):
     assert 0 < divergence["relative_distance"] < RELATIVE_DISTANCE_LIMIT / 10
     assert divergence["party_ap_shortfall"] < PARTY_SHORTFALL_LIMIT
     assert not any("diverge" in line for line in lines)
+
+
+def test_a_clean_dp_run_on_the_simulator_prints_no_divergence_warning(tmp_path):
+    """4 parties at --dp-epsilon 8: the noise alone puts the parties 4.7e-03 of the model's
+    squared norm apart (over the limit 0.001, set without noise); the run prints the note about
+    the noise, never the warning and its advice (and --party-ap's shortfall is noise too)."""
+    done = slate_here("train", "--dataset", "digits", "--nodes", "4", "--iterations", "12",
+                      "--eval-every", "6", "--lr", "0.05", "--dp-epsilon", "8", "--positives",
+                      "1", "--batch-size", "8", "--party-ap", "--no-progress", "--no-plots",
+                      "--out", tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    divergence = json.loads((tmp_path / "summary.json").read_text())["divergence"]
+    assert divergence["relative_distance_min"] > RELATIVE_DISTANCE_LIMIT  # the noise's
+    assert not divergence["warned"] and divergence["warning"] is None
+    assert "diverge" not in done.stdout + done.stderr and "Try:" not in done.stdout
+    assert divergence["noise_note"] in done.stdout

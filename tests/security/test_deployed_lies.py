@@ -4,7 +4,8 @@ Four roster sites with their own w7a files; the liar's process is slate with one
 replaced by a small program (:data:`PREAMBLE`), as a site that edited its copy of slate would run
 it. Two lies in the final average keep AP and change what a site deploys (a shifted output bias;
 a push on one input's weights): every honest site refuses the average, names the check and saves
-its own model. A lie in the evaluation counts (positive test rows declared, planted and put in the
+its own model; the shifted bias also under ``--dp-epsilon``, where the noise floor raises the
+bounds in force. A lie in the evaluation counts (positive test rows declared, planted and put in the
 top score bin, the totals exact) shapes the pooled curve: ``slate predict --at-recall 0.9`` at an
 honest site chooses on its own rows by default and still reaches its recall there.
 """
@@ -85,15 +86,23 @@ from slate.cli import main; sys.exit(main(sys.argv[1:]))
 """
 
 
-def liar_program(push: str) -> list[str]:
-    code = PREAMBLE.format(last=ITERATIONS).replace("PUSH", push)
+#: Under --dp-epsilon (tests/data/test_public_ranges_runs.py's private flags): a short run.
+DP_ITERATIONS = 20
+DP_FLAGS = [*SITE_FLAGS, "--iterations", str(DP_ITERATIONS), "--eval-every", "10", "--dp-epsilon",
+            "8", "--positives", "1", "--batch-size", "8", "--lr", "0.05"]  # fmt: skip
+
+
+def liar_program(push: str, last: int = ITERATIONS) -> list[str]:
+    code = PREAMBLE.format(last=last).replace("PUSH", push)
     return [sys.executable, "-c", code]
 
 
-def run(root: Path, roster: Path, program: list[str]) -> list[tuple[int, str]]:
+def run(
+    root: Path, roster: Path, program: list[str], flags: list[str] = FLAGS
+) -> list[tuple[int, str]]:
     port = free_port()
     parties = [
-        start_party(root, r, port, "--nodes", str(SITES), *FLAGS, *identity_flags(roster, r),
+        start_party(root, r, port, "--nodes", str(SITES), *flags, *identity_flags(roster, r),
                     program=program if r == LIAR else None)
         for r in range(SITES)
     ]  # fmt: skip
@@ -137,6 +146,22 @@ def test_a_shifted_output_bias_is_refused_by_every_honest_site(sites):
     for check in refused_by_all(run(root, roster, liar_program(BIAS)), root):
         assert "mean_logit" in check["failed"] and "log_loss" in check["failed"]
         assert abs(check["average_ap_own_rows"] - check["own_model_ap_own_rows"]) < 0.05
+
+
+@pytest.mark.processes
+def test_under_dp_a_shifted_output_bias_is_still_refused_by_every_honest_site(sites):
+    """Under --dp-epsilon each bound in force is the stated one plus twice the noise floor the
+    site measured (slate.training.final_measures): the noise's random direction moves the mean
+    logit by a few hundredths, the lie by 5, so the lie is still refused, and the refusal
+    names the bound in force and why."""
+    root, roster = sites
+    outputs = run(root, roster, liar_program(BIAS, DP_ITERATIONS), DP_FLAGS)
+    for check in refused_by_all(outputs, root):
+        assert "mean_logit" in check["failed"] and check["noise_floor"] is not None
+        mean = next(c for c in check["checks"] if c["name"] == "mean_logit")
+        assert mean["stated_bound"] == 0.5 and 0.5 <= mean["bound"] < 1.0 < mean["change"]
+    for rank in HONEST:
+        assert "in force under --dp-epsilon" in outputs[rank][1]
 
 
 def frequent_feature(root: Path, rank: int = 6) -> int:

@@ -30,6 +30,14 @@ to the average against the distances it measured itself. Each has a stated bound
 (``--final-check-bounds``, :class:`~slate.training.final_measures.Bounds`); one measure over its
 bound refuses the average like the AP, and ``summary.json``'s ``final_average`` lists every
 measure (``checks``), the failed ones by name (``failed``) and by how much.
+
+**Under** ``--dp-epsilon`` the own model carries the site's own noise, which the average divides
+by N, so every bound in force, :math:`\delta` included, is the stated bound plus a multiple of
+the noise floor the site measures at the check (the change of models as far from its own as the
+average in random directions: :mod:`slate.training.final_measures`, where the reasoning is).
+``final_average`` records the stated bound (``stated_bound``), the floor (``noise_floor``) and the
+bound in force (``bound``), and the refusal names the bound in force and why. Without
+``--dp-epsilon`` the stated bounds are in force, unchanged.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from torch import Tensor
 
 from slate import metrics
 from slate.errors import SlateError
-from slate.training.final_measures import Bounds, Measure, compare
+from slate.training.final_measures import Bounds, Measure, NoiseFloor, compare
 
 __all__ = ["AVERAGE_BOUND", "AverageCheck", "AverageRefused", "check_average", "own_model_kept"]
 
@@ -61,10 +69,12 @@ class AverageCheck:
     rows: int
     average_ap: float | None  # a: the averaged model's AP (None: no positive row)
     own_ap: float | None  # b: the site's own model's AP
-    bound: float = AVERAGE_BOUND
+    bound: float = AVERAGE_BOUND  # the AP's bound in force (the stated one without DP)
     refused_counts: str | None = None  # why the final evaluation's counts were refused
     refused_sum: str | None = None  # a sum refused during the run (SumRefused's paragraph)
     measures: tuple[Measure, ...] = ()  # the measures beyond AP (slate.training.final_measures)
+    noise: NoiseFloor | None = None  # under --dp-epsilon: the floor that raised the bounds
+    stated_bound: float | None = None  # the AP's stated bound, where the noise raised it
 
     @property
     def failed(self) -> list[Measure]:
@@ -89,6 +99,8 @@ class AverageCheck:
             "average_ap_own_rows": self.average_ap,
             "own_model_ap_own_rows": self.own_ap,
             "bound": self.bound,
+            "stated_bound": self.bound if self.stated_bound is None else self.stated_bound,
+            "noise_floor": None if self.noise is None else self.noise.to_dict(),
             "test_rows": self.rows,
             "reason": self.reason(),
             "checks": [m.to_dict() for m in self.measures],
@@ -110,10 +122,13 @@ class AverageCheck:
             return "not checked: this site holds no positive test row" if self.rows else None
         if not self.refused:
             return None
+        bound, why = f"{self.bound:g}", ""
+        if self.noise is not None and self.stated_bound is not None:  # (--dp-epsilon)
+            bound, why = f"{self.bound:.4g}", f" ({self.noise.why('ap', self.stated_bound)})"
         return (
             f"on this site's {self.rows} test rows the averaged model scores AP "
             f"{self.average_ap:.4f}, its own model {self.own_ap:.4f}: "
-            f"{self.own_ap - self.average_ap:.4f} lower, over the bound {self.bound:g}"
+            f"{self.own_ap - self.average_ap:.4f} lower, over the bound {bound}{why}"
             + (f"; {measures}" if measures else "")
         )
 
@@ -139,23 +154,29 @@ def check_average(
     rank: int, average_logits: Tensor, own_logits: Tensor, labels: Tensor,
     refused_counts: str | None = None, *, features: Tensor | None = None,
     bounds: Bounds | None = None, distance: float | None = None,
-    reference: float | None = None,
+    reference: float | None = None, noise: NoiseFloor | None = None,
 ) -> AverageCheck:  # fmt: skip
     """Score the averaged model and the site's own on the site's test rows (module docstring);
     ``refused_counts``: why the final evaluation's counts were refused (with
     ``--on-party-loss continue``, :class:`slate.training.evaluation.Evaluator`), which refuses
     the average too. ``features``: the rows' model inputs (the groups), ``bounds`` the measures'
     bounds, ``distance`` and ``reference`` the squared distance from the own model to the
-    average and the largest measured before (:func:`slate.training.final_measures.compare`)."""
+    average and the largest measured before (:func:`slate.training.final_measures.compare`);
+    ``noise``: under ``--dp-epsilon``, the floor that raises every bound in force
+    (:func:`slate.training.final_measures.noise_floor`; None: the stated bounds)."""
     bounds = bounds if bounds is not None else Bounds()
     measures = tuple(compare(average_logits, own_logits, labels, features, bounds, distance,
-                             reference))  # fmt: skip
+                             reference, noise))  # fmt: skip
     rows = len(labels)
+    bound = bounds.ap if noise is None else noise.bound("ap", bounds.ap)
+    stated = None if noise is None else bounds.ap
     if rows == 0 or not bool(labels.any()) or bool(labels.all()):
-        return AverageCheck(rank, rows, None, None, bounds.ap, refused_counts, measures=measures)
+        return AverageCheck(rank, rows, None, None, bound, refused_counts, measures=measures,
+                            noise=noise, stated_bound=stated)  # fmt: skip
     average = _ap(average_logits, labels)
     own = _ap(own_logits, labels)
-    return AverageCheck(rank, rows, average, own, bounds.ap, refused_counts, measures=measures)
+    return AverageCheck(rank, rows, average, own, bound, refused_counts, measures=measures,
+                        noise=noise, stated_bound=stated)  # fmt: skip
 
 
 def _ap(logits: Tensor, labels: Tensor) -> float | None:

@@ -24,13 +24,52 @@ model :math:`x_i` on **its own test rows** (exact, no exchange), each within a s
   :math:`10^{-4}` on w7a) that the ratio of two such distances is noise.
 
 The defaults were set from honest runs of 4 sites on w7a (``docs/security.md``), with margin.
+
+**Under** ``--dp-epsilon`` the own model is a noisy reference: :math:`x_i` carries all of this
+site's Gaussian noise and the average :math:`1/N` of each site's, so an honest
+:math:`\bar x - x_i` is mostly noise, and fixed bounds set without noise refuse honest runs at
+random (a flagged share of 34 rows moved by 0.29). Each bound in force is then the stated bound
+plus the change the noise itself makes, measured by the site at the final check
+(:func:`noise_floor`, :class:`NoiseFloor`):
+
+* the noise the mechanism adds is isotropic Gaussian (:math:`N(0, \sigma^2 I)` per step at
+  every site), and mixing combines whole parameter vectors, so the noise part of
+  :math:`\bar x - x_i` is isotropic: its direction is uniform on the sphere and independent of
+  its length. The site draws :data:`NOISE_DRAWS` models :math:`x_i + r u_k` with :math:`u_k`
+  uniform on the sphere (a public seed: nothing secret) and :math:`r` the measured distance
+  :math:`\lVert \bar x - x_i\rVert` (at most what ``distance_ratio`` allows), and takes each
+  measure's largest change over them, the **noise floor** :math:`f`. An honest average's change
+  is then exchangeable with the :math:`K` draws' changes: it exceeds their largest with
+  probability at most :math:`1/(K+1)`, and :math:`b + ` :data:`NOISE_MULTIPLE` :math:`\cdot f`
+  (:math:`b` the stated bound, which covers what honest runs without noise do) with much less;
+* a lie is a direction, not a random one: :math:`+5` on the output bias moves the mean logit by
+  5, while a random direction of the same length moves any one parameter by about
+  :math:`5/\sqrt d`. So the floor stays far below what a lie does, and the check refuses it;
+* the floor is measured at the final check, not taken from earlier evaluations: a run of 6
+  iterations has one earlier evaluation with a nonzero distance, and one earlier sample of a
+  noisy change is no bound (for a change of half-normal law, the next one exceeds 3 times it
+  with probability 0.2). The
+  known :math:`\sigma` alone gives no floor either: how the noise reaches
+  :math:`\bar x - x_i` depends on the algorithm, momentum, mixing and compression;
+* ``distance_ratio`` keeps its own reference: the noise's expected squared distance grows from
+  the common start as a sum of non-increasing terms (each step's noise, contracted by the
+  mixing; momentum's short lag aside), so by :math:`T` it is at most :math:`T / t` times what
+  it was at an earlier evaluation :math:`t`; each earlier distance is scaled so, and the bound
+  in force is :data:`NOISE_MULTIPLE` times the stated one (an honest distance fluctuates about
+  its expectation; without the scaling and the multiple, a distance in its steady state
+  exceeds the one before about half the time). As before, the reference is the site's own
+  measurement of earlier averages, which nothing checks: a participant that lied in an earlier
+  evaluation's average raised it with or without the scaling.
+
+Without ``--dp-epsilon`` nothing of this applies: the stated bounds are the bounds in force.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,15 +86,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEPLOYED_RECALL",
+    "NOISE_DRAWS",
+    "NOISE_MULTIPLE",
     "Bounds",
     "Distances",
     "Measure",
+    "NoiseFloor",
     "bounds_text",
     "compare",
+    "noise_floor",
     "own_distance",
 ]
 
 DEPLOYED_RECALL = 0.9  # the recall target of the threshold a site deploys by default
+NOISE_DRAWS = 16  # K: the random directions of the noise floor (--dp-epsilon)
+NOISE_MULTIPLE = 2.0  # the floor's multiple added to a stated bound (--dp-epsilon)
+NOISE_SEED = 0  # the directions' seed: public, the draws need no secret
 
 
 @dataclass(frozen=True)
@@ -99,8 +145,11 @@ class Measure:
     average: float
     own: float
     change: float  # what the bound limits
-    bound: float
+    bound: float  # the bound in force
     detail: str = ""
+    stated: float | None = None  # the stated bound, where the DP noise raised it (else None)
+    floor: float | None = None  # the noise floor measured (--dp-epsilon; NoiseFloor)
+    why: str = ""  # why the bound in force is not the stated one
 
     @property
     def failed(self) -> bool:
@@ -109,14 +158,45 @@ class Measure:
     def describe(self) -> str:
         """``mean_logit: 1.2601 (own model 0.0102), a change of 1.2499 over the bound 0.5``."""
         where = f" {self.detail}" if self.detail else ""
+        why = f" ({self.why})" if self.why else ""
+        bound = f"{self.bound:g}" if self.stated is None else f"{self.bound:.4g}"
         return (f"{self.name}{where}: averaged model {self.average:.4f}, own model "
                 f"{self.own:.4f}: a change of {self.change:.4f} over the bound "
-                f"{self.bound:g}")  # fmt: skip
+                f"{bound}{why}")  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "average": self.average, "own": self.own,
-                "change": self.change, "bound": self.bound, "detail": self.detail or None,
+                "change": self.change, "bound": self.bound,
+                "stated_bound": self.bound if self.stated is None else self.stated,
+                "noise_floor": self.floor, "detail": self.detail or None,
                 "failed": self.failed}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """Under ``--dp-epsilon``: each measure's largest change (``floors``, ``ap`` included: how
+    much lower) between the own model and :data:`NOISE_DRAWS` models at squared distance
+    ``distance`` from it in random directions (module docstring)."""
+
+    floors: dict[str, float]
+    distance: float
+    draws: int = NOISE_DRAWS
+    multiple: float = NOISE_MULTIPLE
+
+    def bound(self, name: str, stated: float) -> float:
+        """The bound in force: the stated bound plus ``multiple`` times the floor."""
+        return stated + self.multiple * self.floors.get(name, 0.0)
+
+    def why(self, name: str, stated: float) -> str:
+        """Which bound is in force, and why (the refusal's words)."""
+        return (f"in force under --dp-epsilon: the stated {stated:g} plus {self.multiple:g} x "
+                f"the noise floor {self.floors.get(name, 0.0):.4f}, the largest change of "
+                f"{self.draws} models as far from the own model as the average (squared "
+                f"distance {self.distance:.4g}) in random directions")  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"floors": dict(self.floors), "distance": self.distance, "draws": self.draws,
+                "multiple": self.multiple}  # fmt: skip
 
 
 def own_distance(x: Tensor, xbar: Tensor, size: int) -> float:
@@ -146,20 +226,68 @@ class Distances:
         bounds = Bounds.parse(run.settings.outputs.final_check_bounds)
         size = run.compute.layout.size
         floor = bounds.distance_floor * own_distance(run.x, torch.zeros_like(run.x[0]), size)
-        earlier = [d for t, d in self.by_iteration.items() if t < scored.iteration]
-        return {
-            "features": run.evaluator.test_features,
-            "bounds": bounds,
-            "distance": own_distance(run.x, scored.parameters, size),
-            "reference": max([floor, *earlier]),
-        }
+        distance = own_distance(run.x, scored.parameters, size)
+        features = run.evaluator.test_features
+        if run.ledger is None:  # no noise: the stated bounds
+            earlier = [d for t, d in self.by_iteration.items() if t < scored.iteration]
+            return {"features": features, "bounds": bounds, "distance": distance,
+                    "reference": max([floor, *earlier])}  # fmt: skip
+        reference = noise_reference(self.by_iteration, scored.iteration, floor)
+        allowed = reference * bounds.distance_ratio * NOISE_MULTIPLE
+        buffers = {name: value[0] for name, value in run.compute.buffers.items()}
+        noise = noise_floor(lambda p: run.compute.logits(p, features, buffers), run.x[0], size,
+                            min(distance, allowed), run.evaluator.test_labels, features,
+                            bounds)  # fmt: skip
+        return {"features": features, "bounds": bounds, "distance": distance,
+                "reference": reference, "noise": noise}  # fmt: skip
+
+
+def noise_reference(by_iteration: dict[int, float], iteration: int, floor: float) -> float:
+    """``distance_ratio``'s reference under ``--dp-epsilon``: each earlier evaluation's
+    squared distance at :math:`t > 0` times :math:`T / t` (the noise's growth from the common
+    start; module docstring), and at least ``floor``."""
+    scaled = [d * iteration / t for t, d in by_iteration.items() if 0 < t < iteration]
+    return max([floor, *scaled])
+
+
+def noise_floor(
+    score: Callable[[Tensor], Tensor], own: Tensor, size: int, distance: float, labels: Tensor,
+    features: Tensor | None, bounds: Bounds, draws: int = NOISE_DRAWS,
+) -> NoiseFloor:  # fmt: skip
+    """The noise floor (module docstring): ``score`` gives a parameter vector's logits on the
+    site's test rows, ``own`` is the own model's vector (its first ``size`` entries the
+    parameters), ``distance`` the squared distance of the draws."""
+    own_logits = score(own)
+    generator = torch.Generator().manual_seed(NOISE_SEED)
+    radius = math.sqrt(max(distance, 0.0))
+    floors: dict[str, float] = {}
+    y = labels.detach().cpu()
+    both = bool(y.any()) and not bool(y.all())
+    own_ap = metrics.average_precision(own_logits.detach().double().cpu(), y) if both else None
+    for _ in range(draws):
+        direction = torch.randn(size, generator=generator, dtype=torch.float64)
+        moved = own.detach().clone()
+        step = radius * direction / direction.norm().clamp(min=1e-300)
+        moved[:size] += step.to(device=own.device, dtype=own.dtype)
+        logits = score(moved)
+        changes = {m.name: m.change for m in compare(logits, own_logits, labels, features, bounds)}
+        if own_ap is not None:
+            ap = metrics.average_precision(logits.detach().double().cpu(), y)
+            changes["ap"] = max(0.0, float(own_ap) - float(ap))
+        for name, change in changes.items():
+            if math.isfinite(change):
+                floors[name] = max(floors.get(name, 0.0), change)
+    return NoiseFloor(floors, distance, draws)
 
 
 def compare(
     average: Tensor, own: Tensor, labels: Tensor, features: Tensor | None, bounds: Bounds,
     distance: float | None = None, reference: float | None = None,
+    noise: NoiseFloor | None = None,
 ) -> list[Measure]:  # fmt: skip
-    """Every measure of the module docstring (those that can be measured on these rows)."""
+    """Every measure of the module docstring (those that can be measured on these rows);
+    ``noise``: the floor under ``--dp-epsilon`` that raises the bounds in force (None: the
+    stated bounds)."""
     a, b = average.detach().double().cpu(), own.detach().double().cpu()
     y = labels.detach().cpu()
     if not len(y):
@@ -177,12 +305,36 @@ def compare(
     group = _groups(a, b, features, bounds, cuts)
     if group is not None:
         out.append(group)
+    if noise is not None:
+        out = [_with_floor(m, noise) for m in out]
     if distance is not None and reference is not None:
         ratio = distance / reference if reference > 0 else (0.0 if distance == 0 else math.inf)
-        out.append(Measure("distance_ratio", distance, reference, ratio, bounds.distance_ratio,
-                           "(squared distance to the own model, against the largest measured "
-                           "at the earlier evaluations or the floor)"))  # fmt: skip
+        out.append(_distance_ratio(distance, reference, ratio, bounds.distance_ratio, noise))
     return out
+
+
+def _with_floor(measure: Measure, noise: NoiseFloor) -> Measure:
+    """``measure`` with its bound in force under ``--dp-epsilon`` (:meth:`NoiseFloor.bound`)."""
+    stated = measure.bound
+    return replace(measure, bound=noise.bound(measure.name, stated), stated=stated,
+                   floor=noise.floors.get(measure.name, 0.0),
+                   why=noise.why(measure.name, stated))  # fmt: skip
+
+
+def _distance_ratio(
+    distance: float, reference: float, ratio: float, stated: float, noise: NoiseFloor | None
+) -> Measure:
+    if noise is None:
+        return Measure("distance_ratio", distance, reference, ratio, stated,
+                       "(squared distance to the own model, against the largest measured at "
+                       "the earlier evaluations or the floor)")  # fmt: skip
+    return Measure("distance_ratio", distance, reference, ratio, stated * noise.multiple,
+                   "(squared distance to the own model, against the largest measured at the "
+                   "earlier evaluations, each times the steps since the start over its own, "
+                   "or the floor)", stated=stated,
+                   why=f"in force under --dp-epsilon: {noise.multiple:g} x the stated "
+                   f"{stated:g}, as the noise's distance fluctuates about its "
+                   "expectation")  # fmt: skip
 
 
 def _measure(name: str, average: float, own: float, bound: float, detail: str = "") -> Measure:

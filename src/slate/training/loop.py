@@ -595,5 +595,5 @@ def _divergence(run: Run, history: list[dict[str, float]], final: _Final):
     )
     return assess_divergence(
         [row["consensus_distance"] for row in history], squared_norm, final.party_aps,
-        final.scores.values["test_ap"], advice,
+        final.scores.values["test_ap"], advice, run.ledger is not None,
     )  # fmt: skip

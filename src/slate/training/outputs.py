@@ -408,8 +408,9 @@ def report(run: Run, summary: dict[str, Any], wall: float, out: Path | None, log
         log(f"{prefix}{summary['evaluation_warning']}")
     for line in accusation_lines(summary["party_events"]):
         log(f"{prefix}{line}")
-    if (summary.get("divergence") or {}).get("warning"):
-        log(f"{prefix}{summary['divergence']['warning']}")
+    for kind in ("warning", "noise_note"):  # (a note under --dp-epsilon: metrics.divergence)
+        if (summary.get("divergence") or {}).get(kind):
+            log(f"{prefix}{summary['divergence'][kind]}")
     few = few_positives_warning(summary.get("test_positives", FEW_POSITIVES), "the test set")
     if few:
         log(f"{prefix}{few}")
