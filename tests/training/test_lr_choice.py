@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import subprocess
@@ -18,7 +20,8 @@ from slate.training.configuration import resolve_and_check
 from slate.training.loop import run_candidates, train
 from slate.training.lr_choice import CANDIDATES, choice_iterations, choice_rows, choose_lr, pick
 
-ITERATIONS = ["--iterations", "100", "--eval-every", "100", "--no-progress", "--threads", "1"]
+ITERATIONS = ["--iterations", "100", "--eval-every", "100", "--no-progress", "--threads", "1",
+              "--no-plots"]  # fmt: skip
 
 
 def separable(rows: int, seed: int, flip: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -106,12 +109,22 @@ def without_seconds(record: dict) -> dict:
     return {k: v for k, v in record.items() if k != "seconds"}
 
 
-def test_cli_records_the_choice_and_never_reads_the_test_rows(tables, tmp_path, capsys) -> None:
-    train_path, test, flipped = tables
-    assert main(run_flags(train_path, test, tmp_path / "a")) == 0
-    printed = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def simulated(tables, tmp_path_factory) -> tuple[dict, str]:
+    """The simulator's ``--lr auto`` run on the tables (its summary and what it printed), made
+    once for the tests that read it (the record, the distributed engine's choice)."""
+    train_path, test, _ = tables
+    out = tmp_path_factory.mktemp("simulated") / "sim"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(run_flags(train_path, test, out)) == 0
+    return json.loads((out / "summary.json").read_text()), printed.getvalue()
+
+
+def test_cli_records_the_choice_and_never_reads_the_test_rows(tables, simulated, tmp_path):
+    train_path, _, flipped = tables
+    summary, printed = simulated
     assert "--lr auto: lr " in printed and "the choice took" in printed
-    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     choice = summary["lr_choice"]
     assert summary["config"]["lr"] == choice["lr"] and choice["lr"] in CANDIDATES
     assert set(choice["candidates"]) == {f"{c:g}" for c in CANDIDATES}
@@ -142,10 +155,9 @@ def test_explicit_auto_is_refused_with_per_party_files(tables, tmp_path, capsys)
 
 
 @pytest.mark.processes
-def test_the_distributed_engine_uses_the_simulators_choice(tables, tmp_path) -> None:
+def test_the_distributed_engine_uses_the_simulators_choice(tables, simulated, tmp_path) -> None:
     train_path, test, _ = tables
-    assert main(run_flags(train_path, test, tmp_path / "sim")) == 0
-    simulated = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    simulated, _ = simulated
     command = [sys.executable, "-m", "slate", *run_flags(train_path, test, tmp_path / "dist"),
                "--engine", "distributed", "--timeout", "30"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
