@@ -36,12 +36,26 @@ def test_the_kernel_choice_is_in_force():
         assert capability in {"DEFAULT", "VSX", "ZVECTOR", "AVX2", "AVX512", "SVE256", "SVE128"}
 
 
+def marked_files() -> list[str]:
+    """The test files that mark a test ``kernels`` (``pytest.mark.kernels``, ``@mark.kernels``):
+    the rerun collects these, not the whole suite (collecting every test file took about half
+    of its time). Every file of a test this session collected with the marker is among them
+    (checked below: in the whole suite's run, that is every marked test)."""
+    marker = re.compile(r"\bmark\.kernels\b")
+    return sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").rglob("test_*.py")
+                  if marker.search(path.read_text()))  # fmt: skip
+
+
 @pytest.mark.processes
-def test_the_sensitive_tests_pass_under_other_kernels():
+def test_the_sensitive_tests_pass_under_other_kernels(request):
+    files = marked_files()
+    collected = {item.nodeid.split("::")[0] for item in request.session.items
+                 if item.get_closest_marker("kernels") is not None}  # fmt: skip
+    assert collected <= set(files), collected - set(files)
     env = {**os.environ, **OTHER_KERNELS}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "kernels and not processes", "-n", "0",
-         "-p", "no:cacheprovider", "tests"],
+         "-p", "no:cacheprovider", *files],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     tail = done.stdout[-3000:] + done.stderr[-2000:]
