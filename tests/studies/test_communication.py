@@ -5,6 +5,7 @@ the no-gossip control every setting is set against."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 from pathlib import Path
@@ -29,6 +30,7 @@ from slate.studies.communication import (
     settings_for,
     wan_seconds,
 )
+from slate.training import loop
 
 PRESET = """
 dataset = "digits"
@@ -50,10 +52,12 @@ def study(tmp_path_factory) -> tuple[Path, dict, Path]:
     configs = tmp_path_factory.mktemp("configs")
     (configs / "digits.toml").write_text(PRESET)
     out = tmp_path_factory.mktemp("communication")
-    results = communication(
-        None, out, datasets=("digits",), seeds=(0, 1), config_dir=configs,
-        iterations=ITERATIONS, log=lambda _: None,
-    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:  # no test reads a run's own figures
+        patch.setattr(loop, "train", functools.partial(loop.train, figures=False))
+        results = communication(
+            None, out, datasets=("digits",), seeds=(0, 1), config_dir=configs,
+            iterations=ITERATIONS, log=lambda _: None,
+        )  # fmt: skip
     return out, results, configs
 
 
