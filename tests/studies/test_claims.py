@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from slate.studies.claims import (
     samples_drawn,
     spread,
 )
+from slate.training import loop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -176,9 +178,10 @@ def presets(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def study(presets: Path, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("claims")
-    results = claims(
-        None, out, seeds=(0,), dataset="digits", config_dir=presets, plan=TINY, log=lambda _: None
-    )
+    with pytest.MonkeyPatch.context() as patch:  # no test reads a run's own figures
+        patch.setattr(loop, "train", functools.partial(loop.train, figures=False))
+        results = claims(None, out, seeds=(0,), dataset="digits", config_dir=presets, plan=TINY,
+                         log=lambda _: None)  # fmt: skip
     return out, results
 
 
@@ -231,7 +234,7 @@ def test_speedup_records_a_diverged_run_and_reuses_the_record(presets, tmp_path,
     def diverging(config, **kwargs):  # as slate does at a step size too large for the model
         if config.nodes == 2 and config.lr == 0.1:
             raise TrainingDiverged("Training diverged: the loss of party 0 became non-finite.")
-        return real_train(config, **kwargs)
+        return real_train(config, **kwargs, figures=False)  # (no test reads a run's figures)
 
     monkeypatch.setattr("slate.training.loop.train", diverging)
     run = {"seeds": (0,), "dataset": "digits", "config_dir": presets, "plan": TINY}
