@@ -230,9 +230,9 @@ def test_resume_keeps_the_progress_choice(tmp_path, hidden):
     with one), although --no-progress is no part of the run's config."""
     out = tmp_path / "run"
     flags = ["--dataset", "digits", "--nodes", "2", "--iterations", "200", "--eval-every", "100",
-             "--checkpoint-every", "100", "--out", str(out)]  # fmt: skip
+             "--checkpoint-every", "100", "--no-plots", "--out", str(out)]  # fmt: skip
     first = slate_here("train", *flags, *(["--no-progress"] if hidden else []))
     assert first.returncode == 0, first.stderr
-    resumed = slate_here("train", "--resume", str(out), "--iterations", "300")
+    resumed = slate_here("train", "--resume", str(out), "--iterations", "300", "--no-plots")
     assert resumed.returncode == 0, resumed.stderr
     assert ("%|" in resumed.stderr) is not hidden, resumed.stderr
