@@ -301,8 +301,8 @@ SMALL = dict(dataset="digits", nodes=4, topology="ring", iterations=60, eval_eve
 def small_run(tmp_path, name, attack=None, **flags):
     faults = FaultPlan.from_environment({"SLATE_ATTACK": attack} if attack else {})
     config = TrainConfig(**{**SMALL, **flags, "out": str(tmp_path / name)})
-    return train(config, progress=False, log=lambda _: None, faults=faults,
-                 figures=False).summary  # (no test here reads a figure)
+    quiet = dict(progress=False, log=lambda _: None, figures=False)  # (no test reads a figure)
+    return train(config, faults=faults, **quiet).summary
 
 
 @pytest.mark.parametrize("compress", ["none", "int8"])
