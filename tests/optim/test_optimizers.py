@@ -93,7 +93,8 @@ def own_loops(tmp_path_factory) -> dict[tuple, torch.Tensor]:
         worker, args=(nodes, str(root / "init"), configs, results), nprocs=nodes,
         join=True, start_method="spawn",
     )  # fmt: skip
-    return {case: torch.load(result, weights_only=True) for case, result in zip(CASES, results)}
+    loaded = [torch.load(result, weights_only=True) for result in results]
+    return dict(zip(CASES, loaded, strict=True))
 
 
 @pytest.mark.processes
