@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import forked
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HAVE_W7A = (SHARED / "w7a" / "w7a.t.gz").is_file()
 
@@ -84,13 +86,16 @@ def start_party(
     audit: Path | None = None,
     env: dict[str, str] | None = None,
     warm: bool = False,
+    fresh: bool = False,
 ) -> subprocess.Popen:
     """Party ``rank`` in ``root/site<rank>`` (``root/<site>`` when given); ``program`` replaces
     ``python -m slate``; with ``audit``, ``slate`` runs under the pickle audit hook of
     :data:`AUDITED`, which logs to ``audit/unpickled.log`` (see :func:`unpickled`); ``env``: test
     hooks to set in its environment. With ``warm``, the process loads Python, torch and slate
     now but starts the party only when :func:`release` tells it to (:data:`WARM`): a restart
-    timed on an event then costs no interpreter start."""
+    timed on an event then costs no interpreter start. With ``fresh``, a fresh interpreter
+    instead of a fork (:func:`start`): where a test needs the process's own command line
+    (``slate stop`` checks that the recorded process is a ``slate train``)."""
     if warm:
         program = [sys.executable, "-c", WARM]
     elif audit is not None:
@@ -100,9 +105,48 @@ def start_party(
     env = {**os.environ, "SLATE_KILL_AT": kill, **(env or {})}
     if audit is not None:
         env["SLATE_TEST_UNPICKLED"] = str(audit / "unpickled.log")
-    return subprocess.Popen(command, cwd=root / (site or f"site{rank}"), env=env, text=True,
-                            stdin=subprocess.PIPE if warm else None,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return start(
+        command,
+        cwd=root / (site or f"site{rank}"),
+        env=env,
+        stdin=subprocess.PIPE if warm else None,
+        fresh=fresh,
+    )
+
+
+def start(
+    command: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+    stdin: int | None = None, start_new_session: bool = False, fresh: bool = False,
+) -> subprocess.Popen:  # fmt: skip
+    """``subprocess.Popen(command, ..., text=True, stdout=PIPE, stderr=PIPE)``; ``python -m``
+    and ``python -c`` are forked from a server that has loaded torch and slate
+    (:mod:`tests.forked`), which a site's process would otherwise spend most of a short run
+    importing (``fresh``: a fresh interpreter all the same)."""
+    if forked.forkable(command) and not fresh:
+        return forked.popen(command, cwd=cwd, env=env, stdin=stdin,  # type: ignore[return-value]
+                            start_new_session=start_new_session)  # fmt: skip
+    return subprocess.Popen(command, cwd=cwd, env=env, text=True, stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=start_new_session)  # fmt: skip
+
+
+def run_command(
+    command: list[str],
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+    timeout=timeout)``, through :func:`start` (a fork for ``python -m``/``-c``); killed at the
+    timeout, raising ``subprocess.TimeoutExpired`` as ``subprocess.run`` does."""
+    process = start(command, cwd=cwd, env=env)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def release(party: subprocess.Popen) -> None:
@@ -136,7 +180,7 @@ def serve(port: int, *flags: str) -> subprocess.Popen:
     """``slate rendezvous`` on the loopback interface."""
     command = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
                "127.0.0.1", *flags]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start(command)
 
 
 def make_roster(root: Path, parties: int, run_id: str = "trusted-run") -> Path:

@@ -35,6 +35,7 @@ from tests.sites import (
     make_roster,
     serve,
     slate_here,
+    start,
     start_party,
     wait_for,
     write_sites,
@@ -48,7 +49,9 @@ RUN = ["--nodes", str(SITES), "--external-store", "--iterations", "600", *SITE_F
 
 
 def start_sites(root: Path, roster: Path, port: int) -> list[subprocess.Popen]:
-    return [start_party(root, r, port, *RUN, *identity_flags(roster, r)) for r in range(SITES)]
+    # (the stopped site a process of its own: slate stop checks its command line)
+    return [start_party(root, r, port, *RUN, *identity_flags(roster, r), fresh=r == STOPPED)
+            for r in range(SITES)]  # fmt: skip
 
 
 def printed_command(output: str) -> list[str]:
@@ -112,8 +115,7 @@ def test_ctrl_c_at_one_site_is_named_everywhere_and_the_printed_command_resumes(
 
         server = serve(port, "--roster", str(roster))  # a new rendezvous, as the note says
         again = [
-            subprocess.Popen([sys.executable, "-m", *command], cwd=stopped / f"site{r}",
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            start([sys.executable, "-m", *command], cwd=stopped / f"site{r}")
             for r, command in enumerate(commands)
         ]  # fmt: skip
         for rank, (code, text) in enumerate(finish(again)):

@@ -3,7 +3,6 @@ from start to end, and a site started alone that says for whom it waits."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -17,6 +16,7 @@ from tests.sites import (
     make_roster,
     read_until,
     serve,
+    start,
     start_party,
     write_sites,
 )
@@ -56,12 +56,21 @@ def test_status_shows_every_site_training_then_done_and_the_rendezvous_each_join
     port = free_port()
     server = serve(port, "--roster", str(roster))
     read_until(server, "serving one run")
+    watch = start(
+        [
+            sys.executable,
+            "-m",
+            "slate",
+            "status",
+            f"127.0.0.1:{port}",
+            "--roster",
+            str(roster),
+            "--watch",
+            "0.25",
+        ]
+    )  # fmt: skip (watching before any site starts)
     parties = [start_party(tmp_path, r, port, "--nodes", "2", *FLAGS, *identity_flags(roster, r))
                for r in range(2)]  # fmt: skip
-    watch = subprocess.Popen(
-        [sys.executable, "-m", "slate", "status", f"127.0.0.1:{port}", "--roster", str(roster),
-         "--watch", "0.25"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
     done = finish(parties, timeout=120)
     assert [code for code, _ in done] == [0, 0], done
     out, err = watch.communicate(timeout=30)

@@ -389,10 +389,16 @@ WATCH_SECONDS = 0.2  # how often slate rendezvous reads the store
 LEAVE_GRACE_SECONDS = 1.0
 
 
+def _say(text: str) -> None:
+    """A line of ``slate rendezvous``'s console, flushed at once: an operator who pipes it into
+    a file or ``tee`` sees each line when it happens, not when the rendezvous exits."""
+    print(text, flush=True)
+
+
 def serve_rendezvous(
     port: int,
     host: str = "0.0.0.0",
-    say=print,
+    say=_say,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
     roster: Roster | None = None,
     linger: float = LINGER_SECONDS,

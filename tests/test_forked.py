@@ -1,0 +1,86 @@
+"""A forked ``python ...`` (tests/forked.py) ends, prints and reads as the fresh interpreter
+does: each program below runs both ways and must give the same exit status and output."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import forked
+
+pytestmark = pytest.mark.processes
+
+PROGRAMS = {
+    "prints": "import sys; print('out', sys.argv[1:]); print('err', file=sys.stderr)",
+    "exits 3": "import sys; sys.exit(3)",
+    "exits with text": "import sys; sys.exit('bye')",
+    "raises": "raise ValueError('boom')",
+    "interrupted": "raise KeyboardInterrupt",
+    "environment and folder": "import os; print(os.environ['FORKED_TEST'], os.getcwd())",
+    "carriage returns": "import sys; sys.stderr.write('a\\rb\\r\\nc\\n')",
+    "atexit": "import atexit; atexit.register(lambda: print('at exit'))",
+    "reads stdin": "import sys; print(sys.stdin.readline().upper())",
+    "no stdin": "import sys; print(repr(sys.stdin.read()))",
+}
+
+
+def _fresh(code: str, cwd, env, stdin) -> tuple[int, str, str]:
+    done = subprocess.run([sys.executable, "-c", code, "a b", "c"], cwd=cwd, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=60,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+def _forked(code: str, cwd, env, stdin) -> tuple[int, str, str]:
+    process = forked.popen([sys.executable, "-c", code, "a b", "c"], cwd=cwd, env=env,
+                           stdin=subprocess.PIPE if stdin is not None else None)  # fmt: skip
+    out, err = process.communicate(stdin, timeout=60)
+    return process.returncode, out, err  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_forked_program_ends_and_prints_as_a_fresh_interpreter(tmp_path, name):
+    env = {**forked.os.environ, "FORKED_TEST": "set here"}
+    stdin = "hello\n" if name == "reads stdin" else None
+    fresh = _fresh(PROGRAMS[name], tmp_path, env, stdin)
+    fork = _forked(PROGRAMS[name], tmp_path, env, stdin)
+    assert fork[0] == fresh[0]
+    assert fork[1] == fresh[1]
+    # a traceback names the file: "<string>" both ways, the frames above it differ
+    assert fork[2].splitlines()[-1:] == fresh[2].splitlines()[-1:]
+
+
+def test_a_module_runs_as_python_m_runs_it(tmp_path):
+    process = forked.popen([sys.executable, "-m", "slate", "--version"], cwd=tmp_path)
+    out, err = process.communicate(timeout=60)
+    fresh = subprocess.run([sys.executable, "-m", "slate", "--version"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (process.returncode, out, err) == (fresh.returncode, fresh.stdout, fresh.stderr)
+
+
+def test_a_killed_fork_reports_the_signal_and_keeps_what_it_printed(tmp_path):
+    code = "import time; print('started', flush=True); time.sleep(60)"
+    process = forked.popen([sys.executable, "-c", code], cwd=tmp_path)
+    assert process.stdout.readline() == "started\n"
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.communicate(timeout=0.2)
+    assert process.poll() is None
+    process.send_signal(signal.SIGKILL)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    assert out == ""  # (the line read above is not read twice)
+
+
+def test_a_new_session_is_its_own_process_group(tmp_path):
+    code = "import os, time; print(os.getpgid(0) == os.getpid(), flush=True); time.sleep(60)"
+    process = forked.popen([sys.executable, "-c", code], cwd=tmp_path, start_new_session=True)
+    assert process.stdout.readline() == "True\n"
+    forked.os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.returncode == -signal.SIGTERM
