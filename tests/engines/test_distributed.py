@@ -20,7 +20,7 @@ import torch
 
 from slate.config import TrainConfig
 from slate.training.loop import train
-from tests.sites import descendants
+from tests.sites import descendants, run_command, start
 
 COMMON = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "50",
           "--eval-every", "25", "--seed", "3", "--no-progress", "--no-plots"]  # fmt: skip
@@ -61,10 +61,9 @@ def launched(tmp_path_factory):
     def launch(case: str) -> tuple[Path, subprocess.CompletedProcess]:
         if case not in runs:
             out = tmp_path_factory.mktemp(case) / "dist"
-            done = subprocess.run(
+            done = run_command(
                 slate_command("train", *COMMON, *CASES[case], "--engine", "distributed",
-                              "--out", str(out)),
-                capture_output=True, text=True, timeout=240,
+                              "--out", str(out)), timeout=240,
             )  # fmt: skip
             runs[case] = (out, done)
         return runs[case]
@@ -136,12 +135,12 @@ def _children(pid: int) -> dict[int, int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_path):
     timeout = 15
-    launcher = subprocess.Popen(
+    launcher = start(
         slate_command("train", "--dataset", "digits", "--nodes", "3", "--iterations", "1000000",
                       "--eval-every", "1000", "--no-progress", "--engine", "distributed",
                       "--timeout", str(timeout), "--out", str(tmp_path / "run"),
                       "--on-party-loss", "stop", "--checkpoint-every", "50"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -202,12 +201,12 @@ def test_a_stop_asked_at_one_party_stops_every_party_at_the_same_iteration(tmp_p
     rounds (base-2 carries the flags, slate.communication.flag_flood), and all four write their
     last checkpoint at the same iteration and stop."""
     out = tmp_path / "run"
-    launcher = subprocess.Popen(
+    launcher = start(
         slate_command("train", "--dataset", "digits", "--nodes", "4", "--topology", "base-2",
                       "--gossip-every", "5", "--iterations", "1000000", "--eval-every", "100000",
                       "--checkpoint-every", "40", "--no-progress", "--no-plots",
                       "--engine", "distributed", "--out", str(out)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120

@@ -30,7 +30,7 @@ import pytest
 
 from slate.faults.kills import parse_kills
 from tests.engines.test_party_loss import kill_and_bring_back
-from tests.sites import HAVE_W7A, descendants, wait_for
+from tests.sites import HAVE_W7A, descendants, run_command, start, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
@@ -91,7 +91,7 @@ def train_with_fault(fault: str, *flags: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SLATE_KILL_AT": fault}
     frozen = [k for k in parse_kills(fault) if k.fault == "freeze"]
     if not frozen:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+        done = run_command(command, timeout=300, env=env)
     else:
         (freeze,) = frozen
         out = Path(flags[flags.index("--out") + 1])
@@ -101,8 +101,7 @@ def train_with_fault(fault: str, *flags: str) -> subprocess.CompletedProcess:
             saved = out.glob(f"checkpoint-rank{main}-*.pt")
             return any(int(path.stem.rsplit("-", 1)[1]) > freeze.iteration for path in saved)
 
-        launcher = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+        launcher = start(command, env=env, start_new_session=True)
         try:
             wait_for(past_the_freeze, "the others' checkpoint after the freeze", 240, launcher)
             os.kill(stopped_child(launcher.pid), signal.SIGCONT)

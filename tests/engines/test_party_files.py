@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from slate.config import TrainConfig
 from slate.training.loop import train
-from tests.sites import free_port, write_sites
+from tests.sites import free_port, run_command, start, write_sites
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 PARTIES = 3  # (the claims hold with three sites: one process fewer than four)
@@ -60,8 +59,7 @@ def test_separate_parties_with_their_own_shards_agree_with_the_simulator(tmp_pat
         command = [sys.executable, "-c", AUDITED, "train", "--rank", str(r), "--nodes",
                    str(PARTIES), "--rendezvous", f"127.0.0.1:{port}", "--train", "train.svm",
                    "--test", "test.svm", "--out", "run", *TRAIN_FLAGS]  # fmt: skip
-        procs.append(subprocess.Popen(command, cwd=site, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
+        procs.append(start(command, cwd=site, env=env))
     outputs = [p.communicate(timeout=300) for p in procs]
     for r, (p, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
         assert p.returncode == 0, f"party {r}: {err}"
@@ -119,12 +117,12 @@ def test_a_renamed_column_stops_every_party_naming_it(tmp_path):
         _write_csv(tmp_path / "sites" / str(r) / "train.csv", header, 60, r)
     out = tmp_path / "run"
     started = time.monotonic()
-    done = subprocess.run(
+    done = run_command(
         [sys.executable, "-m", "slate", "train", "--engine", "distributed", "--nodes", "3",
          "--dataset", "csv", "--train", str(tmp_path / "sites" / "{rank}" / "train.csv"),
          "--label-column", "y", "--positive-label", "1", "--iterations", "20",
          "--batch-size", "10", "--out", str(out), "--timeout", "30", "--no-progress"],
-        capture_output=True, text=True, timeout=200,
+        timeout=200,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert time.monotonic() - started < 120
@@ -138,12 +136,12 @@ def test_local_launch_with_party_files_writes_one_folder_per_party(tmp_path):
     for r in range(2):
         _write_csv(tmp_path / "sites" / str(r) / "train.csv", "age,income,bmi,y", 80, r)
     out = tmp_path / "run"
-    done = subprocess.run(
+    done = run_command(
         [sys.executable, "-m", "slate", "train", "--engine", "distributed", "--nodes", "2",
          "--dataset", "csv", "--train", str(tmp_path / "sites" / "{rank}" / "train.csv"),
          "--label-column", "y", "--positive-label", "1", "--iterations", "20",
          "--batch-size", "10", "--standardize", "--out", str(out), "--no-progress"],
-        capture_output=True, text=True, timeout=200,
+        timeout=200,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     first, second = (json.loads((out / f"party{r}" / "summary.json").read_text()) for r in (0, 1))
@@ -201,8 +199,7 @@ def test_a_flag_changed_at_one_site_stops_every_site_before_step_one(tmp_path):
                    str(PARTIES), "--rendezvous", f"127.0.0.1:{port}", "--train", "train.svm",
                    "--out", "run", "--no-progress", *TRAIN_FLAGS,
                    *(flag if r == 1 else [])]  # fmt: skip
-        procs.append(subprocess.Popen(command, cwd=tmp_path / f"site{r}", text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
+        procs.append(start(command, cwd=tmp_path / f"site{r}"))
     outputs = [p.communicate(timeout=200) for p in procs]
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 2, err

@@ -27,7 +27,9 @@ from tests.sites import (
     make_roster,
     read_until,
     release,
+    run_command,
     slate_here,
+    start,
     start_party,
     unpickled,
     wait_for,
@@ -43,10 +45,8 @@ FLAGS = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterati
 
 
 def slate(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "slate", *args], capture_output=True, text=True, timeout=300,
-        env={**os.environ, **(env or {})}, **kwargs,
-    )  # fmt: skip
+    return run_command([sys.executable, "-m", "slate", *args], timeout=300,
+                       env={**os.environ, **(env or {})}, **kwargs)  # fmt: skip
 
 
 def summary(folder: Path) -> dict:
@@ -130,8 +130,7 @@ def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
                "--eval-every", "50", "--checkpoint-every", "50", "--engine", "distributed",
                "--timeout", "30", "--out", str(out)]  # fmt: skip
     env = {**os.environ, "SLATE_KILL_AT": "1@60"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
+    process = start(command, env=env)
     deadline = time.monotonic() + 120
     while not list(out.glob("checkpoint-rank0-*0150.pt")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -180,7 +179,7 @@ def kill_and_bring_back(
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
              "127.0.0.1", *(["--roster", str(keys)] if keys else [])]  # fmt: skip
-    server = subprocess.Popen(serve, stdout=subprocess.PIPE, text=True)
+    server = start(serve)
     run = ["--nodes", "4", "--external-store", "--iterations", str(iterations), *SITE_FLAGS,
            *flags]  # fmt: skip
     parties = [start_party(tmp_path, r, port, *run, *ids[r], kill=f"{lost}@{at}",
@@ -241,9 +240,9 @@ def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
     and starts the site once they finished: the time measured is the site's own.)"""
     write_sites(tmp_path, parties=3, rows=300)
     port = free_port()
-    server = subprocess.Popen(
+    server = start(
         [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host", "127.0.0.1"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     flags = ["--nodes", "3", "--external-store", "--iterations", "300", *SITE_FLAGS]
     parties = [start_party(tmp_path, r, port, *flags, kill="2@120") for r in range(3)]
@@ -321,7 +320,7 @@ def start_two_sites(root: Path, kill: str = "") -> tuple[subprocess.Popen, list[
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
              "127.0.0.1"]  # fmt: skip
-    server = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = start(serve)
     flags = ["--nodes", "2", "--external-store", "--iterations", "400", *SITE_FLAGS]
     return server, [start_party(root, r, port, *flags, kill=kill) for r in range(2)]
 
@@ -384,7 +383,7 @@ def test_a_site_that_never_starts_is_named_within_the_timeout(tmp_path):
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
              "127.0.0.1", "--idle-timeout", "0"]  # fmt: skip
-    server = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start(serve)
     flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--timeout", "5"]
     try:
         started = time.monotonic()
