@@ -20,6 +20,7 @@ from tests.sites import (
     free_port,
     identity_flags,
     make_roster,
+    run_command,
     serve,
     slate_here,
     start_party,
@@ -161,11 +162,11 @@ def test_a_site_and_its_rendezvous_must_share_the_roster(tmp_path, rendezvous_ha
     try:
         wait = time.monotonic() + 60
         while server.poll() is None and time.monotonic() < wait:
-            done = subprocess.run(
+            done = run_command(
                 [sys.executable, "-m", "slate", "train", "--rank", "0", "--rendezvous",
                  f"127.0.0.1:{port}", *flags,
                  *([] if rendezvous_has_roster else identity_flags(roster, 0))],
-                cwd=tmp_path / "site0", capture_output=True, text=True, timeout=60,
+                cwd=tmp_path / "site0", timeout=60,
             )  # fmt: skip
             if "could not reach" not in done.stderr:  # (the rendezvous had not started yet)
                 break
