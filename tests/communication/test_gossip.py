@@ -329,7 +329,9 @@ def test_bad_communication_flags_get_one_paragraph(flags, words, capsys, tmp_pat
 # --------------------------------------------------------------------------- distributed
 
 
-def _party(rank: int, world: int, init: str, spec: str, topology_name: str, every: int, out):
+def _party(rank: int, world: int, init: str, cases: list[tuple], out):
+    """One party of every case of ``cases`` (of the same world size), one after another in
+    one process group."""
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     handed: list[int] = []
     real = dist.batch_isend_irecv
@@ -340,35 +342,50 @@ def _party(rank: int, world: int, init: str, spec: str, topology_name: str, ever
         return real(ops)
 
     dist.batch_isend_irecv = spy
-    topology = build_topology(topology_name, world)
-    compressor = None if spec == "none" else parse_compressor(spec)
-    settings = GossipSettings(every=every, compressor=compressor, consensus_step=0.4)
-    x0, *moves = _parameters(world, 41, dtype=torch.float32)
-    comm = DistributedCommunicator(topology, rank, settings=settings, x0=x0[rank : rank + 1])
-    x = x0[rank : rank + 1]
-    for t, move in enumerate(moves):
-        comm.set_iteration(t)
-        x = comm.mix(x + move[rank : rank + 1])
-    out[rank] = (x, comm.counters(), sum(handed))
+    for case in cases:
+        spec, topology_name, every, _ = case
+        handed.clear()
+        topology = build_topology(topology_name, world)
+        compressor = None if spec == "none" else parse_compressor(spec)
+        settings = GossipSettings(every=every, compressor=compressor, consensus_step=0.4)
+        x0, *moves = _parameters(world, 41, dtype=torch.float32)
+        comm = DistributedCommunicator(topology, rank, settings=settings, x0=x0[rank : rank + 1])
+        x = x0[rank : rank + 1]
+        for t, move in enumerate(moves):
+            comm.set_iteration(t)
+            x = comm.mix(x + move[rank : rank + 1])
+        out[(case, rank)] = (x, comm.counters(), sum(handed))
+        dist.barrier()
     dist.destroy_process_group()
 
 
-def _run_parties(world, init, spec, topology_name, every):
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_party, args=(world, init, spec, topology_name, every, out), nprocs=world)
-        return dict(out)
+COMMUNICATOR_CASES = [("int8", "base-2", 2, 5), ("topk:0.2", "one-peer-exponential", 1, 4),
+                      ("none", "base-3", 3, 4), ("sign", "ring", 1, 4)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def communicated(tmp_path_factory) -> dict:
+    """Every case of :data:`COMMUNICATOR_CASES` on real gloo processes: one spawn of parties
+    per world size, each running its cases in turn (a fresh communicator each, as the
+    processes of separate runs would make), so three cases cost one start of four processes."""
+    results = {}
+    for world in sorted({case[3] for case in COMMUNICATOR_CASES}):
+        cases = [case for case in COMMUNICATOR_CASES if case[3] == world]
+        init = f"file://{tmp_path_factory.mktemp('gloo') / 'store'}"
+        with mp.Manager() as manager:
+            out = manager.dict()
+            mp.spawn(_party, args=(world, init, cases, out), nprocs=world)
+            results.update(dict(out))
+    return results
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize(
-    "spec,topology_name,every,world",
-    [("int8", "base-2", 2, 5), ("topk:0.2", "one-peer-exponential", 1, 4),
-     ("none", "base-3", 3, 4), ("sign", "ring", 1, 4)],
-)  # fmt: skip
-def test_distributed_communicator_equals_the_simulator(tmp_path, spec, topology_name, every, world):
+@pytest.mark.parametrize("spec,topology_name,every,world", COMMUNICATOR_CASES)
+def test_distributed_communicator_equals_the_simulator(
+    communicated, spec, topology_name, every, world
+):
     """Every party counts the same rounds, also one idle in some round of base-2 over 5."""
-    results = _run_parties(world, f"file://{tmp_path / 'store'}", spec, topology_name, every)
+    case = (spec, topology_name, every, world)
     topology = build_topology(topology_name, world)
     compressor = None if spec == "none" else parse_compressor(spec)
     settings = GossipSettings(every=every, compressor=compressor, consensus_step=0.4)
@@ -380,7 +397,7 @@ def test_distributed_communicator_equals_the_simulator(tmp_path, spec, topology_
         x = comm.mix(x + move)
     bytes_total = 0.0
     for rank in range(world):
-        ours, (sent, _messages, rounds), handed = results[rank]
+        ours, (sent, _messages, rounds), handed = communicated[(case, rank)]
         # Float32 rounding: on one machine the two are equal bit for bit in these cases (the
         # same elementwise operations); with the processes on other CPU kernels they were up to
         # 1.0e-6 apart, four ulps at values near 2.3 (docs/testing.md).
