@@ -63,11 +63,22 @@ PRELOAD = [
 FRESH = "SLATE_TEST_FRESH_PROCESSES"
 
 
-def forkable(command: Sequence[str]) -> bool:
-    """Whether ``command`` is this interpreter with ``-m MODULE`` or ``-c CODE`` (and
-    :data:`FRESH` is not set)."""
+#: Variables read when the interpreter or torch starts (CPU kernels, thread pools, import
+#: paths): a command given other values than this process has needs a fresh interpreter, since
+#: the server imported torch with this process's.
+AT_START = ("ATEN_", "MKL_", "OMP_", "KMP_", "GOMP_", "TORCH_", "LD_", "PYTHON")
+
+
+def forkable(command: Sequence[str], env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``command`` is this interpreter with ``-m MODULE`` or ``-c CODE``, ``env``
+    changes no variable of :data:`AT_START` (``PYTHONUNBUFFERED`` aside: the fork opens its
+    streams under it), and :data:`FRESH` is not set."""
     if os.environ.get(FRESH):
         return False
+    if env is not None:
+        names = {*env, *os.environ} - {"PYTHONUNBUFFERED"}
+        if any(n.startswith(AT_START) and env.get(n) != os.environ.get(n) for n in names):
+            return False
     return len(command) >= 3 and command[0] == sys.executable and command[1] in ("-m", "-c")
 
 
@@ -104,7 +115,7 @@ def popen(
     """``subprocess.Popen(command, cwd=cwd, env=env, text=True, stdin=stdin,
     stdout=PIPE, stderr=PIPE, start_new_session=start_new_session)`` for a :func:`forkable`
     command, as a fork (module docstring)."""
-    assert forkable(command), command
+    assert forkable(command, env), command
     pipes = [os.pipe(), os.pipe()]
     feed = os.pipe() if stdin == subprocess.PIPE else None
     child_in = feed[0] if feed is not None else os.open(os.devnull, os.O_RDONLY)

@@ -122,7 +122,7 @@ def start(
     and ``python -c`` are forked from a server that has loaded torch and slate
     (:mod:`tests.forked`), which a site's process would otherwise spend most of a short run
     importing (``fresh``: a fresh interpreter all the same)."""
-    if forked.forkable(command) and not fresh:
+    if forked.forkable(command, env) and not fresh:
         return forked.popen(command, cwd=cwd, env=env, stdin=stdin,  # type: ignore[return-value]
                             start_new_session=start_new_session)  # fmt: skip
     return subprocess.Popen(command, cwd=cwd, env=env, text=True, stdin=stdin,

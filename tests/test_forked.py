@@ -84,3 +84,15 @@ def test_a_new_session_is_its_own_process_group(tmp_path):
     while process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert process.returncode == -signal.SIGTERM
+
+
+def test_other_cpu_kernels_or_threads_need_a_fresh_interpreter():
+    """The server imported torch under this process's settings: a command asking for others
+    (``ATEN_CPU_CAPABILITY``, ``OMP_NUM_THREADS``) cannot be a fork of it."""
+    command = [sys.executable, "-m", "slate"]
+    here = dict(forked.os.environ)
+    assert forked.forkable(command, here)
+    assert forked.forkable(command, {**here, "SLATE_ATTACK": "x", "PYTHONUNBUFFERED": "1"})
+    assert not forked.forkable(command, {**here, "ATEN_CPU_CAPABILITY": "default"})
+    assert not forked.forkable(command, {**here, "OMP_NUM_THREADS": "1"})
+    assert not forked.forkable([sys.executable, "script.py"], here)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 
 import numpy as np
@@ -27,6 +26,7 @@ from slate.communication.gossip import GossipSettings
 from slate.engines.distributed.wire.transport import DistributedCommunicator
 from slate.engines.simulator import SimulatorCommunicator
 from slate.topology import build_topology
+from tests.sites import run_command
 
 CPU = torch.device("cpu")
 
@@ -426,9 +426,9 @@ def test_distributed_run_equals_the_simulator_when_talking_less(case, tmp_path):
     to 1e-5, AP to 1e-4, and the same rounds and bytes."""
     flags = [*RUN, *TALKING_LESS[case]]
     dist_out, sim_out = tmp_path / "dist", tmp_path / "sim"
-    done = subprocess.run(
+    done = run_command(
         [sys.executable, "-m", "slate", "train", *flags, "--engine", "distributed",
-         "--out", str(dist_out)], capture_output=True, text=True, timeout=300,
+         "--out", str(dist_out)], timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert main(["train", *flags, "--out", str(sim_out)]) == 0

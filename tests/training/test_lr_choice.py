@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from slate.data.datasets import Dataset
 from slate.training.configuration import resolve_and_check
 from slate.training.loop import run_candidates, train
 from slate.training.lr_choice import CANDIDATES, choice_iterations, choice_rows, choose_lr, pick
+from tests.sites import run_command
 
 ITERATIONS = ["--iterations", "100", "--eval-every", "100", "--no-progress", "--threads", "1",
               "--no-plots"]  # fmt: skip
@@ -160,7 +160,7 @@ def test_the_distributed_engine_uses_the_simulators_choice(tables, simulated, tm
     simulated, _ = simulated
     command = [sys.executable, "-m", "slate", *run_flags(train_path, test, tmp_path / "dist"),
                "--engine", "distributed", "--timeout", "30"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    done = run_command(command, timeout=240)
     assert done.returncode == 0, done.stderr
     distributed = json.loads((tmp_path / "dist" / "summary.json").read_text())
     assert distributed["engine"] == "distributed"

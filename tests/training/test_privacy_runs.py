@@ -31,7 +31,7 @@ from slate.training.configuration import resolve_and_check
 from slate.training.loop import train
 from slate.training.private_run import plan_against_ledger, refuse_batch_norm
 from slate.training.run import Run
-from tests.sites import slate_here
+from tests.sites import run_command, slate_here
 
 
 def _event(q: float, z: float, steps: int):
@@ -345,17 +345,15 @@ def test_both_engines_compute_the_same_guarantee(tmp_path):
     """The same run on the simulator and on two processes of the distributed engine: party
     0's rates, z and epsilons are equal (the mechanism and the accountant are shared code),
     and each process keeps its own ledger."""
-    import subprocess
     import sys
 
     flags = ["train", "--dataset", "digits", "--nodes", "2", "--iterations", "6", "--lr", "0.05",
              "--dp-epsilon", "4", "--positives", "1", "--batch-size", "8", "--eval-every", "6",
              "--no-progress", "--no-party-ap", "--no-plots"]  # fmt: skip
     assert slate_here(*flags, "--out", tmp_path / "sim").returncode == 0
-    done = subprocess.run(
+    done = run_command(
         [sys.executable, "-m", "slate", *flags, "--out", str(tmp_path / "dist"), "--engine",
-         "distributed", "--timeout", "30"],
-        capture_output=True, text=True, timeout=240,
+         "distributed", "--timeout", "30"], timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     simulated = json.loads((tmp_path / "sim" / "summary.json").read_text())["privacy"]

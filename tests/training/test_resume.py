@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.sites import slate_here
+from tests.sites import run_command, slate_here, start
 
 # Long enough that the kill (at most 0.2 s after the first checkpoint, at 25) comes before the
 # end on a fast machine too (0.6 ms an iteration: about iteration 360).
@@ -65,8 +65,7 @@ ALGORITHMS = {
 
 
 def slate(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slate", *args], capture_output=True,
-                          text=True, timeout=300, **kwargs)  # fmt: skip
+    return run_command([sys.executable, "-m", "slate", *args], timeout=300, **kwargs)
 
 
 def history_without_times(folder: Path) -> list[dict[str, str]]:
@@ -94,8 +93,7 @@ def interrupt_after_first_checkpoint(
 ) -> tuple[int, str]:
     """Start ``command``, wait for its first checkpoint, wait a random moment, send ``sig``;
     its exit code and standard error."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # fmt: skip
+    process = start(command, start_new_session=True)
     deadline = time.monotonic() + 120
     while not marker() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.02)
