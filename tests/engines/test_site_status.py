@@ -3,6 +3,7 @@ from start to end, and a site started alone that says for whom it waits."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -79,6 +80,10 @@ def test_status_shows_every_site_training_then_done_and_the_rendezvous_each_join
     assert any(training(frame, 2) for frame in shown), out
     assert [row[:3] for row in shown[-1]] == [["0", "site0", "done"], ["1", "site1", "done"]]
     assert "records ignored" not in out
+    for rank in range(2):  # a site's AP on its own test rows never leaves its folder
+        summary = json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
+        own, pooled = f"{summary['own_test_ap']:.4f}", f"{summary['pooled_test_ap']:.4f}"
+        assert own == pooled or own not in out, (own, out)
     said, _ = server.communicate(timeout=30)
     for rank in range(2):
         assert said.count(f"site {rank} (site{rank}) joined") == 1, said

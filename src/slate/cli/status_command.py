@@ -14,7 +14,7 @@ from slate.errors import ConfigError
 __all__ = ["add_status_parser", "run_status"]
 
 EXIT_UNREACHABLE = 1
-HEADER = ("rank", "name", "state", "iteration", "heartbeat", "pooled AP", "own AP", "finish")
+HEADER = ("rank", "name", "state", "iteration", "heartbeat", "pooled AP", "finish")
 
 
 def add_status_parser(sub: Any) -> None:
@@ -25,7 +25,7 @@ def add_status_parser(sub: Any) -> None:
         description="Read the sites' status records at a rendezvous store (as a client that "
         "writes nothing) and print one line per site: rank, roster name, state (starting, "
         "waiting for whom, training, evaluating, lost, done), iteration, the age of its last "
-        "heartbeat, the latest pooled AP, its own AP where known and the estimated finish.",
+        "heartbeat, the latest pooled AP and the estimated finish.",
     )
     status.add_argument("address", metavar="HOST:PORT", help="the rendezvous store's address")
     status.add_argument(
@@ -140,7 +140,7 @@ def render(rows: list[Any], ignored: int, checked: bool) -> str:
 def _cells(row: Any) -> tuple[str, ...]:
     status = row.status
     if status is None:
-        return (str(row.rank), row.name or "-", "not seen", "-", "-", "-", "-", "-")
+        return (str(row.rank), row.name or "-", "not seen", "-", "-", "-", "-")
     finish = status.finish_time()
     return (
         str(row.rank),
@@ -149,7 +149,6 @@ def _cells(row: Any) -> tuple[str, ...]:
         f"{status.iteration}/{status.iterations}" if status.iterations else "-",
         f"{row.age:.1f} s ago",
         "-" if status.pooled_ap is None else f"{status.pooled_ap:.4f}",
-        "-" if status.own_ap is None else f"{status.own_ap:.4f}",
         "-" if finish is None else _finish_text(finish),
     )
 

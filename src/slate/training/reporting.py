@@ -187,8 +187,7 @@ class Reporter:
                 if summary.get(key) is not None:
                     self.scalars.add_scalar(f"ap/own_{key[9:]}", summary[key], step)
             self.scalars.flush()
-        own = (summary.get("final_average") or {}).get("own_model_ap_own_rows")
-        self.status("training", **({} if own is None else {"own_ap": own}))
+        self.status("training")
         self.event(f"end: test AP {summary['test_ap']:.4f}, state {summary['state']}")
 
     def write_state(self, state: str) -> None:

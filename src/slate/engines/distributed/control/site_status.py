@@ -2,13 +2,15 @@
 ``slate status`` and ``slate rendezvous``.
 
 Every party keeps a :class:`StatusBoard` (its state, iteration, total iterations, latest pooled
-AP, own AP, the sites it waits for, when it started and when its training started) that the
+AP, the sites it waits for, when it started and when its training started) that the
 training thread updates for free, and a :class:`StatusPublisher`: a daemon thread on a store
 connection of its own that writes the board under ``slate/status/<rank>`` once a second, signed
 by the site under a roster (:class:`~slate.engines.distributed.control.store_records.Records`),
-with the time of writing. The record is a short JSON object (about 200 bytes, under 600 signed),
-so it doubles as a heartbeat that every run has. The last record, ``done``, is written by the
-training thread itself before the site records that it left, so the rendezvous is still there.
+with the time of writing. A site's AP on its own test rows is never in it (it stays in that
+site's folder: docs/security.md). The record is a short JSON object (about 200 bytes, under 600
+signed), so it doubles as a heartbeat that every run has. The last record, ``done``, is written
+by the training thread itself before the site records that it left, so the rendezvous is still
+there.
 
 :func:`read_statuses` reads every site's record (the reader never writes): with a roster only
 records signed by their own site in the run's session (or, before the session is agreed, in
@@ -55,7 +57,6 @@ class SiteStatus:
     iteration: int = 0
     iterations: int = 0
     pooled_ap: float | None = None
-    own_ap: float | None = None
     waiting: list[int] = field(default_factory=list)
     process: str = ""  # host:pid, so that a restarted site is told apart
     started: float = 0.0  # when the site started
@@ -69,8 +70,6 @@ class SiteStatus:
                                   "t": round(self.written, 2)}  # fmt: skip
         if self.pooled_ap is not None and math.isfinite(self.pooled_ap):
             fields["ap"] = round(self.pooled_ap, 4)
-        if self.own_ap is not None and math.isfinite(self.own_ap):
-            fields["own"] = round(self.own_ap, 4)
         if self.waiting:
             fields["w"] = self.waiting
         if self.trained_from is not None:
@@ -84,7 +83,7 @@ class SiteStatus:
             raw = json.loads(body[:RECORD_LIMIT])
             status = SiteStatus(
                 state=str(raw["s"]), iteration=int(raw["i"]), iterations=int(raw["n"]),
-                pooled_ap=_number(raw.get("ap")), own_ap=_number(raw.get("own")),
+                pooled_ap=_number(raw.get("ap")),
                 waiting=[int(r) for r in raw.get("w", [])][:64], process=str(raw["p"])[:80],
                 started=float(raw["t0"]), written=float(raw["t"]),
             )  # fmt: skip
