@@ -35,6 +35,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import time
 import traceback
 import types
 from collections.abc import Mapping, Sequence
@@ -263,13 +264,13 @@ class Forked:
                 self.stdin.close()
             except BrokenPipeError:
                 pass
-        deadline = None if timeout is None else _now() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         open_streams = [s for s in (self.stdout, self.stderr) if not s.closed]
         with selectors.DefaultSelector() as selector:
             for stream in open_streams:
                 selector.register(stream, selectors.EVENT_READ)
             while selector.get_map():
-                left = None if deadline is None else deadline - _now()
+                left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
                 for key, _ in selector.select(left):
@@ -279,7 +280,7 @@ class Forked:
                     else:
                         selector.unregister(key.fileobj)
                         key.fileobj.close()  # type: ignore[union-attr]
-        left = None if deadline is None else max(0.0, deadline - _now())
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         self.wait(left)
         out, err = (b"".join(parts) for parts in self._read.values())
         return _text(out), _text(err)
@@ -288,9 +289,3 @@ class Forked:
 def _text(data: bytes) -> str:
     """As ``Popen(text=True)`` gives it: UTF-8, universal newlines."""
     return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
