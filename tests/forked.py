@@ -57,8 +57,15 @@ PRELOAD = [
     "dp_accounting",  # (with scipy.signal: about 1.5 s of a private run's start)
     "dp_accounting.pld",
     "dp_accounting.mechanism_calibration",
+    "slate.engines.distributed.control.workers",
+    "sklearn.datasets",  # (a launch's workers read the data its launcher read)
+    "sklearn.model_selection",
+    "scipy.sparse",
     "tests.forked",
 ]
+#: This server's ``PYTHONUNBUFFERED`` (read in the server, as it imports this module): the mode of
+#: the standard streams its forks start with.
+SERVER_UNBUFFERED = os.environ.get("PYTHONUNBUFFERED")
 #: ``SLATE_TEST_FRESH_PROCESSES=1`` starts every process as a fresh interpreter instead (to tell
 #: a fault of the fork from one of the test).
 FRESH = "SLATE_TEST_FRESH_PROCESSES"
@@ -153,6 +160,8 @@ def _run(
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     os.chdir(folder)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not session and environment.get("PYTHONUNBUFFERED") == SERVER_UNBUFFERED:
+        _lend_this_server()
     code = _exit_status(lambda: _main(argv))
     try:
         atexit._run_exitfuncs()
@@ -164,6 +173,27 @@ def _run(
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(code)
+
+
+def _lend_this_server() -> None:
+    """In the fork: the processes it starts through a ``forkserver`` (a launcher's workers,
+    :mod:`slate.engines.distributed.control.workers`) are forked by this server too, instead of
+    by a server of its own, which would import torch and slate again (about 3 s of CPU per
+    launch). The fork already holds what a client of this server needs (its address, its
+    "alive" descriptor and the resource tracker's, set by ``multiprocessing.forkserver``), so
+    only the start of a new server is skipped.
+
+    What a worker gets is what it gets from a server of its launcher's: the same modules
+    loaded (:data:`PRELOAD` holds the launcher's preload list), its own environment, folder and
+    standard output and error (sent with its process data), and its exit code and signals
+    through the same pipe. Two things differ, and where a test depends on them the fork keeps
+    its own server: the workers are in this server's process group, not the launcher's (a
+    launcher started with ``start_new_session``, whose group a test signals, keeps its own),
+    and their standard streams open in this server's ``PYTHONUNBUFFERED`` mode (a launcher
+    given another keeps its own)."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver.ensure_running = lambda: None  # type: ignore[method-assign]
 
 
 def _output(fd: int, errors: str, line_buffering: bool) -> io.TextIOWrapper:

@@ -96,3 +96,32 @@ def test_other_cpu_kernels_or_threads_need_a_fresh_interpreter():
     assert not forked.forkable(command, {**here, "ATEN_CPU_CAPABILITY": "default"})
     assert not forked.forkable(command, {**here, "OMP_NUM_THREADS": "1"})
     assert not forked.forkable([sys.executable, "script.py"], here)
+
+
+#: A launcher's start of one worker (``slate topology --help``, started by the product's own
+#: code), then its exit code and whether this process started a server of its own.
+LAUNCHER = """
+import multiprocessing.forkserver as server, os
+from slate.engines.distributed.control import workers
+worker, = workers.start_workers(["topology", "--help"], [dict(os.environ)])
+code = worker.wait()
+print("exit", code, "own server", server._forkserver._forkserver_pid is not None, flush=True)
+"""
+
+
+@pytest.mark.parametrize("session", [False, True], ids=["lent", "own server"])
+def test_a_forked_launchers_workers_run_as_its_own_servers_would(tmp_path, session):
+    """A launcher's workers are forked by this test process's server (no second server importing
+    torch again), except in a session of its own; either way a worker's output reaches the
+    launcher's pipes, as a fresh launcher's does."""
+    fresh = subprocess.run([sys.executable, "-c", LAUNCHER], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    process = forked.popen([sys.executable, "-c", LAUNCHER], cwd=tmp_path,
+                           start_new_session=session)  # fmt: skip
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == fresh.returncode == 0, (err, fresh.stderr)
+    *worker_output, summary = out.splitlines()
+    *fresh_worker_output, fresh_summary = fresh.stdout.splitlines()
+    assert worker_output == fresh_worker_output and "usage: slate topology" in out
+    assert fresh_summary == "exit 0 own server True"
+    assert summary == f"exit 0 own server {session}"

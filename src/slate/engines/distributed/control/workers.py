@@ -7,8 +7,11 @@ of CPU each, most of a short run). Instead the launcher starts one
 (:func:`preloaded`), and every worker is a fork of that server: the server has run nothing but
 imports (no thread pool, no process group, no store connection), so a fork inherits no
 half-held lock. A worker then sets its own environment (``RANK``, ``WORLD_SIZE``, the store's
-port) and runs ``slate <argv>`` (:func:`run_command`), exactly as ``python -m slate <argv>``
-would with that environment.
+port), takes the launcher's standard output and error as its own, and runs ``slate <argv>``
+(:func:`run_command`), exactly as ``python -m slate <argv>`` would with that environment. (Its
+streams are handed over explicitly, as file descriptors sent with the process's data, rather
+than inherited from the server: they are the launcher's as they are when the worker starts,
+whichever server forked it. Its standard input is closed, as a forkserver closes it.)
 
 :class:`Worker` gives the launcher the part of :class:`subprocess.Popen` it uses: ``wait``,
 ``poll``, ``send_signal`` and ``pid``, with exit codes as ``Popen`` reports them (a death by
@@ -18,10 +21,12 @@ signal ``k`` is ``-k``).
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.reduction
 import os
 import runpy
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["Worker", "preloaded", "run_command", "start_workers"]
 
@@ -42,9 +47,31 @@ def preloaded() -> list[str]:
     return [*PRELOAD, *(name for name in IF_LOADED if name in sys.modules)]
 
 
-def run_command(argv: Sequence[str], environment: Mapping[str, str]) -> None:
-    """In a worker: take ``environment`` as its own and run ``slate <argv>`` as ``python -m
-    slate`` runs it (the package's ``__main__``, whose exit code is the worker's)."""
+class _Stream:
+    """One of the launcher's file descriptors, sent to a worker with its process data (pickled
+    only while the server starts the worker: :func:`multiprocessing.reduction.DupFd`)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return _received, (multiprocessing.reduction.DupFd(self.fd),)
+
+
+def _received(handle: Any) -> int:
+    return handle.detach()
+
+
+def run_command(
+    argv: Sequence[str], environment: Mapping[str, str], streams: Sequence[int] = ()
+) -> None:
+    """In a worker: take ``environment`` as its own, and ``streams`` (the launcher's standard
+    output and error, received as file descriptors) as its descriptors 1 and 2, and run ``slate
+    <argv>`` as ``python -m slate`` runs it (the package's ``__main__``, whose exit code is the
+    worker's)."""
+    for target, fd in enumerate(streams, start=1):
+        os.dup2(fd, target)
+        os.close(fd)
     os.environ.clear()
     os.environ.update(environment)
     sys.argv = ["slate", *argv]
@@ -84,7 +111,8 @@ def start_workers(argv: Sequence[str], environments: Sequence[Mapping[str, str]]
     context.set_forkserver_preload(preloaded())
     workers = []
     for environment in environments:
-        process = context.Process(target=run_command, args=(list(argv), dict(environment)))
+        streams = [_Stream(1), _Stream(2)]  # (its descriptors, whatever sys.stdout now is)
+        process = context.Process(target=run_command, args=(list(argv), dict(environment), streams))
         process.start()
         workers.append(Worker(process))
     return workers
