@@ -55,11 +55,12 @@ first step whose release would take it past ``epsilon`` (:class:`PrivacyBudgetEx
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -171,13 +172,13 @@ def _composed(events: Sequence[Event]):
     return dpa.ComposedDpEvent([_event(q, z, n) for q, z, n in events if n > 0 and q > 0])
 
 
-def _pld_accountant():
+def _pld_accountant(interval: float = DISCRETISATION):
     """``dp-accounting``'s PLD accountant under :data:`RELATION` (``REPLACE_ONE``)."""
     import dp_accounting as dpa
     from dp_accounting.pld import pld_privacy_accountant
 
     return pld_privacy_accountant.PLDAccountant(
-        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=DISCRETISATION
+        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=interval
     )
 
 
@@ -187,11 +188,11 @@ def epsilon_pld(events: Iterable[Event], delta: float) -> float:
     return _epsilon(_merged(events), float(delta))
 
 
-@cache
-def _epsilon(events: tuple[Event, ...], delta: float) -> float:
+@functools.cache
+def _epsilon(events: tuple[Event, ...], delta: float, interval: float = DISCRETISATION) -> float:
     if not events:
         return 0.0
-    accountant = _pld_accountant()
+    accountant = _pld_accountant(interval)
     accountant.compose(_composed(events))
     return float(accountant.get_epsilon(delta))
 
@@ -202,53 +203,43 @@ def calibrate(
     """The smallest noise multiplier ``z`` (to a relative 1e-3, on the safe side, at least
     :data:`Z_FLOOR`) such that ``history`` composed with ``releases`` Poisson-sampled Gaussian
     releases at rate ``q`` and multiplier ``z`` meets ``epsilon`` at ``delta`` (PLD,
-    replace-one; ``dp_accounting.calibrate_dp_mechanism`` in a bracket found by doubling from
-    1); None when even :data:`Z_CEILING` does not."""
+    replace-one): ``epsilon_pld`` at the returned ``z`` is at most ``epsilon``, and above it at
+    ``z / 1.001``. Bracketed with a 10x coarser (pessimistic) PLD, answered by
+    :func:`epsilon_pld` alone (:func:`slate.training.noise_search.smallest_z`); None when even
+    :data:`Z_CEILING` does not meet ``epsilon``."""
     return _calibrate(float(q), int(releases), float(epsilon), float(delta), _merged(history))
 
 
-@cache
+#: The discretisation of the calibration's bracket: 10x coarser than :data:`DISCRETISATION`,
+#: and as pessimistic (its z errs towards more noise, by 0 to 1.5%).
+COARSE_DISCRETISATION = 1e-2
+
+
+@functools.cache
 def _calibrate(
     q: float, releases: int, epsilon: float, delta: float, history: tuple[Event, ...]
 ) -> float | None:
-    import dp_accounting as dpa
+    from slate.training.noise_search import smallest_z
 
-    def spent(z: float) -> float:
+    def fine(z: float) -> float:
         return epsilon_pld((*history, (q, z, releases)), delta)
 
-    high = 1.0
-    while spent(high) > epsilon:
-        if high >= Z_CEILING:
-            return None
-        high = min(2.0 * high, Z_CEILING)
-    low = high / 2.0
-    while spent(low) <= epsilon:
-        if low <= Z_FLOOR:
-            return Z_FLOOR if spent(Z_FLOOR) <= epsilon else low
-        high, low = low, low / 2.0
-    return float(
-        dpa.calibrate_dp_mechanism(
-            _pld_accountant,
-            lambda z: _composed((*history, (q, z, releases))),
-            epsilon,
-            delta,
-            bracket_interval=dpa.ExplicitBracketInterval(low, high),
-            tol=1e-3 * low,
-        )
-    )
+    def coarse(z: float) -> float:
+        events = _merged((*history, (q, z, releases)))
+        return _epsilon(events, delta, COARSE_DISCRETISATION)
+
+    return smallest_z(fine, coarse, epsilon, Z_FLOOR, Z_CEILING, 1e-3)
 
 
 def _affordable(q: float, most: int, epsilon: float, delta: float, history: Sequence[Event]) -> int:
     """The most releases, up to ``most``, at rate ``q`` and multiplier :data:`Z_CEILING` that
-    ``history`` leaves room for within ``epsilon`` (by bisection; ε grows with the count)."""
-    low, high = 0, most
-    while low < high:
-        middle = (low + high + 1) // 2
-        if epsilon_pld((*history, (q, Z_CEILING, middle)), delta) <= epsilon:
-            low = middle
-        else:
-            high = middle - 1
-    return low
+    ``history`` leaves room for within ``epsilon`` (ε grows with the count;
+    :func:`slate.training.noise_search.most_releases`, which evaluates ε at the answer and the
+    count after it; ``epsilon_pld`` at ``most`` exceeds ``epsilon`` where it is called)."""
+    from slate.training.noise_search import most_releases
+
+    ceiling = Z_CEILING
+    return most_releases(lambda n: epsilon_pld((*history, (q, ceiling, n)), delta), most, epsilon)
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -494,24 +485,28 @@ class PrivacyLedger:
         if self.released + extra <= self.plan.releases:
             return True  # z was calibrated for the history and the planned releases
         return all(
-            epsilon_pld(self.events(k, positive, extra), self.plan.delta) <= self.plan.epsilon
+            self._spent(k, positive, extra) <= self.plan.epsilon
             for k in range(len(self.plan.parties))
             for positive in (True, False)
         )
+
+    def _spent(self, k: int, positive: bool, extra: int) -> float:
+        """ε of :meth:`events` (``extra`` more releases of the plan)."""
+        return epsilon_pld(self.events(k, positive, extra), self.plan.delta)
 
     def reserve(self, iteration: int, steps: int) -> int:
         """Record (and fsync) up to ``steps`` releases from ``iteration`` before they are made;
         returns how many fit within the budget (fewer only at its end)."""
         allowed = steps
-        if not self._within(steps):
-            low, high = 0, steps  # the largest count that fits, by bisection
-            while low < high:
-                middle = (low + high + 1) // 2
-                if self._within(middle):
-                    low = middle
-                else:
-                    high = middle - 1
-            allowed = low
+        if not self._within(steps):  # the largest count that fits: every class's, or the plan's
+            from slate.training.noise_search import most_releases
+
+            fits = steps
+            for k, positive in itertools.product(range(len(self.plan.parties)), (True, False)):
+                spent = functools.partial(self._spent, k, positive)
+                if spent(fits) > self.plan.epsilon:
+                    fits = most_releases(spent, fits, self.plan.epsilon)
+            allowed = max(fits, min(self.plan.releases - self.released, steps))
         if allowed > 0:
             segment = self.plan.segment(iteration, allowed)
             self._append({"format": LEDGER_FORMAT, "segment": segment.to_json()})
