@@ -61,6 +61,7 @@ PRELOAD = [
     "sklearn.datasets",  # (a launch's workers read the data its launcher read)
     "sklearn.model_selection",
     "scipy.sparse",
+    "tests.preloaded_data",
     "tests.forked",
 ]
 #: This server's ``PYTHONUNBUFFERED`` (read in the server, as it imports this module): the mode of

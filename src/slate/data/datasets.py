@@ -15,6 +15,7 @@ where every dataset is fitted and cut into parties.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,12 +77,24 @@ def find_file(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _load_digits(spec: DataSpec) -> Dataset:
+@functools.cache
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits: the 1 797 8x8 images as rows scaled to [0, 1] (float32) and their
+    classes 0-9, read once per process (``load_digits`` parses a gzip CSV, about 0.1 s of CPU
+    each time). Read-only: every use indexes copies out of them."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
-    train, test = ArrayPart(x, digits.target).split(spec.test_fraction, spec.split_seed)
+    target = np.array(digits.target)
+    for array in (x, target):
+        array.setflags(write=False)
+    return x, target
+
+
+def _load_digits(spec: DataSpec) -> Dataset:
+    x, target = digits_arrays()
+    train, test = ArrayPart(x, target).split(spec.test_fraction, spec.split_seed)
     x_tr, x_te, c_tr, c_te = train.x, test.x, train.y, test.y
     keep = drop_positives(c_tr, 10, keep=0.2, seed=spec.split_seed)
     return Dataset(
