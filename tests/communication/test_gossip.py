@@ -26,6 +26,7 @@ from slate.communication.gossip import GossipSettings
 from slate.engines.distributed.wire.transport import DistributedCommunicator
 from slate.engines.simulator import SimulatorCommunicator
 from slate.topology import build_topology
+from tests import spawned
 from tests.sites import run_command
 
 CPU = torch.device("cpu")
@@ -374,7 +375,7 @@ def communicated(tmp_path_factory) -> dict:
         init = f"file://{tmp_path_factory.mktemp('gloo') / 'store'}"
         with mp.Manager() as manager:
             out = manager.dict()
-            mp.spawn(_party, args=(world, init, cases, out), nprocs=world)
+            spawned.spawn(_party, (world, init, cases, out), nprocs=world)
             results.update(dict(out))
     return results
 

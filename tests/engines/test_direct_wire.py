@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 from slate.engines.distributed.control.failures import FailureGuard, Waiter
 from slate.engines.distributed.wire.direct import DIRECT_BYTES, REDUCERS, DirectWire
+from tests import spawned
 
 WORLD = 3
 OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
@@ -71,7 +72,7 @@ def results(tmp_path_factory):
     init = f"file://{tmp_path_factory.mktemp('direct') / 'store'}"
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_party, args=(init, out), nprocs=WORLD)
+        spawned.spawn(_party, (init, out), nprocs=WORLD)
         return dict(out)
 
 

@@ -21,6 +21,7 @@ from slate.engines.distributed.wire.direct import DirectWire
 from slate.engines.distributed.wire.transport import ROUNDS_AHEAD, DistributedCommunicator
 from slate.engines.simulator import SimulatorCommunicator
 from slate.topology.registry import build_topology
+from tests import spawned
 
 WORLD = 4
 EVERY = 2
@@ -84,7 +85,7 @@ def all_runs(tmp_path_factory) -> dict:
     init = f"file://{tmp_path_factory.mktemp('ahead') / 'store'}"
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_party, args=(init, out), nprocs=WORLD)
+        spawned.spawn(_party, (init, out), nprocs=WORLD)
         return dict(out)
 
 

@@ -1,6 +1,7 @@
 """slate.optim in a user's own loop, in real processes, against the simulator engine.
 
-Each worker is spawned with ``torch.multiprocessing`` and joins a gloo group; it trains the
+Each worker is started as ``torch.multiprocessing.spawn`` starts one (a fork of a server that
+has loaded torch: tests/spawned.py) and joins a gloo group; it trains the
 model with an ordinary PyTorch loop (its own forward, APLoss or BCE, backward, ``opt.step()``)
 on exactly the batches the engine would draw for its party. The averaged parameters must equal
 the simulator's, which runs the same algorithm with vmapped per-party gradients.
@@ -13,7 +14,6 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from slate import APLoss
@@ -23,6 +23,7 @@ from slate.data.sampler import PartySampler
 from slate.data.sources import load_dataset
 from slate.models import build_model
 from slate.training.loop import train
+from tests import spawned
 
 STEPS = 40
 
@@ -89,10 +90,7 @@ def own_loops(tmp_path_factory) -> dict[tuple, torch.Tensor]:
     results = [str(root / f"averaged{i}.pt") for i in range(len(CASES))]
     nodes = {case[0] for case in CASES}.pop()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    mp.start_processes(
-        worker, args=(nodes, str(root / "init"), configs, results), nprocs=nodes,
-        join=True, start_method="spawn",
-    )  # fmt: skip
+    spawned.spawn(worker, (nodes, str(root / "init"), configs, results), nprocs=nodes)
     loaded = [torch.load(result, weights_only=True) for result in results]
     return dict(zip(CASES, loaded, strict=True))
 
