@@ -130,6 +130,26 @@ def start(
                             start_new_session=start_new_session)  # fmt: skip
 
 
+#: ``python PATH ARGS`` as ``python -c`` code (:func:`script`): ``sys.argv`` and ``sys.path[0]`` as
+#: the interpreter sets them for a script, then the script run as ``__main__``.
+_RUN_SCRIPT = """
+import os, runpy, sys
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def script(path: Path | str, *args: object) -> list[str]:
+    """``[python, PATH, *ARGS]`` as a ``python -c`` command that runs the script as that would:
+    ``runpy.run_path(PATH, run_name="__main__")`` with ``sys.argv`` ``[PATH, *ARGS]`` and the
+    script's folder (symbolic links resolved) in place of ``-c``'s first entry of ``sys.path``.
+    :func:`start` and :func:`run_command` fork it from the server that has loaded torch and
+    slate (:mod:`tests.forked`) instead of starting a fresh interpreter; for a script that does
+    not depend on being one (its own command line, nothing loaded before it)."""
+    return [sys.executable, "-c", _RUN_SCRIPT, str(path), *(str(a) for a in args)]
+
+
 def run_command(
     command: list[str],
     cwd: Path | None = None,

@@ -8,7 +8,8 @@ Measured with torch's ``TCPStore`` (80 ms RTT, docs/wan.md), a call costs these 
 awaited: the next call's answer comes after it on the same connection).
 
 Real processes (one per site, each running :class:`DistributedEngine.open` and ``leave`` against a
-real ``TCPStore``, with every call counted by ``store_calls_worker.py``), for N = 2 and N = 4, plain
+real ``TCPStore``, with every call counted by ``store_calls_worker.py``, run as a fork of the
+server of tests/forked.py: :func:`tests.sites.script`), for N = 2 and N = 4, plain
 and under a roster (sealed).
 """
 
@@ -16,15 +17,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
 from slate.engines.distributed.control import session
-from tests.sites import free_port, make_roster
+from tests.sites import free_port, make_roster, script, start
 
 WORKER = Path(__file__).with_name("store_calls_worker.py")
 ROUND_TRIPS = {"connect": 2, "check": 1, "get": 2, "add": 1, "multi_get": 2, "compare_set": 1,
@@ -53,9 +52,8 @@ def site_calls(root: Path, nodes: int, sealed: bool) -> list[dict[str, list[str]
     workers = []
     for r in range(nodes):
         identity = [str(roster), str(root / f"site{r}" / f"site{r}.key")] if roster else []
-        command = [sys.executable, str(WORKER), str(port), str(r), str(nodes), str(outs[r]),
-                   *identity]  # fmt: skip
-        workers.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
+        # (forked from the preloaded server: what it counts is the site's calls, not its start)
+        workers.append(start(script(WORKER, port, r, nodes, outs[r], *identity)))
     errors = [w.communicate(timeout=120)[1] for w in workers]
     assert [w.returncode for w in workers] == [0] * nodes, errors
     del host

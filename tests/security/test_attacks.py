@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +38,8 @@ from tests.sites import (
     free_port,
     identity_flags,
     make_roster,
+    run_command,
+    script,
     serve,
     start_party,
     write_sites,
@@ -112,7 +113,7 @@ def test_a_malformed_schema_runs_nothing_and_names_its_sender(tmp_path, payload,
     flags = ["--nodes", "3", *SITE_FLAGS, "--iterations", "50"]
     parties = [
         start_party(tmp_path, r, port, *flags,
-                    program=[sys.executable, str(attacker)] if r == 2 else None)
+                    program=script(attacker) if r == 2 else None)
         for r in range(3)
     ]  # fmt: skip
     outputs = finish(parties)
@@ -138,7 +139,7 @@ def run_with_roster(root: Path, roster: Path, stranger: bool) -> list[tuple[str,
         (root / "stranger" / "train.svm").write_text(made_up_rows(600, seed=7))
         (root / "stranger" / "test.svm").write_text(made_up_rows(200, seed=8))
         (root / "stranger.py").write_text(STRANGER)
-        program = [sys.executable, str(root / "stranger.py")]
+        program = script(root / "stranger.py")
         intruder = start_party(root, 2, port, *flags, program=program, site="stranger")
         store = client(port)
         wait_for(lambda: store.check(["slate/process/2", "slate/pg0/0//cpu//0/2"]),
@@ -257,5 +258,6 @@ def test_the_audit_hook_records_an_unpickling_where_there_is_one(tmp_path):
                      + "pickle.loads(pickle.dumps(collections.OrderedDict()))\n")  # fmt: skip
     log = tmp_path / "check.log"
     env = {**os.environ, "SLATE_TEST_UNPICKLED": str(log)}
-    subprocess.run([sys.executable, str(check)], check=True, env=env, timeout=60)
+    done = run_command(script(check), env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
     assert "OrderedDict" in log.read_text()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from tests.sites import (
     free_port,
     identity_flags,
     make_roster,
+    script,
     serve,
     start_party,
     write_sites,
@@ -108,7 +108,7 @@ def payloads(path):
 
 def capture_run(root, roster):
     port = free_port()
-    program = [sys.executable, str(Path(__file__).with_name("wire_capture.py"))]
+    program = script(Path(__file__).with_name("wire_capture.py"))
     flags = ["--nodes", "2", *SITE_FLAGS, "--iterations", "30", "--topology", "ring"]
     parties = [
         start_party(

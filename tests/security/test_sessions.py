@@ -44,11 +44,13 @@ from tests.sites import (
     SITE_FLAGS,
     free_port,
     identity_flags,
+    script,
     serve,
     start_party,
     write_sites,
 )
 from tests.sites import make_roster as make_site_roster
+from tests.sites import start as start_process
 
 RUN = "session-run"
 STRANGER = Path(__file__).with_name("gloo_stranger.py")
@@ -310,7 +312,7 @@ def held_run(root: Path, roster: Path | None, timeout: int, port: int) -> tuple[
     flags[flags.index("--timeout") + 1] = str(timeout)
     parties = []
     for rank in range(3):
-        program = [sys.executable, str(root / "held.py")] if rank == 0 else None
+        program = script(root / "held.py") if rank == 0 else None
         ids = identity_flags(roster, rank) if roster else []
         parties.append(start_party(root, rank, port, *flags, *ids, program=program))
     return parties, go
@@ -330,8 +332,7 @@ def test_a_stranger_first_at_a_gloo_listener_is_named_within_the_timeout(tmp_pat
     port = free_port()
     server = serve(port, *(["--roster", str(roster)] if roster else []))
     timeout = 10
-    stranger = subprocess.Popen([sys.executable, str(STRANGER), str(port), "3", "0"],
-                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+    stranger = start_process(script(STRANGER, port, 3, 0))
     try:
         parties, go = held_run(tmp_path, roster, timeout, port)
         heard = lines_of(stranger.stdout)
