@@ -27,7 +27,7 @@ def test_a_table_with_17_positives_trains_with_its_default_flags(tmp_path, capsy
     out = tmp_path / "run"
     code = main(["train", "--dataset", "csv", "--train", str(tmp_path / "small.csv"),
                  "--label-column", "y", "--positive-label", "1", "--iterations", "200",
-                 "--no-progress", "--out", str(out)])  # fmt: skip
+                 "--no-progress", "--no-plots", "--out", str(out)])  # fmt: skip
     printed = capsys.readouterr()
     assert code == 0, printed.err
     summary = json.loads((out / "summary.json").read_text())

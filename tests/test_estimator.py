@@ -59,7 +59,8 @@ def _slate_train(tmp_path: Path, *flags: str) -> Path:
     out = tmp_path / "run"
     table = ["--dataset", "csv", "--label-column", "label", "--positive-label", "1"]
     # The estimator's step size (its default; a table's slate train would choose one, --lr auto).
-    run = ["--iterations", str(ITERATIONS), "--lr", "0.01", "--out", str(out), "--no-progress"]
+    run = ["--iterations", str(ITERATIONS), "--lr", "0.01", "--out", str(out), "--no-progress",
+           "--no-plots"]  # fmt: skip
     assert main(["train", *table, *run, *flags]) == 0
     return out
 

@@ -386,7 +386,7 @@ def test_the_command_in_this_process_takes_every_registered_name(registries, tmp
     done = slate_here(
         "train", "--dataset", "demo-npz", "--data-dir", tmp_path / "data", "--nodes", "4",
         "--iterations", "20", "--algorithm", "dpsgd-decay", "--compress", "levels:15",
-        "--robust", "bound", "--lr", "0.5", "--out", out,
+        "--robust", "bound", "--lr", "0.5", "--out", out, "--no-plots",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     import json

@@ -173,7 +173,7 @@ def test_summary_reports_load_time_and_one_party(tmp_path):
     lines: list[str] = []
     result = train(TrainConfig(**{**COMMON, "train": str(path), "iterations": 5, "nodes": 1,
                                   "id_columns": ("pid",), "out": str(tmp_path / "r")}),
-                   progress=False, log=lines.append)  # fmt: skip
+                   progress=False, figures=False, log=lines.append)  # fmt: skip
     assert result.summary["load_seconds"] > 0
     assert any("on 1 party (" in line for line in lines)
     assert any("data loaded in" in line for line in lines)
@@ -216,7 +216,7 @@ def test_the_load_time_counts_reading_the_file_when_n_is_chosen_from_it(tmp_path
     out = tmp_path / "run"
     code = main(["train", "--dataset", "csv", "--train", str(path), "--label-column", "y",
                  "--positive-label", "pos", "--id-column", "pid", "--iterations", "5",
-                 "--no-progress", "--out", str(out)])  # fmt: skip
+                 "--no-progress", "--no-plots", "--out", str(out)])  # fmt: skip
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["nodes"] >= 1 and summary["load_seconds"] >= 0.6

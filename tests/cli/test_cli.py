@@ -443,13 +443,14 @@ def test_train_model_reproduces_test_ap(digits_run: Path, digits_test_set) -> No
 
 def test_train_default_out_dir(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "--iterations", "2", "--eval-every", "1", "--no-progress"]) == 0
+    quiet = ["--eval-every", "1", "--no-progress", "--no-plots"]
+    assert main(["train", "--iterations", "2", *quiet]) == 0
     folders = list((tmp_path / "runs").iterdir())
     assert len(folders) == 1 and folders[0].is_dir()
     assert folders[0].name.startswith("digits-slate")
     summary = json.loads((folders[0] / "summary.json").read_text())
     assert summary["iterations"] == 2
-    assert main(["train", "--iterations", "1", "--eval-every", "1", "--no-progress"]) == 0
+    assert main(["train", "--iterations", "1", *quiet]) == 0
     assert len(list((tmp_path / "runs").iterdir())) == 2  # a second run gets a fresh folder
 
 
@@ -473,7 +474,7 @@ def test_drop_party_errors(capsys, flags, needles) -> None:
 
 def test_drop_party_is_reported(capsys, tmp_path: Path) -> None:
     rc = main(["train", "--nodes", "4", "--iterations", "40", "--drop-party", "2@20",
-               "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+               "--no-progress", "--no-plots", "--out", str(tmp_path / "run")])  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0
     assert "party 2 lost at iteration 20 (--drop-party): 3 parties continue" in out

@@ -91,7 +91,7 @@ def _run(tmp_path, name: str, **extra):
     config = TrainConfig(dataset="digits", nodes=4, topology="base-2", iterations=60,
                          eval_every=30, checkpoint_every=10, seed=1, out=str(tmp_path / name),
                          **extra)  # fmt: skip
-    return train(config, progress=False, log=lambda _: None).summary
+    return train(config, progress=False, figures=False, log=lambda _: None).summary
 
 
 def test_a_run_whose_gossip_carries_the_flags_spends_no_exchange_on_them(tmp_path, monkeypatch):

@@ -178,7 +178,7 @@ def test_a_schema_listing_the_union_trains_the_same_model_bit_for_bit(tmp_path):
     for name, given in (("with", schema), ("without", None)):
         out = tmp_path / name
         train(resolve_and_check(config(tmp_path, given, out=str(out), standardize=True)),
-              progress=False, log=lambda _: None)  # fmt: skip
+              progress=False, figures=False, log=lambda _: None)  # fmt: skip
         models.append(torch.load(out / "model.pt", weights_only=True))
     assert models[0].keys() == models[1].keys()
     for key in models[0]:
@@ -241,7 +241,7 @@ def test_slate_schema_writes_a_site_s_dictionary_that_trains(tmp_path):
     run = slate_here("train", "--dataset", "csv", "--train", tmp_path / "{rank}" / "train.csv",
                      "--schema", out, "--nodes", "3", "--iterations", "10", "--lr", "0.1",
                      "--batch-size", "10", "--positives", "2", "--out", tmp_path / "run",
-                     "--no-progress")  # fmt: skip
+                     "--no-progress", "--no-plots")  # fmt: skip
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["config"]["label_column"] == "y" and summary["config"]["positive_label"] == "1"

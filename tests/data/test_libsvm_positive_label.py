@@ -47,7 +47,7 @@ def test_a_run_with_positive_label_minus_one_learns_and_scores_the_minus_one_cla
     code = main(["train", "--dataset", "libsvm", "--train", str(tmp_path / "train.svm"),
                  "--test", str(tmp_path / "test.svm"), "--positive-label", "-1", "--nodes", "3",
                  "--iterations", "2000", "--threads", "1", "--no-progress", "--no-party-ap",
-                 "--out", str(out)])  # fmt: skip
+                 "--no-plots", "--out", str(out)])  # fmt: skip
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["test_positives"] == int((test_labels == -1).sum())

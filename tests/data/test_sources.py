@@ -204,7 +204,7 @@ def test_simulator_on_party_files_reports_federated_metrics(tmp_path):
     pooled = make_sites(tmp_path)
     out = tmp_path / "run"
     summary = train(csv_config(tmp_path, out=str(out), standardize=True),
-                    progress=False, log=lambda _: None).summary  # fmt: skip
+                    progress=False, figures=False, log=lambda _: None).summary  # fmt: skip
     assert summary["evaluation"] == "federated"
     assert set(summary["party_test_ap"]) == {"0", "1", "2"}
     assert summary["preprocessing"]["kind"] == "table"
@@ -241,7 +241,7 @@ def test_a_federated_run_with_its_scores_in_the_end_bins_warns_once(tmp_path):
     out = tmp_path / "run"
     lines: list[str] = []
     summary = train(csv_config(tmp_path, out=str(out), standardize=False, iterations=10),
-                    progress=False, log=lines.append).summary  # fmt: skip
+                    progress=False, figures=False, log=lines.append).summary  # fmt: skip
     import torch
 
     from slate.models import build_model

@@ -64,7 +64,7 @@ def trained(tmp_path_factory) -> Path:
     )  # fmt: skip
     threads = torch.get_num_threads()
     try:
-        train(config, progress=False, log=lambda _: None)
+        train(config, progress=False, figures=False, log=lambda _: None)
     finally:
         torch.set_num_threads(threads)
     return root

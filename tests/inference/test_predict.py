@@ -42,7 +42,7 @@ needs_fashion = pytest.mark.skipif(
 def _train(config: TrainConfig) -> Path:
     threads = torch.get_num_threads()
     try:
-        train(config, progress=False, log=lambda _: None)
+        train(config, progress=False, figures=False, log=lambda _: None)
     finally:
         torch.set_num_threads(threads)  # the run's --threads 1 must not outlive it
     return Path(config.out)

@@ -164,7 +164,7 @@ def test_csv_end_to_end_with_real_files(tmp_path, capsys):
     )  # fmt: skip
     threads = torch.get_num_threads()
     try:
-        train(config, progress=False, log=lambda _: None)
+        train(config, progress=False, figures=False, log=lambda _: None)
     finally:
         torch.set_num_threads(threads)
     (tmp_path / "new.csv").write_text("x2,row,x1\n0.5,1,2.0\n-1.0,2,0.1\n")
@@ -201,7 +201,7 @@ def abalone_like_run(tmp_path):
     )  # fmt: skip
     threads = torch.get_num_threads()
     try:
-        train(config, progress=False, log=lambda _: None)
+        train(config, progress=False, figures=False, log=lambda _: None)
     finally:
         torch.set_num_threads(threads)
     return tmp_path / "run"

@@ -52,7 +52,7 @@ def validated_run(tmp_path_factory) -> tuple[TrainConfig, Path]:
     )  # fmt: skip
     threads = torch.get_num_threads()
     try:
-        train(config, progress=False, log=lambda _: None)
+        train(config, progress=False, figures=False, log=lambda _: None)
     finally:
         torch.set_num_threads(threads)
     return config, where

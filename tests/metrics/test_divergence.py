@@ -120,7 +120,7 @@ def _digits(**fields) -> TrainConfig:
 def test_a_run_whose_parties_barely_gossip_warns(tmp_path):
     lines: list[str] = []
     config = _digits(compress="topk:0.01", consensus_step=0.001, out=str(tmp_path))
-    result = train(config, progress=False, log=lines.append)
+    result = train(config, progress=False, figures=False, log=lines.append)
     summary = result.summary
     divergence = summary["divergence"]
     assert divergence["warned"] and divergence["relative_distance_min"] > RELATIVE_DISTANCE_LIMIT
@@ -135,7 +135,7 @@ def test_a_run_whose_parties_barely_gossip_warns(tmp_path):
 def test_the_dense_ring_does_not_warn(tmp_path):
     lines: list[str] = []
     config = _digits(party_ap=True, out=str(tmp_path))
-    summary = train(config, progress=False, log=lines.append).summary
+    summary = train(config, progress=False, figures=False, log=lines.append).summary
     divergence = summary["divergence"]
     assert not divergence["warned"] and divergence["warning"] is None
     assert 0 < divergence["relative_distance"] < RELATIVE_DISTANCE_LIMIT / 10

@@ -61,7 +61,7 @@ def test_a_simulator_run_resolves_and_checks_its_flags_once(tmp_path, monkeypatc
     resolved = _count(monkeypatch, configuration, "resolve_config")
     checked = _count(monkeypatch, configuration, "check_config")
     code = main(["train", "--dataset", "digits", "--iterations", "4", "--nodes", "2",
-                 "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+                 "--no-progress", "--no-plots", "--out", str(tmp_path / "run")])  # fmt: skip
     assert code == 0
     assert resolved == [1] and checked == [1]
 
@@ -103,7 +103,7 @@ def test_the_thread_default_is_resolved_recorded_and_changes_no_number(tmp_path,
     """``--threads`` unset resolves to one thread for a small model, recorded
     in summary.json's config; the run's model is the same with 1 and 2 threads, to a bound."""
     common = ["train", "--dataset", "digits", "--iterations", "60", "--nodes", "4",
-              "--hidden", "64", "--no-progress", "--out"]  # fmt: skip
+              "--hidden", "64", "--no-progress", "--no-plots", "--out"]  # fmt: skip
     folders = {}
     for threads in (None, 1, 2):
         out = tmp_path / f"threads-{threads}"

@@ -71,7 +71,7 @@ def test_the_test_file_is_read_after_training_and_scored_once(tmp_path, audit, m
     monkeypatch.setattr(Run, "use_final_test", lambda run: (finals.append(1),
                         use_final_test(run))[1])  # fmt: skip
     config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
-    summary = train(config, progress=False, log=lambda _: None).summary
+    summary = train(config, progress=False, figures=False, log=lambda _: None).summary
     opens = [
         i for i, (kind, name) in enumerate(audit) if kind == "open" and name.endswith("/test.csv")
     ]
@@ -85,7 +85,7 @@ def test_evaluate_agrees_with_the_summary(tmp_path, capsys):
     _write(tmp_path / "train.csv", 600, 0)
     _write(tmp_path / "test.csv", 300, 1)
     config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
-    summary = train(config, progress=False, log=lambda _: None).summary
+    summary = train(config, progress=False, figures=False, log=lambda _: None).summary
     capsys.readouterr()
     assert main(["evaluate", "--run", str(tmp_path / "run"), "--data",
                  str(tmp_path / "test.csv"), "--json"]) == 0  # fmt: skip
@@ -99,7 +99,7 @@ def test_validation_rows_are_the_split_of_the_training_rows_and_nothing_else_is_
     _write(tmp_path / "train.csv", 600, 0)
     _write(tmp_path / "test.csv", 300, 1)
     config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
-    result = train(config, progress=False, log=lambda _: None)
+    result = train(config, progress=False, figures=False, log=lambda _: None)
     table = read_table(tmp_path / "train.csv", "y", "1")
     kept, held = hold_out(table.y, 0.25, 0, "t", "--validation-fraction")
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())["preprocessing"]
@@ -111,7 +111,7 @@ def test_early_stopping_keeps_the_best_validation_model(tmp_path):
     _write(tmp_path / "train.csv", 1200, 0)  # about 45 validation positives: no smoothing
     _write(tmp_path / "test.csv", 300, 1)
     config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
-    result = train(config, progress=False, log=lambda _: None)
+    result = train(config, progress=False, figures=False, log=lambda _: None)
     assert result.summary["early_stopping_smoothed"] is False
     aps = [(r["test_ap"], r["iteration"]) for r in result.history]  # validation APs
     best_ap, best_at = max(aps, key=lambda pair: (pair[0], -pair[1]))
@@ -133,7 +133,7 @@ def test_on_few_validation_positives_early_stopping_smooths_and_never_keeps_iter
     lines: list[str] = []
     config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"),
                      nodes=1)  # fmt: skip
-    result = train(config, progress=False, log=lines.append)
+    result = train(config, progress=False, figures=False, log=lines.append)
     summary = result.summary
     assert summary["early_stopping_smoothed"] is True
     assert sum("validation positives (fewer than 30)" in line for line in lines) == 1
@@ -151,7 +151,7 @@ def test_per_party_files_read_their_test_files_after_training(tmp_path, audit):
         _write(tmp_path / f"test{rank}.csv", 150, 10 + rank)
     config = _config(tmp_path, train=str(tmp_path / "train{rank}.csv"),
                      test=str(tmp_path / "test{rank}.csv"))  # fmt: skip
-    summary = train(config, progress=False, log=lambda _: None).summary
+    summary = train(config, progress=False, figures=False, log=lambda _: None).summary
     opens = [
         i for i, (kind, name) in enumerate(audit)
         if kind == "open" and Path(name).name.startswith("test")
@@ -181,7 +181,7 @@ def test_summary_describes_the_test_rows_not_the_validation_rows(tmp_path):
     }  # fmt: skip
     for name, (flags, expected) in cases.items():
         config = _config(tmp_path / name, **{"train": str(tmp_path / "train.csv"), **flags})
-        summary = train(config, progress=False, log=lambda _: None).summary
+        summary = train(config, progress=False, figures=False, log=lambda _: None).summary
         assert expected in summary["test_split"], (name, summary["test_split"])
         assert "validation" not in summary["test_split"], name
         assert summary["n_validation"] > 0

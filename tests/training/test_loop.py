@@ -73,7 +73,7 @@ def test_party_logits_equal_each_partys_own_model() -> None:
 
 def test_without_party_ap_the_summary_says_none(tmp_path: Path) -> None:
     result = train(config(iterations=20, party_ap=False, out=str(tmp_path)), progress=False,
-                   log=lambda _: None)  # fmt: skip
+                   figures=False, log=lambda _: None)  # fmt: skip
     assert result.summary["party_ap_min"] is None and result.summary["party_ap_max"] is None
     assert math.isfinite(result.summary["test_ap"])
 

@@ -262,7 +262,7 @@ def test_gradient_tracking_is_re_anchored_so_the_tracker_follows_the_survivors_m
 
 def test_drop_party_run_records_the_loss_and_its_history(tmp_path):
     result = train(config(drop_party=("1@20", "3@40"), out=str(tmp_path / "run")),
-                   progress=False, log=lambda _: None)  # fmt: skip
+                   progress=False, figures=False, log=lambda _: None)  # fmt: skip
     alive = [row["parties_alive"] for row in result.history]
     assert [row["iteration"] for row in result.history] == [0, 20, 40, 60]
     assert alive == [5, 5, 4, 3]  # drops happen after that iteration's evaluation
