@@ -80,7 +80,7 @@ def test_distributed_engine_equals_simulator(case, tmp_path, launched):
     sim_out = tmp_path / "sim"
     simulated = train(
         TrainConfig(**{**config_for(case).to_dict(), "out": str(sim_out)}),
-        progress=False, log=lambda _: None,
+        progress=False, figures=False, log=lambda _: None,
     ).summary  # fmt: skip
     assert distributed["engine"] == "distributed" and simulated["engine"] == "simulator"
     # The parameters agree to float32 rounding (checked below, to 1e-5); after 50 steps the

@@ -140,7 +140,8 @@ def test_local_launch_with_party_files_writes_one_folder_per_party(tmp_path):
         [sys.executable, "-m", "slate", "train", "--engine", "distributed", "--nodes", "2",
          "--dataset", "csv", "--train", str(tmp_path / "sites" / "{rank}" / "train.csv"),
          "--label-column", "y", "--positive-label", "1", "--iterations", "20",
-         "--batch-size", "10", "--standardize", "--out", str(out), "--no-progress"],
+         "--batch-size", "10", "--standardize", "--out", str(out), "--no-progress",
+         "--no-plots"],
         timeout=200,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -139,7 +139,7 @@ def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
     saved = torch.load(sorted(out.glob("checkpoint-rank0-*.pt"))[-1], weights_only=True)
     assert saved["members"] == [0, 2, 3]
     done = slate("train", "--resume", str(out), "--iterations", str(saved["iteration"] + 50),
-                 "--engine", "distributed", "--no-progress")  # fmt: skip
+                 "--engine", "distributed", "--no-progress", "--no-plots")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"party 1 returns to the run at iteration {saved['iteration']}" in done.stdout
     result = summary(out)
@@ -185,8 +185,8 @@ def kill_and_bring_back(
     parties = [start_party(tmp_path, r, port, *run, *ids[r], kill=f"{lost}@{at}",
                            audit=tmp_path) for r in range(4)]  # fmt: skip
     back = start_party(tmp_path, lost, port, "--resume", "run", "--external-store",
-                       "--no-progress", "--timeout", "30", *ids[lost], audit=tmp_path,
-                       warm=True)  # fmt: skip
+                       "--no-progress", "--no-plots", "--timeout", "30", *ids[lost],
+                       audit=tmp_path, warm=True)  # fmt: skip
     everyone = [back if r == lost else parties[r] for r in range(4)]
     try:
         parties[lost].wait(timeout=reach_s)

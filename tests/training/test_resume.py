@@ -142,7 +142,7 @@ def test_simulator_resume_is_bit_identical(references, tmp_path, name, sig):
     saved = torch.load(out / "checkpoint.pt", weights_only=True)
     assert 0 < saved["iteration"] < ITERATIONS
     assert _unfinished(out, sig)
-    done = slate_here("train", "--resume", str(out), "--no-progress")
+    done = slate_here("train", "--resume", str(out), "--no-progress", "--no-plots")
     assert done.returncode == 0, done.stderr
     assert f"resumed from iteration {saved['iteration']}" in done.stdout
     assert_identical(out, references / name)
@@ -170,7 +170,9 @@ def test_distributed_resume_is_bit_identical(distributed_reference, tmp_path, si
     )
     assert code != 0
     assert _unfinished(out, sig)
-    done = slate("train", "--resume", str(out), "--engine", "distributed", "--no-progress")
+    done = slate(
+        "train", "--resume", str(out), "--engine", "distributed", "--no-progress", "--no-plots"
+    )
     assert done.returncode == 0, done.stderr
     assert_identical(out, distributed_reference)
 
@@ -187,7 +189,7 @@ def test_resume_refuses_a_changed_config(tmp_path):
     assert done.returncode == 2
     assert "lr" in done.stderr and "nodes" in done.stderr and "Traceback" not in done.stderr
     longer = slate_here("train", "--resume", str(out), "--iterations", str(ITERATIONS + 100),
-                        "--no-progress")  # fmt: skip
+                        "--no-progress", "--no-plots")  # fmt: skip
     assert longer.returncode == 0, longer.stderr
     assert json.loads((out / "summary.json").read_text())["iterations"] == ITERATIONS + 100
 
