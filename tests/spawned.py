@@ -98,17 +98,28 @@ def _forkable(environment: Mapping[str, str]) -> bool:
 
 
 def _server_environment() -> dict[str, str] | None:
-    """The environment the forkserver started with (``None`` where it cannot be read)."""
+    """The environment the forkserver started with (``None`` where it cannot be read). Read
+    once its interpreter runs: ``ensure_running`` can return before the server's ``exec``,
+    and ``/proc`` then shows this process's first environment."""
     forked._context()
     multiprocessing.forkserver.ensure_running()
     pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 60
     try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            entries = handle.read().split(b"\0")
+        while b"multiprocessing.forkserver" not in _read(f"/proc/{pid}/cmdline"):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+        entries = _read(f"/proc/{pid}/environ").split(b"\0")
     except OSError:
         return None
     pairs = (entry.decode(errors="surrogateescape").partition("=") for entry in entries if entry)
     return {name: value for name, _, value in pairs}
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
 
 
 def _rank(
