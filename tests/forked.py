@@ -28,7 +28,6 @@ import atexit
 import contextlib
 import io
 import multiprocessing
-import multiprocessing.reduction
 import os
 import runpy
 import selectors
@@ -41,6 +40,8 @@ import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from slate.engines.distributed.control.workers import SentFd
 
 INTERRUPTED = -1  # (_exit_status: an uncaught KeyboardInterrupt, ended by SIGINT)
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -91,19 +92,8 @@ def forkable(command: Sequence[str], env: Mapping[str, str] | None = None) -> bo
     return len(command) >= 3 and command[0] == sys.executable and command[1] in ("-m", "-c")
 
 
-class _Fd:
-    """A file descriptor sent to the fork with the process's data (pickled only while the
-    forkserver starts it: :func:`multiprocessing.reduction.DupFd`)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __reduce__(self) -> tuple[Any, tuple[Any]]:
-        return _attach, (multiprocessing.reduction.DupFd(self.fd),)
-
-
-def _attach(handle: Any) -> int:
-    return handle.detach()
+#: A descriptor sent to a fork with its process data: the one the launcher's workers get theirs by.
+_Fd = SentFd
 
 
 def _context() -> multiprocessing.context.BaseContext:

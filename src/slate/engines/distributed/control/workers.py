@@ -28,7 +28,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Worker", "preloaded", "run_command", "start_workers"]
+__all__ = ["SentFd", "Worker", "preloaded", "run_command", "start_workers"]
 
 #: What a worker imports anyway, loaded once in the server: slate's command, its training loop
 #: and engine (torch with them), and the readers of datasets, where this process loaded them.
@@ -47,9 +47,10 @@ def preloaded() -> list[str]:
     return [*PRELOAD, *(name for name in IF_LOADED if name in sys.modules)]
 
 
-class _Stream:
-    """One of the launcher's file descriptors, sent to a worker with its process data (pickled
-    only while the server starts the worker: :func:`multiprocessing.reduction.DupFd`)."""
+class SentFd:
+    """A file descriptor of this process, sent to a process that a forkserver starts, with its
+    process data (pickled only while the server starts it: :func:`multiprocessing.reduction.DupFd`);
+    it unpickles there as that process's own descriptor (an ``int``)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -111,7 +112,7 @@ def start_workers(argv: Sequence[str], environments: Sequence[Mapping[str, str]]
     context.set_forkserver_preload(preloaded())
     workers = []
     for environment in environments:
-        streams = [_Stream(1), _Stream(2)]  # (its descriptors, whatever sys.stdout now is)
+        streams = [SentFd(1), SentFd(2)]  # (its descriptors, whatever sys.stdout now is)
         process = context.Process(target=run_command, args=(list(argv), dict(environment), streams))
         process.start()
         workers.append(Worker(process))
