@@ -17,9 +17,9 @@ cannot hang the suite.
 
 Real spawned interpreters are started instead (with the same timeout) under
 ``SLATE_TEST_FRESH_PROCESSES=1`` (:data:`tests.forked.FRESH`), or when the workers' environment
-differs from the forkserver's in a variable read when the interpreter or torch starts
+differs from this process's in a variable read when the interpreter or torch starts
 (:data:`tests.forked.AT_START`: ``OMP_``, ``ATEN_`` ...), which the forked workers would not
-apply.
+apply: the rule of :func:`tests.forked.forkable`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.connection
-import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -84,42 +83,10 @@ def spawn(
 
 
 def _forkable(environment: Mapping[str, str]) -> bool:
-    """Whether forks of the server would start as spawned workers under ``environment`` do:
-    :func:`tests.forked.forkable` holds for it and it agrees with the environment the server
-    was started with (read from ``/proc``) on every variable of :data:`tests.forked.AT_START`
-    (``PYTHONUNBUFFERED`` aside)."""
-    if not forked.forkable([sys.executable, "-c", ""], environment):
-        return False
-    server = _server_environment()
-    if server is None:
-        return False
-    names = {*environment, *server} - {"PYTHONUNBUFFERED"}
-    return all(environment.get(n) == server.get(n) for n in names if n.startswith(forked.AT_START))
-
-
-def _server_environment() -> dict[str, str] | None:
-    """The environment the forkserver started with (``None`` where it cannot be read). Read
-    once its interpreter runs: ``ensure_running`` can return before the server's ``exec``,
-    and ``/proc`` then shows this process's first environment."""
-    forked._context()
-    multiprocessing.forkserver.ensure_running()
-    pid = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 60
-    try:
-        while b"multiprocessing.forkserver" not in _read(f"/proc/{pid}/cmdline"):
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.005)
-        entries = _read(f"/proc/{pid}/environ").split(b"\0")
-    except OSError:
-        return None
-    pairs = (entry.decode(errors="surrogateescape").partition("=") for entry in entries if entry)
-    return {name: value for name, _, value in pairs}
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
+    """Whether forks of the server would start as spawned workers under ``environment`` do: the
+    rule of :func:`tests.forked.forkable` (no variable of :data:`tests.forked.AT_START` set to
+    another value than here, and :data:`tests.forked.FRESH` not set)."""
+    return forked.forkable([sys.executable, "-c", ""], environment)
 
 
 def _rank(
