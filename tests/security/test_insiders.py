@@ -115,8 +115,8 @@ def test_a_poisoned_final_average_is_refused_and_each_site_keeps_its_own_model(
     """Before: every summary said AP 0.6953 while every model.pt scored 0.0153 on its site's
     own test file, and nobody was named."""
     root, roster = svm_sites
-    flags = [*SITE_FLAGS, "--iterations", "200", "--eval-every", "100"]
-    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@200:final-poison")
+    flags = [*SITE_FLAGS, "--iterations", "100", "--eval-every", "50"]
+    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@100:final-poison")
     stops_naming(outputs, "refused the final average")
     for rank in HONEST:
         site = root / f"site{rank}"
@@ -134,7 +134,7 @@ def test_the_saved_model_is_the_evaluated_model(svm_sites, monkeypatch, tmp_path
     """An honest run: every site accepts the average, and its model.pt scores on its own test
     file exactly the AP its summary gives for its own rows."""
     root, roster = svm_sites
-    flags = [*SITE_FLAGS, "--iterations", "200", "--eval-every", "100", "--out", str(tmp_path)
+    flags = [*SITE_FLAGS, "--iterations", "100", "--eval-every", "50", "--out", str(tmp_path)
              + "/run{rank}"]  # fmt: skip
     outputs = run_sites(root, roster, flags, monkeypatch)
     for rank in range(SITES):

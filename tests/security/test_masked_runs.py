@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from tests.sites import (
     free_port,
     identity_flags,
     make_roster,
+    serve,
     slate_here,
     start_party,
     write_sites,
@@ -163,11 +162,7 @@ def test_a_site_dying_half_way_through_a_masked_sum_leaves_every_published_sum_e
     write_sites(root, parties=3, rows=300)
     roster = make_roster(root, 3)
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
-         "127.0.0.1", "--linger", "0", "--roster", str(roster)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    server = serve(port, "--linger", "0", "--roster", str(roster))
     # Masked sums of a party: the first evaluation's two (average; counts with the flags),
     # then one gossip average per step (a ring of 3 mixes with J): sum 13 is the counts at
     # iteration 10.

@@ -160,9 +160,9 @@ def test_with_continue_a_refused_sender_is_counted_as_lost_once_and_may_return(t
     port = free_port()
     server = serve(port, "--roster", str(roster))
     flags = ["--nodes", "3", "--external-store", "--on-party-loss", "continue", *SITE_FLAGS,
-             "--iterations", "600", "--topology", "ring"]  # fmt: skip
+             "--iterations", "300", "--topology", "ring"]  # fmt: skip
     old = dict(os.environ)
-    os.environ["SLATE_FLIP_SEALED"] = "1@200"
+    os.environ["SLATE_FLIP_SEALED"] = "1@100"
     try:
         parties = [start_party(tmp_path, r, port, *flags, *identity_flags(roster, r))
                    for r in range(3)]  # fmt: skip

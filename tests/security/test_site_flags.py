@@ -135,7 +135,7 @@ def test_sites_with_different_rosters_are_named(tmp_path):
     started = time.monotonic()
     # Party 1 gives up first: party 0 hosts the store, and once it has left, the store has too.
     parties = [
-        start_party(tmp_path, 0, port, *flags, "--timeout", "15", *identity_flags(first, 0)),
+        start_party(tmp_path, 0, port, *flags, "--timeout", "10", *identity_flags(first, 0)),
         start_party(tmp_path, 1, port, *flags, "--timeout", "5", *identity_flags(second, 1)),
     ]
     outputs = [p.communicate(timeout=90) for p in parties]
