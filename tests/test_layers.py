@@ -10,6 +10,7 @@ import hides is still a circle of the design).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -53,11 +54,18 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per test process (the tests below read every file of
+    the package; parsing them is most of their time). No test changes a tree."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def slate_imports(path: Path, known: set[str]) -> set[str]:
     """The slate modules that ``path`` imports (a ``from slate.pkg import name`` counts as the
     module ``slate.pkg.name`` where that is a module, else as ``slate.pkg``)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "slate")
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -69,7 +77,10 @@ def slate_imports(path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
+    """Each module of the package and the package's modules it imports (made once per test
+    process; the tests only read it)."""
     files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     known = set(files)
     return {name: slate_imports(path, known) & known for name, path in files.items()}
@@ -225,7 +236,7 @@ def test_no_file_is_longer_than_600_lines():
 def engine_name_branches(path: Path) -> list[str]:
     """Comparisons of ``<...>engine.name`` with anything, and ``getattr(<...>, "recovers")``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Compare):
             for side in [node.left, *node.comparators]:
                 if (
@@ -268,7 +279,7 @@ def test_no_module_or_class_name_means_two_things():
     for path in PACKAGE.rglob("*.py"):
         where = str(path.relative_to(PACKAGE))
         modules.setdefault(path.stem, []).append(where)
-        for node in ast.parse(path.read_text()).body:
+        for node in parsed(path).body:
             if isinstance(node, ast.ClassDef):
                 classes.setdefault(node.name, []).append(where)
     twice = {
