@@ -33,6 +33,8 @@ SOL_PACKET = 263
 PACKET_STATISTICS = 6
 ETH_HEADER = 14  # loopback frames carry a zeroed Ethernet header
 POLL_S = 0.02  # how often the run's sockets are looked up
+FFT_SIZE = 1 << 16  # points of each FFT of best_cosines (a block of a long stream)
+PENDING_S = 5.0  # how long a socket's inode is looked for in the TCP tables
 LARGEST = 1e4  # |float32| beyond this reads as 0 in a window (no parameter is that large)
 
 
@@ -113,8 +115,23 @@ class LoopbackCapture:
             self.segments.setdefault((sport, dport), {})[seq] = payload
 
     def _poll(self) -> None:
+        """Every ``POLL_S``: the run's processes' socket inodes, and the ports of those not yet
+        found in the TCP tables. The tables (every socket of the machine) are read only while
+        some inode younger than ``PENDING_S`` is unresolved: a socket's port is there once it is
+        bound or connects, which follows its creation at once; the inodes that never resolve
+        are the processes' other sockets (Unix, UDP)."""
+        first_seen: dict[str, float] = {}
+        resolved: set[str] = set()
         while not self._stop.is_set():
-            self.ports |= _ports_of(self.pids)
+            now = time.monotonic()
+            inodes = _socket_inodes(self.pids)
+            for inode in inodes:
+                first_seen.setdefault(inode, now)
+            wanted = {i for i in inodes - resolved if now - first_seen[i] <= PENDING_S}
+            if wanted:
+                found = _tcp_ports(wanted)
+                resolved |= found.keys()
+                self.ports |= set(found.values())
             time.sleep(POLL_S)
 
     def streams(self) -> dict[tuple[int, int], bytes]:
@@ -135,8 +152,8 @@ class LoopbackCapture:
         return out
 
 
-def _ports_of(pids: list[int]) -> set[int]:
-    """The local TCP ports of the sockets that processes ``pids`` hold open now."""
+def _socket_inodes(pids: list[int]) -> set[str]:
+    """The inodes of the sockets that processes ``pids`` hold open now."""
     inodes = set()
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -145,28 +162,41 @@ def _ports_of(pids: list[int]) -> set[int]:
                     target = os.readlink(f"/proc/{pid}/fd/{fd}")
                     if target.startswith("socket:["):
                         inodes.add(target[8:-1])
-    ports = set()
+    return inodes
+
+
+def _tcp_ports(inodes: set[str]) -> dict[str, int]:
+    """The local TCP port of each of ``inodes`` found in the machine's TCP tables (IPv4, IPv6):
+    inode -> port."""
+    ports = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
                 fields = line.split()
                 if len(fields) > 9 and fields[9] in inodes:
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+                    ports[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
     return ports
 
 
-def best_cosines(streams: Iterable[bytes], references: list[torch.Tensor]) -> list[float]:
+def best_cosines(
+    streams: Iterable[bytes], references: list[torch.Tensor], fft_size: int | None = None
+) -> list[float]:
     """For each of ``references`` (1-D, all of one length ``d``), the largest cosine between it
     and any ``d`` consecutive float32 values of any stream, at any of the four byte alignments.
 
     Values that are not finite or beyond ``±LARGEST`` read as 0 (no parameter is that large, and
     it keeps the windows' sums of squares exact enough). Dot products come from an FFT
     cross-correlation and window norms from a cumulative sum, so a long stream costs
-    ``O(n log n)``, not ``O(n d)``. Windows whose norm is below a millionth of the reference's
-    count as no match (they hold nearly nothing)."""
+    ``O(n log n)``, not ``O(n d)``. A long stream is cut into blocks of windows, each correlated
+    with one FFT of ``fft_size`` points (overlap-save; by default :data:`FFT_SIZE`, or four
+    times ``d`` rounded up to a power of 2 where that is more): the same dot products, several
+    times faster than one FFT of the whole stream, whose arrays do not fit in a cache. Windows
+    whose norm is below a millionth of the reference's count as no match (they hold nearly
+    nothing)."""
     refs = np.stack([r.detach().double().reshape(-1).numpy() for r in references])
     d, lengths = refs.shape[1], np.linalg.norm(refs, axis=1, keepdims=True)
     refs = refs / np.maximum(lengths, 1e-300)
+    largest = fft_size or max(FFT_SIZE, 1 << (4 * d).bit_length())
     best = np.full(len(references), -1.0)
     spectra: dict[int, np.ndarray] = {}  # FFT size -> the references' conjugate spectra
     for raw in streams:
@@ -177,10 +207,15 @@ def best_cosines(streams: Iterable[bytes], references: list[torch.Tensor]) -> li
             with np.errstate(invalid="ignore"):  # (signalling NaNs among random bytes)
                 x = np.frombuffer(raw, dtype="<f4", count=n, offset=shift).astype(np.float64)
             x[~(np.abs(x) <= LARGEST)] = 0.0  # (NaN and infinities too)
-            size = 1 << (n + d).bit_length()
+            size = min(largest, 1 << (n + d).bit_length())
             if size not in spectra:
                 spectra[size] = np.conj(np.fft.rfft(refs, size))
-            dots = np.fft.irfft(np.fft.rfft(x, size)[None] * spectra[size], size)[:, : n - d + 1]
+            block = size - d + 1  # windows per FFT: x[k : k + d] for k in one block
+            dots = np.concatenate([
+                np.fft.irfft(np.fft.rfft(x[k : k + block + d - 1], size)[None] * spectra[size],
+                             size)[:, : min(block, n - d + 1 - k)]
+                for k in range(0, n - d + 1, block)
+            ], axis=1)  # fmt: skip
             squares = np.concatenate([[0.0], np.cumsum(x * x)])
             norms = np.sqrt(np.maximum(squares[d:] - squares[:-d], 0.0))
             usable = norms > 1e-6 * lengths
