@@ -5,8 +5,10 @@ refusals, and what the run folder records."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
+import shutil
 from pathlib import Path
 
 import dp_accounting as dpa
@@ -116,6 +118,24 @@ def _train(config: TrainConfig, log=lambda _: None, **flags):
     return train(config, progress=False, figures=False, log=log, **flags)
 
 
+@pytest.fixture(scope="module")
+def first_at_4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The first run of the folder tests below (epsilon 4, 20 steps, checkpoint at 10), made
+    once per module: its folder and its summary's privacy. Each test copies the folder into
+    its own and runs there what it tests (runs of one folder see only its files). Shared, the
+    tests also share one worker, so the reference PLDs of these segments are made once."""
+    folder = tmp_path_factory.mktemp("first_at_4")
+    privacy = _train(_digits(folder, dp_epsilon=4.0)).summary["privacy"]
+    return folder, privacy
+
+
+def _after_first(first_at_4: tuple[Path, dict], tmp_path: Path) -> dict:
+    """The first run's folder copied into ``tmp_path``; its summary's privacy (a copy)."""
+    folder, privacy = first_at_4
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+    return copy.deepcopy(privacy)
+
+
 def _segments_epsilon(folder: Path, party: int, positive: bool) -> float:
     """dp-accounting's composition of every segment recorded in the folder's ledger."""
     segments = read_ledger(folder / LEDGER)
@@ -149,14 +169,13 @@ def test_a_run_records_its_guarantee_and_a_resume_of_a_spent_budget_is_refused(t
     assert (tmp_path / LEDGER).read_text() == ledger  # not one line more
 
 
-def test_a_new_run_with_other_flags_composes_the_folder_history(tmp_path):
-    """Run 1 at epsilon 4 with 8 groups, then run 2 in the same folder at epsilon 8 with 4
-    groups: run 2 is planned against run 1's releases, and its summary.json gives the ε of
-    both runs' segments as dp-accounting composes them (within 1%, never above 8) with run
-    2's own rates, z and releases."""
-    first = _train(_digits(tmp_path, dp_epsilon=4.0))
-    second = _train(_digits(tmp_path, dp_groups=4))
-    one, two = first.summary["privacy"], second.summary["privacy"]
+def test_a_new_run_with_other_flags_composes_the_folder_history(first_at_4, tmp_path):
+    """Run 1 at epsilon 4 with 8 groups (``first_at_4``'s folder), then run 2 in that folder
+    at epsilon 8 with 4 groups: run 2 is planned against run 1's releases, and its summary.json
+    gives the ε of both runs' segments as dp-accounting composes them (within 1%, never above
+    8) with run 2's own rates, z and releases."""
+    one = _after_first(first_at_4, tmp_path)
+    two = _train(_digits(tmp_path, dp_groups=4)).summary["privacy"]
     written = json.loads((tmp_path / "summary.json").read_text())["privacy"]
     assert written == json.loads(json.dumps(two))  # the run that wrote it
     assert two["groups"] == 4 and two["releases"] == 20 and two["ledger_releases"] == 40
@@ -170,12 +189,13 @@ def test_a_new_run_with_other_flags_composes_the_folder_history(tmp_path):
     assert 7.9 < two["epsilon"] <= 8.0
 
 
-def test_a_resume_is_planned_again_for_its_steps_left_and_noised_at_its_new_z(tmp_path):
-    """A run at epsilon 4 (20 steps, checkpoint at 10) resumed at epsilon 8: the resume has 10
-    steps left, planned against the 20 recorded ones, and draws its noise at that plan's 2 C z,
-    not at the set-up's (a run built on the folder and moved to iteration 10 shows it); its ε
-    is dp-accounting's composition of all 30 releases (within 1%, never above 8)."""
-    _train(_digits(tmp_path, dp_epsilon=4.0))
+def test_a_resume_is_planned_again_for_its_steps_left_and_noised_at_its_new_z(first_at_4, tmp_path):
+    """A run at epsilon 4 (20 steps, checkpoint at 10: ``first_at_4``) resumed at epsilon 8:
+    the resume has 10 steps left, planned against the 20 recorded ones, and draws its noise at
+    that plan's 2 C z, not at the set-up's (a run built on the folder and moved to iteration 10
+    shows it); its ε is dp-accounting's composition of all 30 releases (within 1%, never above
+    8)."""
+    _after_first(first_at_4, tmp_path)
     run = Run(resolve_and_check(_digits(tmp_path)))
     at_set_up = run.compute.noise.std.clone()
     run.iteration = 10
@@ -196,14 +216,16 @@ def test_a_resume_is_planned_again_for_its_steps_left_and_noised_at_its_new_z(tm
             assert party[key] == pytest.approx(truth, rel=0.01) and party[key] <= 8.0
 
 
-def test_a_plan_the_remainder_cannot_pay_is_cut_and_the_run_ends_there(tmp_path, monkeypatch):
+def test_a_plan_the_remainder_cannot_pay_is_cut_and_the_run_ends_there(
+    first_at_4, tmp_path, monkeypatch
+):
     """With the largest multiplier lowered to 1.5 (so that a digits run reaches it), a second
     run whose 20 steps the remainder cannot pay at z <= 1.5 is cut: it says so, ends after the
     steps it affords with its summary written, and its ε (dp-accounting's composition of both
     runs' segments) stays within the budget."""
     from slate.training import accountant
 
-    _train(_digits(tmp_path, dp_epsilon=4.0))
+    _after_first(first_at_4, tmp_path)
     monkeypatch.setattr(accountant, "Z_CEILING", 1.5)
     accountant._calibrate.cache_clear()  # (its results depend on the ceiling)
     lines: list[str] = []
