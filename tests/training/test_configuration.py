@@ -75,6 +75,9 @@ def _table(path, rows: int = 400, positives: int = 40) -> None:
 
 
 def test_the_launcher_reads_a_table_once_to_choose_n_and_check_it(tmp_path, monkeypatch):
+    """A table's launch chooses N from its positives, checks the flags and chooses the step size
+    (--lr auto, a table's default: candidates of 20 iterations, as many as the run's) from one
+    read of the table; the run itself is not started (launch_local is replaced)."""
     import slate.engines.distributed.control.launch as launch_module
     from slate.training.party_process import launch
 
@@ -84,7 +87,7 @@ def test_the_launcher_reads_a_table_once_to_choose_n_and_check_it(tmp_path, monk
     reads = _count(monkeypatch, run_plan, "load_dataset")  # (plan.whole_rows)
     checks = _count(monkeypatch, configuration, "load_dataset")
     config = TrainConfig(dataset="csv", train=str(tmp_path / "t.csv"), label_column="y",
-                         positive_label="1", out=str(tmp_path / "run"))  # fmt: skip
+                         positive_label="1", iterations=20, out=str(tmp_path / "run"))  # fmt: skip
     assert launch(config, [], 5.0) == 0
     assert reads[0] + checks[0] == 1
     forwarded, nodes = started[0][0], started[0][1]
