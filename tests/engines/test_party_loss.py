@@ -39,8 +39,8 @@ from tests.sites import (
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on Linux")
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-FLAGS = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "200",
-         "--eval-every", "50", "--seed", "2", "--no-progress", "--no-plots", "--algorithm", "slate",
+FLAGS = ["--dataset", "digits", "--nodes", "4", "--topology", "ring", "--iterations", "100",
+         "--eval-every", "25", "--seed", "2", "--no-progress", "--no-plots", "--algorithm", "slate",
          "--gradient-tracking"]  # fmt: skip
 
 
@@ -77,27 +77,27 @@ def lost_run(tmp_path: Path, kill: str, *flags: str) -> tuple[subprocess.Complet
 @pytest.mark.processes
 @pytest.mark.parametrize("lost", [0], ids=["rank0"])  # (party 0, which logs for the run)
 def test_survivors_finish_and_match_the_simulators_drop(tmp_path, lost):
-    done, out = lost_run(tmp_path, f"{lost}@77")
+    done, out = lost_run(tmp_path, f"{lost}@38")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert f"without party {lost} (exit codes: party {lost}: " in done.stderr
-    assert f"party {lost} lost at iteration 77" in done.stdout  # logged by the (new) main party
+    assert f"party {lost} lost at iteration 38" in done.stdout  # logged by the (new) main party
     result = summary(out)
     survivors = [p for p in range(4) if p != lost]
     assert result["members"] == survivors
     assert result["parties_alive"] == 3
     (event,) = result["party_events"]
-    assert event["rank"] == lost and event["event"] == "lost" and event["iteration"] == 77
+    assert event["rank"] == lost and event["event"] == "lost" and event["iteration"] == 38
     assert "exited" in event["reason"]
     (change,) = result["graph_changes"]
-    assert change["iteration"] == 77 and change["survivors"] == survivors
+    assert change["iteration"] == 38 and change["survivors"] == survivors
     alive = [int(row["parties_alive"]) for row in history(out)]
-    assert alive == [4, 4, 3, 3, 3]  # evaluations at 0, 50, 100, 150, 200
+    assert alive == [4, 4, 3, 3, 3]  # evaluations at 0, 25, 50, 75, 100
     reference = tmp_path / "simulator"
     sim = slate_here("train", *FLAGS, "--drop-party", f"{lost}@{event['iteration']}",
                      "--out", str(reference))  # fmt: skip
     assert sim.returncode == 0, sim.stderr
-    assert summary(reference)["party_events"][0]["iteration"] == 77
+    assert summary(reference)["party_events"][0]["iteration"] == 38
     assert abs(result["test_ap"] - summary(reference)["test_ap"]) < 1e-4
     assert abs(result["consensus_distance"] - summary(reference)["consensus_distance"]) < 1e-6
     assert_same_model(out, reference)
@@ -132,7 +132,7 @@ def test_a_full_restart_after_a_loss_brings_the_lost_party_back(tmp_path):
     env = {**os.environ, "SLATE_KILL_AT": "1@60"}
     process = start(command, env=env)
     deadline = time.monotonic() + 120
-    while not list(out.glob("checkpoint-rank0-*0150.pt")) and time.monotonic() < deadline:
+    while not list(out.glob("checkpoint-rank0-*0100.pt")) and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=120)
@@ -213,8 +213,8 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
     """No site, the returning one included, unpickles anything through the loss and the rejoin
     (the hook of tests.sites.AUDITED sees every pickle.find_class)."""
     # (the restarted site has been back at the first boundary after the loss, 200, on two busy
-    # cores: 600 iterations leave it four more)
-    outputs, server = kill_and_bring_back(tmp_path, lost=lost, at=150, iterations=600)
+    # cores: 400 iterations leave it one more, 300, before the end)
+    outputs, server = kill_and_bring_back(tmp_path, lost=lost, at=150, iterations=400)
     assert server.returncode == 0  # it leaves once every party has left
     assert unpickled(tmp_path) == ""
     assert f"party {lost} rejoined the run at iteration" in outputs[lost][0]
@@ -228,7 +228,7 @@ def test_a_killed_site_restarted_with_resume_rejoins_and_the_run_ends_with_all(t
         assert result["test_ap"] == results[0]["test_ap"]  # one federated number for all
         # One gossip round per iteration, for the rejoined party too (it was fractional: the
         # returning party's own count was averaged in).
-        assert result["rounds"] == 600
+        assert result["rounds"] == 400
 
 
 @pytest.mark.processes
@@ -244,7 +244,7 @@ def test_a_site_restarted_after_the_run_ended_learns_it_at_once(tmp_path):
         [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host", "127.0.0.1"],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
-    flags = ["--nodes", "3", "--external-store", "--iterations", "300", *SITE_FLAGS]
+    flags = ["--nodes", "3", "--external-store", "--iterations", "200", *SITE_FLAGS]
     parties = [start_party(tmp_path, r, port, *flags, kill="2@120") for r in range(3)]
     late = start_party(tmp_path, 2, port, "--resume", "run", "--external-store", "--no-progress",
                        "--timeout", "300", warm=True)  # fmt: skip
@@ -299,7 +299,7 @@ def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(t
     def only_the_setup_record(folder: Path) -> None:
         assert not list(folder.glob("checkpoint-*")) and (folder / "setup-rank1.pt").is_file()
 
-    outputs, _ = kill_and_bring_back(tmp_path, 1, 20, 600, only_the_setup_record, roster=True)
+    outputs, _ = kill_and_bring_back(tmp_path, 1, 20, 400, only_the_setup_record, roster=True)
     assert "party 1 rejoined the run at iteration" in outputs[1][0]
     assert unpickled(tmp_path) == ""
     results = [summary(tmp_path / f"site{r}" / "run") for r in range(4)]
@@ -309,14 +309,14 @@ def test_a_site_lost_before_its_first_checkpoint_rejoins_from_its_setup_record(t
 
 
 def start_two_sites(root: Path, kill: str = "") -> tuple[subprocess.Popen, list[subprocess.Popen]]:
-    """Two ``--rank`` sites on a ``slate rendezvous`` for 400 iterations (``kill``: their
+    """Two ``--rank`` sites on a ``slate rendezvous`` for 300 iterations (``kill``: their
     ``SLATE_KILL_AT``); returns the rendezvous and the sites."""
     write_sites(root, parties=2, rows=300)
     port = free_port()
     serve = [sys.executable, "-m", "slate", "rendezvous", "--port", str(port), "--host",
              "127.0.0.1"]  # fmt: skip
     server = start(serve)
-    flags = ["--nodes", "2", "--external-store", "--iterations", "400", *SITE_FLAGS]
+    flags = ["--nodes", "2", "--external-store", "--iterations", "300", *SITE_FLAGS]
     return server, [start_party(root, r, port, *flags, kill=kill) for r in range(2)]
 
 

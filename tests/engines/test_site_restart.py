@@ -45,7 +45,11 @@ pytestmark = pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 
 SITES = 4
 STOPPED = 2  # the site where Ctrl-C lands
-RUN = ["--nodes", str(SITES), "--external-store", "--iterations", "600", *SITE_FLAGS]
+# Stopped just after the first checkpoint (25), which leaves 175 iterations (a few seconds here,
+# about 20 ms each; a second or more on a fast machine) for the stop, which takes a few
+# iterations, to land before the end; the later --checkpoint-every replaces SITE_FLAGS' 100.
+RUN = ["--nodes", str(SITES), "--external-store", "--iterations", "200", *SITE_FLAGS,
+       "--checkpoint-every", "25"]  # fmt: skip
 
 
 def start_sites(root: Path, roster: Path, port: int) -> list[subprocess.Popen]:

@@ -118,8 +118,9 @@ def test_a_site_s_history_grows_while_it_trains_and_it_leaves_no_native_trace(tm
     write_sites(tmp_path, parties=2, rows=300)
     port = free_port()
     server = serve(port)
-    flags = [*SITE_FLAGS, "--nodes", "2", "--external-store", "--iterations", "1500",
-             "--eval-every", "50"]  # fmt: skip
+    # (31 evaluations, 0 to 600; the first two come at 20, with 580 iterations still to go)
+    flags = [*SITE_FLAGS, "--nodes", "2", "--external-store", "--iterations", "600",
+             "--eval-every", "20"]  # fmt: skip
     parties = [start_party(tmp_path, r, port, *flags) for r in range(2)]
     run = tmp_path / "site0" / "run"
 

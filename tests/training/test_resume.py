@@ -148,7 +148,12 @@ def test_simulator_resume_is_bit_identical(references, tmp_path, name, sig):
     assert_identical(out, references / name)
 
 
-DISTRIBUTED = [*FLAGS[:3], "2", *FLAGS[4:], "--algorithm", "slate", "--engine", "distributed"]
+# Two parties on the distributed engine, for 300 iterations: a distributed step costs several
+# times a simulator one (a few ms an iteration even on a fast machine), so the kill (at most
+# 0.2 s after the first checkpoint, at 25) still comes long before the end.
+DISTRIBUTED_ITERATIONS = 300
+DISTRIBUTED = [*FLAGS[:3], "2", FLAGS[4], str(DISTRIBUTED_ITERATIONS), *FLAGS[6:], "--algorithm",
+               "slate", "--engine", "distributed"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
