@@ -168,7 +168,8 @@ def test_early_stopping_without_validation_is_refused(capsys):
 
 def test_summary_describes_the_test_rows_not_the_validation_rows(tmp_path):
     """With --validation-fraction, summary.json's test_split (and the PR curve's title, made
-    from it) describes the test rows the AP was computed on, never the validation split."""
+    from it) describes the test rows the AP was computed on, never the validation split. (100
+    iterations each, not 600: the text depends on the split alone, not on how long it trains.)"""
     _write(tmp_path / "train.csv", 600, 0)
     _write(tmp_path / "test.csv", 300, 1)
     for rank in range(3):
@@ -180,7 +181,8 @@ def test_summary_describes_the_test_rows_not_the_validation_rows(tmp_path):
                       "seeded stratified split of each party's own file"),
     }  # fmt: skip
     for name, (flags, expected) in cases.items():
-        config = _config(tmp_path / name, **{"train": str(tmp_path / "train.csv"), **flags})
+        config = _config(tmp_path / name, iterations=100,
+                         **{"train": str(tmp_path / "train.csv"), **flags})  # fmt: skip
         summary = train(config, progress=False, figures=False, log=lambda _: None).summary
         assert expected in summary["test_split"], (name, summary["test_split"])
         assert "validation" not in summary["test_split"], name
