@@ -46,7 +46,7 @@ def test_a_run_with_positive_label_minus_one_learns_and_scores_the_minus_one_cla
     out = tmp_path / "run"
     code = main(["train", "--dataset", "libsvm", "--train", str(tmp_path / "train.svm"),
                  "--test", str(tmp_path / "test.svm"), "--positive-label", "-1", "--nodes", "3",
-                 "--iterations", "2000", "--threads", "1", "--no-progress", "--no-party-ap",
+                 "--iterations", "1000", "--threads", "1", "--no-progress", "--no-party-ap",
                  "--no-plots", "--out", str(out)])  # fmt: skip
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -60,7 +60,9 @@ def test_a_run_with_positive_label_minus_one_learns_and_scores_the_minus_one_cla
     scores = np.genfromtxt(tmp_path / "scores.csv", delimiter=",", names=True)["score"]
     reference = average_precision_score(test_labels == -1, scores)
     assert summary["test_ap"] == pytest.approx(reference, abs=1e-6)
-    assert reference > 0.6  # it learned the -1 class (12% of the rows), not the +1 class
+    # It learned the -1 class (12% of the rows), not the +1 class (AP about 0.07): with seed 0
+    # the AP is 0.07 after 250 iterations and 0.80-0.81 from 500 to 2000 (0.804 at 1000).
+    assert reference > 0.6
     assert main(["evaluate", "--run", str(out), "--data", str(tmp_path / "test.svm"),
                  "--json"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["ap"] == pytest.approx(reference, abs=1e-6)
