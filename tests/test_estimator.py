@@ -353,7 +353,7 @@ def test_n_parties_is_chosen_from_the_positives_as_slate_train_chooses_it() -> N
     rng = np.random.default_rng(5)
     x = rng.normal(size=(400, 3))
     y = (x[:, 0] + rng.normal(0, 0.5, 400) > 1.6).astype(int)
-    scores = cross_val_score(SlateClassifier(iterations=100), x, y, cv=3,
+    scores = cross_val_score(SlateClassifier(iterations=20), x, y, cv=3,
                              scoring="average_precision")  # fmt: skip
     assert np.all(np.isfinite(scores))
     clf = SlateClassifier(iterations=50).fit(x, y)
