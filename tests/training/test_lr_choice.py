@@ -20,7 +20,7 @@ from slate.training.loop import run_candidates, train
 from slate.training.lr_choice import CANDIDATES, choice_iterations, choice_rows, choose_lr, pick
 from tests.sites import run_command
 
-ITERATIONS = ["--iterations", "100", "--eval-every", "100", "--no-progress", "--threads", "1",
+ITERATIONS = ["--iterations", "40", "--eval-every", "40", "--no-progress", "--threads", "1",
               "--no-plots"]  # fmt: skip
 
 
