@@ -29,7 +29,7 @@ import pytest
 import torch.distributed as dist
 
 from slate.engines.distributed.control import session, start_up
-from slate.engines.distributed.control.launch import serve_rendezvous
+from slate.engines.distributed.control.launch import RENDEZVOUS_ROSTER_KEY, serve_rendezvous
 from slate.engines.distributed.control.liveness import (
     FINAL_MEMBERS_KEY,
     LEFT_KEY,
@@ -38,7 +38,7 @@ from slate.engines.distributed.control.liveness import (
 )
 from slate.engines.distributed.control.store_records import Records
 from slate.engines.distributed.wire.handshake import MARGIN_S
-from slate.security import SiteIdentity, make_roster, read_private_key, write_keypair
+from slate.security import Roster, SiteIdentity, make_roster, read_private_key, write_keypair
 from tests.sites import (
     HAVE_W7A,
     SITE_FLAGS,
@@ -441,6 +441,9 @@ def test_an_earlier_runs_records_replayed_into_a_new_run_are_refused(tmp_path):
     host = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=60))  # fmt: skip
     session.publish_store_nonce(host)
+    # what 'slate rendezvous' writes as it starts: the sites compare it with their roster at
+    # once, instead of waiting ROSTER_KEY_WAIT_S (10 s) for it before they go on without it
+    host.set(RENDEZVOUS_ROSTER_KEY, Roster.read(roster).digest)
     parties = [start_party(first, r, port, *flags, "--iterations", "20",
                            *identity_flags(roster, r)) for r in range(2)]  # fmt: skip
     for party in parties:
@@ -461,19 +464,21 @@ def test_an_earlier_runs_records_replayed_into_a_new_run_are_refused(tmp_path):
     for key, value in kept.items():
         if key != session.STORE_NONCE_KEY:
             store.set(key, value)
-    parties = [start_party(second, r, port, *flags, "--iterations", "300",
-                           *identity_flags(roster, r)) for r in range(2)]  # fmt: skip
+    # 120 iterations with a checkpoint every 40: the end of run 1 is written again at the first
+    # and the rendezvous checked at the second, 40 iterations (many of its reads) later.
+    parties = [start_party(second, r, port, *flags, "--iterations", "120", "--checkpoint-every",
+                           "40", *identity_flags(roster, r)) for r in range(2)]  # fmt: skip
     expect(said, "another session")  # run 1's end, refused once the session is known
-    wait_until(lambda: checkpoint_reached(second / "site0", 100), "a checkpoint")
+    wait_until(lambda: checkpoint_reached(second / "site0", 40), "a checkpoint")
     for key in ends:  # the end of run 1 again, mid-run
         store.set(key, kept[key])
-    wait_until(lambda: checkpoint_reached(second / "site0", 200), "a later checkpoint")
+    wait_until(lambda: checkpoint_reached(second / "site0", 80), "a later checkpoint")
     assert server.poll() is None  # still serving the run
     for rank, party in enumerate(parties):
         _, err = party.communicate(timeout=240)
         assert party.returncode == 0, err[-3000:]
         assert "another session" in err, err[-3000:]  # run 1's slate/generation, refused
         summary = json.loads((second / f"site{rank}" / "run" / "summary.json").read_text())
-        assert summary["iterations"] == 300 and summary["party_events"] == []
+        assert summary["iterations"] == 120 and summary["party_events"] == []
     assert server.wait(timeout=60) == 0
     assert "every party has left" in expect(said, "slate rendezvous: every party")
