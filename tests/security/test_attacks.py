@@ -131,7 +131,7 @@ def run_with_roster(root: Path, roster: Path, stranger: bool) -> list[tuple[str,
     write_sites(root, parties=3, rows=300)
     port = free_port()
     server = serve(port, "--roster", str(roster))
-    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--iterations", "100"]
+    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--iterations", "50"]
     parties = [start_party(root, r, port, *flags, *identity_flags(roster, r)) for r in (0, 1)]
     intruder = None
     if stranger:
@@ -196,7 +196,9 @@ def test_without_a_roster_a_fake_join_and_oversized_values_are_ignored(tmp_path)
     write_sites(tmp_path, parties=3, rows=300)
     port = free_port()
     server = serve(port)
-    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--iterations", "300"]
+    # two checkpoint boundaries (50, 100) after the stranger's records are written
+    flags = ["--nodes", "3", "--external-store", *SITE_FLAGS, "--iterations", "150",
+             "--checkpoint-every", "50"]  # fmt: skip
     parties = [start_party(tmp_path, r, port, *flags) for r in range(3)]
     store = client(port)
     wait_for(lambda: store.check(["slate/generation"]), "the run to start")
@@ -210,7 +212,7 @@ def test_without_a_roster_a_fake_join_and_oversized_values_are_ignored(tmp_path)
         assert process.returncode == 0, f"party {rank}: {err}"
         assert "Traceback" not in err
         summary = json.loads((tmp_path / f"site{rank}" / "run" / "summary.json").read_text())
-        assert summary["party_events"] == [] and summary["iterations"] == 300
+        assert summary["party_events"] == [] and summary["iterations"] == 150
     said, _ = server.communicate(timeout=60)
     assert server.returncode == 0  # it stayed until every party had left
     assert "over the limit" in said and "every party has left" in said
