@@ -21,6 +21,7 @@ from slate.training.accountant import (
     PrivacyBudgetSpent,
     PrivacyLedger,
     PrivacyLedgerInvalid,
+    _epsilon,
     calibrate,
     epsilon_pld,
     folder_history,
@@ -65,6 +66,26 @@ def test_the_relation_is_replace_one_and_doubles_epsilon_at_equal_z():
     add_remove = _composed(schedule, dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
     assert 1.6 * add_remove < ours < 2.4 * add_remove
     assert RELATION == "replace-one row within its class"
+
+
+@pytest.mark.parametrize("interval", [1e-3, 1e-2])  # DISCRETISATION and the coarse bracket's
+def test_the_composition_is_pld_accountants_bit_for_bit(interval):
+    """slate composes each segment's PLD (made once per process) onto the identity in order;
+    that is what ``PLDAccountant(REPLACE_ONE)`` does with the same events at the same
+    discretisation, and gives its ε exactly, for one segment and for histories of several, a
+    second call (from the caches) included."""
+    histories = [((0.2, 3.0, 200),),
+                 ((0.05, 1.01, 205), (0.05, 4.14, 281)),
+                 ((0.2, 1.96, 38), (0.5, 2.68, 52), (1.0, 4.94, 273))]  # fmt: skip
+    for events in histories:
+        accountant = pld_privacy_accountant.PLDAccountant(
+            dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=interval
+        )
+        accountant.compose(dpa.ComposedDpEvent([_event(*e) for e in events]))
+        truth = accountant.get_epsilon(DELTA)
+        assert _epsilon(events, DELTA, interval) == truth
+        _epsilon.cache_clear()  # (the segments' PLDs stay cached)
+        assert _epsilon(events, DELTA, interval) == truth
 
 
 def test_heterogeneous_segments_compose_as_dp_accounting_does():
