@@ -87,8 +87,12 @@ def run(tmp_path, name, **flags):
 
 def test_messy_table_trains_like_the_hand_cleaned_one(tmp_path):
     train_t, test_t = messy_table(0), messy_table(1, rows=2000)
+    # 200 iterations, not COMMON's 600: both tables' test APs are equal to the last digit for
+    # seeds 0, 1 and 2 (0.793, 0.805, 0.800 against a bound of 0.54), measured here, as at 600
+    # (0.800, 0.809, 0.810).
     messy = run(tmp_path, "messy", train=str(write(tmp_path / "tr.csv", train_t)),
-                test=str(write(tmp_path / "te.csv", test_t)), id_columns=("pid",))  # fmt: skip
+                test=str(write(tmp_path / "te.csv", test_t)), id_columns=("pid",),
+                iterations=200)  # fmt: skip
     x_train, x_test = cleaned_by_hand(train_t, test_t)
     clean = {}
     for split, x, t in (("train", x_train, train_t), ("test", x_test, test_t)):
@@ -98,7 +102,8 @@ def test_messy_table_trains_like_the_hand_cleaned_one(tmp_path):
         with open(path, "w", newline="") as handle:
             csv.writer(handle).writerows([[*names, "y"], *rows])
         clean[split] = str(path)
-    by_hand = run(tmp_path, "clean", train=clean["train"], test=clean["test"], standardize=False)
+    by_hand = run(tmp_path, "clean", train=clean["train"], test=clean["test"], standardize=False,
+                  iterations=200)  # fmt: skip
     assert messy["test_ap"] > 3 * float(np.mean(np.array(test_t["y"]) == "pos"))
     assert abs(messy["test_ap"] - by_hand["test_ap"]) <= 0.02
     encoding = messy["preprocessing"]

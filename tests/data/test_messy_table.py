@@ -54,8 +54,10 @@ def _run(tmp_path: Path, kind: str, notes: list[str]):
     config = TrainConfig(
         dataset="csv", train=str(tmp_path / f"{kind}_train.csv"),
         test=str(tmp_path / f"{kind}_test.csv"), label_column="y", positive_label="1",
-        iterations=600, lr=0.01, threads=1, party_ap=False,  # a fixed step: no --lr auto
+        iterations=300, lr=0.01, threads=1, party_ap=False,  # a fixed step: no --lr auto
     )  # fmt: skip
+    # 300 iterations: the two tables' test APs are equal to the last digit for seeds 0, 1 and 2
+    # (0.0790, 0.0778, 0.0795), measured here, as at 600 (0.0827 for seed 0).
     return train(config, write=False, progress=False, log=notes.append).summary
 
 

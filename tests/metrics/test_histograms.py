@@ -61,7 +61,7 @@ def _pooled(case):
     return scores, labels, index, _sum_counts(blocks, bins)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)  # Hypothesis's default 100 examples
 @given(scored_parties())
 def test_summed_histograms_give_sklearn_on_the_binned_pooled_scores(case):
     scores, labels, index, counts = _pooled(case)

@@ -344,7 +344,7 @@ def check_survivor_graph(W: np.ndarray, survivors: list[int], g: SurvivorGraph) 
         assert comp[b.i] != comp[b.j]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)  # Hypothesis's default 100 examples
 @given(graph_and_survivors())
 def test_random_connected_graphs_and_losses(case: tuple[np.ndarray, list[int]]) -> None:
     W, survivors = case
@@ -357,7 +357,7 @@ def test_random_connected_graphs_and_losses(case: tuple[np.ndarray, list[int]]) 
         assert any(adj[b.i, r] for r in b.around) and any(adj[b.j, r] for r in b.around)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)  # Hypothesis's default 100 examples
 @given(graph_and_survivors(connected=False))
 def test_random_possibly_disconnected_graphs_and_losses(
     case: tuple[np.ndarray, list[int]],
