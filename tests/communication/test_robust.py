@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -416,10 +417,48 @@ def test_robust_clip_resumes_bit_identically(attack):
         assert_accused_only_by_its_neighbours({"party_events": whole.guard.events()})
 
 
+CLIPPED_CASES = [("int8", "1@5:signflip"), ("none", "1@5:drift:2")]  # (compress, SLATE_ATTACK)
+
+#: Both distributed runs, one after the other in one fresh interpreter (``slate.cli.main``
+#: twice): a worker takes the launcher's environment as it is when it starts, so each run's
+#: sites see its own ``SLATE_ATTACK``; the launcher's forkserver, started by the first run, serves
+#: the second (it has only imported, under the same ``ATEN_CPU_CAPABILITY``).
+_BOTH_RUNS = """
+import json, os, sys
+from slate.cli import main
+for attack, *argv in json.loads(sys.argv[1]):
+    os.environ["SLATE_ATTACK"] = attack
+    code = main(argv)
+    if code:
+        sys.exit(code)
+"""
+
+
+def clipped_flags(compress: str) -> list[str]:
+    return ["--compress", compress, "--dataset", "digits", "--nodes", "4", "--topology", "ring",
+            "--iterations", "30", "--eval-every", "15", "--seed", "3", "--no-progress",
+            "--robust", "clip", "--no-plots"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def distributed_clipped(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """Each case's distributed run under ``ATEN_CPU_CAPABILITY=default`` (no SIMD), both in one
+    fresh interpreter (the variable is read as torch loads): case -> its output folder."""
+    root = tmp_path_factory.mktemp("clipped")
+    runs = [[attack, "train", *clipped_flags(compress), "--engine", "distributed", "--out",
+             str(root / compress)] for compress, attack in CLIPPED_CASES]  # fmt: skip
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    done = subprocess.run([sys.executable, "-c", _BOTH_RUNS, json.dumps(runs)],
+                          capture_output=True, text=True, timeout=400, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return {case: root / case[0] for case in CLIPPED_CASES}
+
+
 @pytest.mark.processes
-@pytest.mark.parametrize("compress, attack", [("int8", "1@5:signflip"),
-                                              ("none", "1@5:drift:2")])  # fmt: skip
-def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path, monkeypatch):
+@pytest.mark.parametrize("compress, attack", CLIPPED_CASES)
+def test_distributed_clipped_mix_equals_the_simulator(
+    compress, attack, distributed_clipped, tmp_path, monkeypatch
+):
     """The engines on different CPU kernels, as sites on different machines would be: the
     distributed run under ``ATEN_CPU_CAPABILITY=default`` (no SIMD), the simulator under this
     machine's own. Their float32 arithmetic then differs in the last bits.
@@ -433,17 +472,8 @@ def test_distributed_clipped_mix_equals_the_simulator(compress, attack, tmp_path
     values beyond 1e-5). Measured on an AMD EPYC (AVX2 against no SIMD): 25 of 1 792 values
     beyond 1e-5, the largest 2.5e-5, with ``s`` 2.7e-5 (an AVX-512 machine showed 23 values, 2.5e-5
     at most, against the simulator on its own kernels); without compression 1.9e-7 at most."""
-    common = ["--compress", compress, "--dataset", "digits", "--nodes", "4", "--topology",
-              "ring", "--iterations", "30", "--eval-every", "15", "--seed", "3", "--no-progress",
-              "--robust", "clip", "--no-plots"]  # fmt: skip
-    out = tmp_path / "dist"
-    env = {**os.environ, "SLATE_ATTACK": attack, "ATEN_CPU_CAPABILITY": "default"}
-    done = subprocess.run(
-        [sys.executable, "-m", "slate", "train", *common, "--engine", "distributed",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=240, env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    common = clipped_flags(compress)
+    out = distributed_clipped[(compress, attack)]
     sim = tmp_path / "sim"
     monkeypatch.setenv("SLATE_ATTACK", attack)
     steps = _recorded_int8_steps(monkeypatch)
