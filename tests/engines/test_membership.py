@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import torch.distributed as dist
@@ -161,6 +162,15 @@ def test_a_party_cannot_rejoin_a_finished_run(store_address):
         Membership(Records(store, 8), 1, [0, 1, 2], timeout_s=5.0).request_join()
 
 
+def until_moved(read: Callable[[], int], least: int, within_s: float = 10.0) -> int:
+    """``read()`` polled until it is at least ``least`` (a heartbeat beats every 0.5 s: two
+    beats take about a second, more on a loaded machine) or ``within_s`` passed; its last value."""
+    deadline = time.monotonic() + within_s
+    while (value := read()) < least and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
 def test_heartbeat_moves_and_stops():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -168,8 +178,7 @@ def test_heartbeat_moves_and_stops():
     master = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
     beat = Heartbeat(lambda: client(port), 7, Records(None, 8))
     first = int(master.add(f"{PREFIX}beat/7", 0))
-    time.sleep(1.2)
-    second = int(master.add(f"{PREFIX}beat/7", 0))
+    second = until_moved(lambda: int(master.add(f"{PREFIX}beat/7", 0)), first + 2)
     beat.stop()
     time.sleep(0.7)
     third = int(master.add(f"{PREFIX}beat/7", 0))
@@ -309,8 +318,8 @@ def test_the_heartbeat_reconnects_after_an_outage(store_address):
         time.sleep(1.2)
         assert int(watcher.add(f"{PREFIX}beat/3", 0)) == during  # silent while cut off
         state["cut"] = False
-        time.sleep(1.6)
-        assert int(watcher.add(f"{PREFIX}beat/3", 0)) >= during + 2  # beating again
+        beats = until_moved(lambda: int(watcher.add(f"{PREFIX}beat/3", 0)), during + 2)
+        assert beats >= during + 2  # beating again
         assert state["connects"] == 2  # on a new connection
     finally:
         beat.stop()
