@@ -35,6 +35,11 @@ def _write(path, rows: int, seed: int) -> None:
 @pytest.fixture
 def audit(monkeypatch):
     """Every data file opened, and every chunk of training steps, in order."""
+    return _audit(monkeypatch)
+
+
+def _audit(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
+    """Patches that record every data file opened and every chunk of training steps."""
     events: list[tuple[str, object]] = []
     opened = files.open_data_file
     advance = Run.advance
@@ -63,15 +68,29 @@ def _config(tmp_path, **kw):
     return TrainConfig(**{**defaults, **kw})
 
 
-def test_the_test_file_is_read_after_training_and_scored_once(tmp_path, audit, monkeypatch):
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    """One audited run on 600 training rows (25% held for validation) and a 300-row test file,
+    shared by the three tests below that read different things from the same run: the files it
+    opened and its final test scorings, its saved model, its validation split."""
+    tmp_path = tmp_path_factory.mktemp("one_run")
     _write(tmp_path / "train.csv", 600, 0)
     _write(tmp_path / "test.csv", 300, 1)
-    finals = []
-    use_final_test = Run.use_final_test
-    monkeypatch.setattr(Run, "use_final_test", lambda run: (finals.append(1),
-                        use_final_test(run))[1])  # fmt: skip
-    config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
-    summary = train(config, progress=False, figures=False, log=lambda _: None).summary
+    finals: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        events = _audit(patch)
+        use_final_test = Run.use_final_test
+        patch.setattr(Run, "use_final_test", lambda run: (finals.append(1),
+                      use_final_test(run))[1])  # fmt: skip
+        config = _config(tmp_path, train=str(tmp_path / "train.csv"),
+                         test=str(tmp_path / "test.csv"))  # fmt: skip
+        result = train(config, progress=False, figures=False, log=lambda _: None)
+    return tmp_path, result, events, finals
+
+
+def test_the_test_file_is_read_after_training_and_scored_once(one_run):
+    _, result, audit, finals = one_run
+    summary = result.summary
     opens = [
         i for i, (kind, name) in enumerate(audit) if kind == "open" and name.endswith("/test.csv")
     ]
@@ -81,11 +100,9 @@ def test_the_test_file_is_read_after_training_and_scored_once(tmp_path, audit, m
     assert summary["n_validation"] == 150 and summary["n_test"] == 300
 
 
-def test_evaluate_agrees_with_the_summary(tmp_path, capsys):
-    _write(tmp_path / "train.csv", 600, 0)
-    _write(tmp_path / "test.csv", 300, 1)
-    config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
-    summary = train(config, progress=False, figures=False, log=lambda _: None).summary
+def test_evaluate_agrees_with_the_summary(one_run, capsys):
+    tmp_path, result, _, _ = one_run
+    summary = result.summary
     capsys.readouterr()
     assert main(["evaluate", "--run", str(tmp_path / "run"), "--data",
                  str(tmp_path / "test.csv"), "--json"]) == 0  # fmt: skip
@@ -94,12 +111,9 @@ def test_evaluate_agrees_with_the_summary(tmp_path, capsys):
 
 
 def test_validation_rows_are_the_split_of_the_training_rows_and_nothing_else_is_fitted_on_them(
-    tmp_path,
+    one_run,
 ):
-    _write(tmp_path / "train.csv", 600, 0)
-    _write(tmp_path / "test.csv", 300, 1)
-    config = _config(tmp_path, train=str(tmp_path / "train.csv"), test=str(tmp_path / "test.csv"))
-    result = train(config, progress=False, figures=False, log=lambda _: None)
+    tmp_path, result, _, _ = one_run
     table = read_table(tmp_path / "train.csv", "y", "1")
     kept, held = hold_out(table.y, 0.25, 0, "t", "--validation-fraction")
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())["preprocessing"]
