@@ -37,9 +37,9 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared"),
 ]
 
-SITES, LIAR, ROWS, ITERATIONS = 4, 1, 300, 100
+SITES, LIAR, ROWS, ITERATIONS = 4, 1, 300, 50
 HONEST = [r for r in range(SITES) if r != LIAR]
-FLAGS = [*SITE_FLAGS, "--iterations", str(ITERATIONS), "--eval-every", "50"]
+FLAGS = [*SITE_FLAGS, "--iterations", str(ITERATIONS), "--eval-every", "25"]
 
 #: The liar's program: it replaces what it contributes to the averaged model at the last
 #: evaluation (the model every site saves) by ``n T - (n - 1) x``, so the average becomes
