@@ -149,14 +149,6 @@ def sampling_rates(
 # ----------------------------------------------------------------------------- dp-accounting
 
 
-def _event(q: float, z: float, releases: int):
-    import dp_accounting as dpa
-
-    return dpa.SelfComposedDpEvent(
-        dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), int(releases)
-    )
-
-
 def _merged(events: Iterable[Event]) -> tuple[Event, ...]:
     """The events with releases, identical mechanisms merged (composition is commutative)."""
     counts: dict[tuple[float, float], int] = {}
@@ -164,34 +156,6 @@ def _merged(events: Iterable[Event]) -> tuple[Event, ...]:
         if n > 0 and q > 0:
             counts[(float(q), float(z))] = counts.get((float(q), float(z)), 0) + int(n)
     return tuple(sorted((q, z, n) for (q, z), n in counts.items()))
-
-
-def _pld_module():
-    """``dp_accounting.pld.privacy_loss_distribution`` (imported on first use: it loads
-    scipy)."""
-    from dp_accounting.pld import privacy_loss_distribution
-
-    return privacy_loss_distribution
-
-
-@functools.lru_cache(maxsize=64)
-def _release_pld(q: float, z: float, interval: float):
-    """``dp-accounting``'s PLD of one Poisson-sampled Gaussian release (rate ``q``, multiplier
-    ``z``) under replace-one: what ``PLDAccountant`` makes of
-    ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``. A PLD is never changed by composing it
-    (``compose`` and ``self_compose`` return new ones), so one serves every composition."""
-    import dp_accounting as dpa
-
-    return _pld_module().from_gaussian_mechanism(
-        standard_deviation=z, value_discretization_interval=interval, sampling_prob=q,
-        neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE,
-    )  # fmt: skip
-
-
-@functools.lru_cache(maxsize=64)
-def _segment_pld(q: float, z: float, releases: int, interval: float):
-    """:func:`_release_pld` self-composed ``releases`` times: one segment of a history."""
-    return _release_pld(q, z, interval).self_compose(releases)
 
 
 def epsilon_pld(events: Iterable[Event], delta: float) -> float:
@@ -202,20 +166,11 @@ def epsilon_pld(events: Iterable[Event], delta: float) -> float:
 
 @functools.cache
 def _epsilon(events: tuple[Event, ...], delta: float, interval: float = DISCRETISATION) -> float:
-    """ε at ``delta`` of ``events`` (merged, :func:`_merged`) composed in order from the
-    identity, as ``PLDAccountant(REPLACE_ONE, interval)`` composes
-    ``ComposedDpEvent([SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), n),
-    ...])`` (``_maybe_compose``: each release's PLD self-composed ``n`` times, composed onto the
-    identity in turn), and equal to it bit for bit (tests/training/test_accountant.py), with each
-    segment's PLD made once per process (:func:`_segment_pld`): a calibration's probes and a
-    plan's summaries compose the same history segments again, and making one is most of the
-    cost."""
-    if not events:
-        return 0.0
-    composed = _pld_module().identity(value_discretization_interval=interval)
-    for q, z, n in events:
-        composed = composed.compose(_segment_pld(q, z, n, interval))
-    return float(composed.get_epsilon_for_delta(delta))
+    """ε at ``delta`` of ``events`` (merged, :func:`_merged`) by dp-accounting's PLD accountant
+    at ``interval`` (:func:`slate.training.pld_composition.composed_epsilon`)."""
+    from slate.training.pld_composition import composed_epsilon
+
+    return composed_epsilon(events, delta, interval)
 
 
 def calibrate(
