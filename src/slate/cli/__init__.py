@@ -12,6 +12,8 @@ with torch loaded costs about 0.3 s of CPU, on the cores the sites share.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -49,6 +51,8 @@ EXIT_INTERRUPTED = 130
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slate`` console script and ``python -m slate``."""
     own_process = argv is None  # the console script or ``python -m slate``, not a caller's call
+    if own_process:
+        _exit_without_collecting()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command != "topology":
@@ -86,6 +90,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("slate: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _exit_without_collecting() -> None:
+    """At this process's exit, move every object out of the garbage collector's reach
+    (:func:`gc.freeze`) before the interpreter frees its modules.
+
+    The collector's passes over torch's and slate's objects at exit cost one to three seconds
+    of CPU on a 2-core machine (``python -c "import torch"`` ends 2.9 s after its last line,
+    0.55 s with :func:`gc.freeze` first), after the command has printed its last line. Exit
+    handlers registered before this one (``logging``'s, which flushes and closes the log
+    handlers) still run, after it; slate closes every file it writes itself."""
+    atexit.register(gc.freeze)
 
 
 def _end_server_process(code: int) -> int:

@@ -33,6 +33,7 @@ __all__ = ["SentFd", "Worker", "preloaded", "run_command", "start_workers"]
 #: What a worker imports anyway, loaded once in the server: slate's command, its training loop
 #: and engine (torch with them), and the readers of datasets, where this process loaded them.
 PRELOAD = (
+    "slate.engines.distributed.control.fork_server",  # (imported by the server alone)
     "slate.cli",
     "slate.training.loop",
     "slate.engines.distributed.engine",
