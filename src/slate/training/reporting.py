@@ -21,6 +21,7 @@ import importlib.util
 import json
 import logging
 import math
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -248,6 +249,11 @@ class Progress:
         if self.bar is None:
             from tqdm.auto import tqdm
 
+            # One process writes this bar: a thread lock, not tqdm's default, which also makes a
+            # multiprocessing lock (a named semaphore). A party process ends with os._exit, so
+            # that semaphore was never released and the launcher's resource tracker reported it
+            # as leaked at the end of every clean run.
+            tqdm.set_lock(threading.RLock())
             total = self.run.settings.algorithm.iterations
             self.bar = tqdm(total=total, initial=self.run.iteration, unit="it",
                             dynamic_ncols=True)  # fmt: skip
