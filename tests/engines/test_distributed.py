@@ -172,17 +172,24 @@ def test_with_stop_killing_a_party_stops_the_others_naming_the_lost_rank(tmp_pat
 def test_the_launcher_passes_sigint_on_even_when_it_inherited_it_ignored(tmp_path):
     """A launcher started by a script with ``&`` (no job control) inherits SIGINT ignored; a
     SIGINT sent to it must still reach the parties, which stop with a checkpoint. (Two parties:
-    the launcher passes the signal to each of its workers alike, so two show it as four do.)"""
+    the launcher passes the signal to each of its workers alike, so two show it as four do.)
+
+    The launcher is forked from the tests' server (:func:`tests.sites.start`) rather than
+    exec'd as a fresh interpreter: SIGINT is set ignored before ``slate`` runs, which leaves it
+    as an inherited one would (ignored, and Python's handler ``SIG_IGN``); in a session of its
+    own, so that its workers come from a forkserver of its own, started with SIGINT ignored as
+    the launcher's were before."""
     out = tmp_path / "run"
     ignore_then_run = (
-        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-        "os.execv(sys.executable, [sys.executable, '-m', 'slate', *sys.argv[1:]])"
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "sys.argv = ['slate', *sys.argv[1:]]; "
+        "runpy.run_module('slate', run_name='__main__', alter_sys=True)"
     )
-    process = subprocess.Popen(
+    process = start(
         [sys.executable, "-c", ignore_then_run, "train", *COMMON, "--nodes", "2",
          "--iterations", "100000", "--checkpoint-every", "50", "--engine", "distributed",
          "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while not list(out.glob("checkpoint-rank0-*.pt")) and time.monotonic() < deadline:
