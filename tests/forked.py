@@ -64,6 +64,9 @@ PRELOAD = [
     "scipy.sparse",
     "tests.preloaded_data",
     "tests.forked",
+    # Last, as the launcher's server imports it: freezes what the others loaded, so that a
+    # fork's collections neither walk nor copy the pages of torch's and slate's objects.
+    "slate.engines.distributed.control.fork_server",
 ]
 #: This server's ``PYTHONUNBUFFERED`` (read in the server, as it imports this module): the mode of
 #: the standard streams its forks start with.

@@ -125,3 +125,27 @@ def test_a_forked_launchers_workers_run_as_its_own_servers_would(tmp_path):
     *own_output, own_summary = outputs[True]
     assert lent_output == own_output and "usage: slate topology" in lent_output[0]
     assert (lent_summary, own_summary) == ("exit 0 own server False", "exit 0 own server True")
+
+
+FROZEN = """
+import multiprocessing
+from slate.engines.distributed.control import workers
+context = multiprocessing.get_context("forkserver")
+context.set_forkserver_preload(workers.preloaded())
+probe = "import gc, os; os._exit(0 if gc.get_freeze_count() > 100_000 else 3)"
+process = context.Process(target=exec, args=(probe,))
+process.start()
+process.join()
+print("exit", process.exitcode, flush=True)
+"""
+
+
+def test_a_launchers_workers_start_with_the_preloaded_objects_frozen(tmp_path):
+    """The launcher's fork server freezes what it preloaded (``control/fork_server.py``): a
+    worker's collections skip torch's and slate's objects, so they neither cost a walk over them
+    nor copy their pages from the server. A fresh launcher's own server (a session of its own,
+    the product's path) forks a probe that exits 0 only when over 100 000 objects came frozen."""
+    process = forked.popen([sys.executable, "-c", FROZEN], cwd=tmp_path, start_new_session=True)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert out.splitlines()[-1] == "exit 0", out

@@ -33,19 +33,21 @@ __all__ = ["SentFd", "Worker", "preloaded", "run_command", "start_workers"]
 #: What a worker imports anyway, loaded once in the server: slate's command, its training loop
 #: and engine (torch with them), and the readers of datasets, where this process loaded them.
 PRELOAD = (
-    "slate.engines.distributed.control.fork_server",  # (imported by the server alone)
     "slate.cli",
     "slate.training.loop",
     "slate.engines.distributed.engine",
     "slate.engines.distributed.control.workers",
 )
 IF_LOADED = ("sklearn.datasets", "sklearn.model_selection", "scipy.sparse")
+#: Imported by the server alone, after the others: freezes what they loaded (its docstring).
+FREEZE = "slate.engines.distributed.control.fork_server"
 
 
 def preloaded() -> list[str]:
-    """The modules the fork server imports: :data:`PRELOAD`, and those of :data:`IF_LOADED`
-    that this process has imported (the launcher read the data the workers will read)."""
-    return [*PRELOAD, *(name for name in IF_LOADED if name in sys.modules)]
+    """The modules the fork server imports: :data:`PRELOAD`, those of :data:`IF_LOADED` that
+    this process has imported (the launcher read the data the workers will read), and last
+    :data:`FREEZE`."""
+    return [*PRELOAD, *(name for name in IF_LOADED if name in sys.modules), FREEZE]
 
 
 class SentFd:
