@@ -1,4 +1,4 @@
-"""A site on the roster that lies in a sum, tried as an insider would, on real processes: four
+"""A site on the roster that lies in a sum, tried as an insider would, on real processes: three
 sites with their own w7a files and a roster, one of them lying through ``SLATE_ATTACK``
 (:mod:`slate.faults.lies`). Every honest site must either finish with a ``model.pt`` whose AP
 on its own test file (``slate evaluate``) is the one its summary states, or stop with one
@@ -34,7 +34,12 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared"),
 ]
 
-SITES, LIAR = 4, 1
+#: Three sites: each check is every honest site's own (a liar among them, two honest sites to
+#: refuse it), and no check depends on a fourth.
+SITES, LIAR = 3, 1
+#: The final-average and evaluation runs: two evaluations, the liar acting at the first (planted
+#: counts) or the last (the final average, the model every site saves).
+ITERATIONS, EVERY = 50, 25
 HONEST = [r for r in range(SITES) if r != LIAR]
 FEATURES = 40  # CSV sites: the first 40 w7a features, a text column and a numeric one
 CSV_FLAGS = ["--dataset", "csv", "--train", "train.csv", "--test", "test.csv", "--label-column",
@@ -66,7 +71,7 @@ def write_csv_sites(root: Path, rows: int = 300) -> None:
 
 
 def run_sites(root: Path, roster: Path, flags: list[str], monkeypatch, attack: str = ""):
-    """The four sites' exit codes and outputs, ``SLATE_ATTACK`` set to ``attack``."""
+    """The sites' exit codes and outputs, ``SLATE_ATTACK`` set to ``attack``."""
     monkeypatch.setenv("SLATE_ATTACK", attack)
     port = free_port()
     parties = [start_party(root, r, port, "--nodes", str(SITES), *flags,
@@ -115,8 +120,8 @@ def test_a_poisoned_final_average_is_refused_and_each_site_keeps_its_own_model(
     """Before: every summary said AP 0.6953 while every model.pt scored 0.0153 on its site's
     own test file, and nobody was named."""
     root, roster = svm_sites
-    flags = [*SITE_FLAGS, "--iterations", "100", "--eval-every", "50"]
-    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@100:final-poison")
+    flags = [*SITE_FLAGS, "--iterations", str(ITERATIONS), "--eval-every", str(EVERY)]
+    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@{ITERATIONS}:final-poison")
     stops_naming(outputs, "refused the final average")
     for rank in HONEST:
         site = root / f"site{rank}"
@@ -134,8 +139,8 @@ def test_the_saved_model_is_the_evaluated_model(svm_sites, monkeypatch, tmp_path
     """An honest run: every site accepts the average, and its model.pt scores on its own test
     file exactly the AP its summary gives for its own rows."""
     root, roster = svm_sites
-    flags = [*SITE_FLAGS, "--iterations", "100", "--eval-every", "50", "--out", str(tmp_path)
-             + "/run{rank}"]  # fmt: skip
+    flags = [*SITE_FLAGS, "--iterations", str(ITERATIONS), "--eval-every", str(EVERY), "--out",
+             str(tmp_path) + "/run{rank}"]  # fmt: skip
     outputs = run_sites(root, roster, flags, monkeypatch)
     for rank in range(SITES):
         code, text = outputs[rank]
@@ -157,9 +162,10 @@ def test_planted_evaluation_counts_stop_every_site(svm_sites, monkeypatch):
     the honest value was 0.6953. With ``--on-party-loss stop`` every site stops at the first
     planted evaluation."""
     root, roster = svm_sites
-    flags = [*SITE_FLAGS, "--iterations", "100", "--eval-every", "50", "--on-party-loss", "stop"]
-    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@50:eval-deflate")
-    stops_naming(outputs, "The evaluation at iteration 50 was refused")
+    flags = [*SITE_FLAGS, "--iterations", str(ITERATIONS), "--eval-every", str(EVERY),
+             "--on-party-loss", "stop"]  # fmt: skip
+    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@{EVERY}:eval-deflate")
+    stops_naming(outputs, f"The evaluation at iteration {EVERY} was refused")
     assert "20" in outputs[HONEST[0]][1] and "negative test rows" in outputs[HONEST[0]][1]
 
 
@@ -169,14 +175,14 @@ def test_under_continue_planted_counts_are_dropped_and_the_average_refused(svm_s
     dropped (NaN, a warning) and training goes on; the last one is the final average's, so every
     honest site keeps its own model and stops naming the counts."""
     root, roster = svm_sites
-    flags = [*SITE_FLAGS, "--iterations", "100", "--eval-every", "50"]
-    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@50:eval-inflate")
+    flags = [*SITE_FLAGS, "--iterations", str(ITERATIONS), "--eval-every", str(EVERY)]
+    outputs = run_sites(root, roster, flags, monkeypatch, f"{LIAR}@{EVERY}:eval-inflate")
     stops_naming(outputs, "final evaluation's counts broke the sites' declarations")
     for rank in HONEST:
-        assert "evaluation at iteration 50 was dropped" in outputs[rank][1]
+        assert f"evaluation at iteration {EVERY} was dropped" in outputs[rank][1]
         site = root / f"site{rank}"
         summary = json.loads((site / "run" / "summary.json").read_text())
-        assert [r["iteration"] for r in summary["refused_evaluations"]] == [50, 100]
+        assert [r["iteration"] for r in summary["refused_evaluations"]] == [EVERY, ITERATIONS]
         assert summary["final_average"]["saved"] == "own model"
         assert abs(own_ap(site) - summary["test_ap"]) < 1e-6
 
