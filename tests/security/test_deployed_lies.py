@@ -1,6 +1,6 @@
 """What a site deploys passes checks on its own rows, against a liar running modified code.
 
-Four roster sites with their own w7a files; the liar's process is slate with one function
+Three roster sites with their own w7a files; the liar's process is slate with one function
 replaced by a small program (:data:`PREAMBLE`), as a site that edited its copy of slate would run
 it. Two lies in the final average keep AP and change what a site deploys (a shifted output bias;
 a push on one input's weights): every honest site refuses the average, names the check and saves
@@ -37,7 +37,10 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_W7A, reason="w7a not in shared"),
 ]
 
-SITES, LIAR, ROWS, ITERATIONS = 4, 1, 300, 50
+#: Three sites (a liar and two honest sites; no check needs a fourth). Measured margins, two runs:
+#: own recall 0.91 and 0.95 (>= 0.85), the pooled one 0.22-0.26 below it (> 0.05); under DP the
+#: mean_logit bound in force 0.67-0.69 (< 1.0) against a change of 5.0.
+SITES, LIAR, ROWS, ITERATIONS = 3, 1, 300, 50
 HONEST = [r for r in range(SITES) if r != LIAR]
 FLAGS = [*SITE_FLAGS, "--iterations", str(ITERATIONS), "--eval-every", "25"]
 
