@@ -27,7 +27,9 @@ from tests.sites import (
 
 pytestmark = pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 
-FLAGS = ["--nodes", "3", *SITE_FLAGS, "--iterations", "60", "--topology", "ring"]
+#: 40 iterations: the tampering hooks act on party 1's 40th sealed message (two a step on a ring:
+#: about iteration 20), half-way through the run.
+FLAGS = ["--nodes", "3", *SITE_FLAGS, "--iterations", "40", "--topology", "ring"]
 
 
 def run_sites(root, roster, *extra, env=None):
