@@ -43,7 +43,7 @@ from tests.sites import (
 
 pytestmark = pytest.mark.skipif(not HAVE_W7A, reason="needs ../shared/data/w7a")
 
-SITES = 4
+SITES = 3  # (the stopped site and two others, which name it: four would show nothing more)
 STOPPED = 2  # the site where Ctrl-C lands
 # Stopped just after the first checkpoint (25), which leaves 175 iterations (a few seconds here,
 # about 20 ms each; a second or more on a fast machine) for the stop, which takes a few
@@ -52,10 +52,11 @@ RUN = ["--nodes", str(SITES), "--external-store", "--iterations", "200", *SITE_F
        "--checkpoint-every", "25"]  # fmt: skip
 
 
-def start_sites(root: Path, roster: Path, port: int) -> list[subprocess.Popen]:
-    # (the stopped site a process of its own: slate stop checks its command line)
-    return [start_party(root, r, port, *RUN, *identity_flags(roster, r), fresh=r == STOPPED)
-            for r in range(SITES)]  # fmt: skip
+def start_sites(root: Path, roster: Path, port: int, stopped: bool) -> list[subprocess.Popen]:
+    """The sites of one run; in the run that is ``stopped``, the stopped site is a fresh
+    interpreter (``slate stop`` checks its command line); the uninterrupted run's are forks."""
+    return [start_party(root, r, port, *RUN, *identity_flags(roster, r),
+                        fresh=stopped and r == STOPPED) for r in range(SITES)]  # fmt: skip
 
 
 def printed_command(output: str) -> list[str]:
@@ -86,13 +87,13 @@ def test_ctrl_c_at_one_site_is_named_everywhere_and_the_printed_command_resumes(
     # The uninterrupted run goes side by side with the stopped one, on its own rendezvous.
     reference_port = free_port()
     reference_server = serve(reference_port, "--roster", str(roster))
-    reference_sites = start_sites(reference, roster, reference_port)
+    reference_sites = start_sites(reference, roster, reference_port, stopped=False)
     port = free_port()
     while port == reference_port:  # (that server may not listen yet)
         port = free_port()
     server = serve(port, "--roster", str(roster))
     try:
-        parties = start_sites(stopped, roster, port)
+        parties = start_sites(stopped, roster, port, stopped=True)
         folders = [stopped / f"site{r}" / "run" for r in range(SITES)]
         wait_for(
             lambda: all(list(f.glob("checkpoint-rank*.pt")) for f in folders),
