@@ -3,12 +3,15 @@ logits, stored as JSON in the run folder; predict's probability column, evaluate
 and the exported program apply them; bad input exits 2 with one paragraph naming what is wrong.
 
 A small CSV run (two parties, a text column and numeric ones) is trained once per module in about
-a second; each test works on its own copy of the run folder.
+a second; each test that changes it works on its own copy of the run folder, and the tests that
+only read a calibrated run share one copy per method, calibrated once per module (``calibrated``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import shutil
 from pathlib import Path
@@ -105,6 +108,27 @@ def _calibrate(run: Path, data: Path, method: str, capsys) -> dict:
     return json.loads((run / "calibration.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def calibrated(trained, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """Per method, a copy of the trained run calibrated on the held-out file by ``slate
+    calibrate`` (checked as :func:`_calibrate` checks it), and its calibration.json: made once
+    per module for the tests that only read a calibrated run (a calibration writes its
+    reliability figure, most of its cost)."""
+    runs = {}
+    for method in ("sigmoid", "isotonic"):
+        run = tmp_path_factory.mktemp(f"calibrated-{method}") / "run"
+        shutil.copytree(trained / "run", run)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["calibrate", "--run", str(run), "--data", str(_held(trained)),
+                         "--method", method])  # fmt: skip
+        out = printed.getvalue()
+        assert code == 0 and "Brier" in out
+        assert "calibration.json and reliability.png written" in out
+        runs[method] = run, json.loads((run / "calibration.json").read_text())
+    return runs
+
+
 class _Logit(ClassifierMixin, BaseEstimator):
     """A fitted "classifier" whose decision function is its one feature: the logit."""
 
@@ -128,8 +152,8 @@ def _sklearn_calibrated(method: str, z: np.ndarray, y: np.ndarray) -> Calibrated
 # --------------------------------------------------------------------------- the fits
 
 
-def test_sigmoid_parameters_equal_scikit_learns(run, trained, capsys):
-    saved = _calibrate(run, _held(trained), "sigmoid", capsys)
+def test_sigmoid_parameters_equal_scikit_learns(calibrated, trained):
+    run, saved = calibrated["sigmoid"]
     z, y, _ = _logits(run, _held(trained))
     a, b = saved["parameters"]["a"], saved["parameters"]["b"]
     # LogisticRegression fitted directly, on Platt's targets as weights of duplicated rows.
@@ -155,8 +179,8 @@ def test_sigmoid_parameters_equal_scikit_learns(run, trained, capsys):
     assert (run / "reliability.png").stat().st_size > 1000
 
 
-def test_isotonic_thresholds_equal_scikit_learns(run, trained, capsys):
-    saved = _calibrate(run, _held(trained), "isotonic", capsys)
+def test_isotonic_thresholds_equal_scikit_learns(calibrated, trained):
+    run, saved = calibrated["isotonic"]
     z, y, _ = _logits(run, _held(trained))
     direct = IsotonicRegression(out_of_bounds="clip").fit(z, y)
     np.testing.assert_allclose(saved["parameters"]["x"], direct.X_thresholds_, rtol=0, atol=1e-12)
@@ -179,9 +203,9 @@ def test_fits_keep_finite_parameters_on_separable_logits():
     assert isotonic.x == (-3.0, -1.0, 1.0, 3.0) and isotonic.y == (0.0, 0.0, 1.0, 1.0)
 
 
-def test_calibration_json_round_trips_exactly(run, trained, capsys):
+def test_calibration_json_round_trips_exactly(calibrated):
     for method in ("sigmoid", "isotonic"):
-        saved = _calibrate(run, _held(trained), method, capsys)
+        run, saved = calibrated[method]
         again = Calibrator.from_parameters(method, json.loads(json.dumps(saved["parameters"])))
         assert again == load_calibrator(run)
         assert saved["format"] == "slate-calibration" and saved["method"] == method
@@ -196,14 +220,17 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("method", ["sigmoid", "isotonic"])
-def test_predict_adds_the_calibrated_probability(run, trained, tmp_path, capsys, method):
+def test_predict_adds_the_calibrated_probability(calibrated, trained, tmp_path, method):
+    """The uncalibrated run predicts scores; the same run calibrated (``calibrated``: a copy
+    of it) adds the probability and keeps the scores."""
     new = tmp_path / "new.csv"
     _write_table(new, 50, seed=3, label=False)
     out = tmp_path / "before.csv"
-    assert main(["predict", "--run", str(run), "--data", str(new), "--out", str(out)]) == 0
+    plain = trained / "run"
+    assert main(["predict", "--run", str(plain), "--data", str(new), "--out", str(out)]) == 0
     before = _rows(out)
     assert list(before[0]) == ["id", "score"]
-    _calibrate(run, _held(trained), method, capsys)
+    run, _ = calibrated[method]
     out = tmp_path / "after.csv"
     args = ["predict", "--run", str(run), "--data", str(new), "--out", str(out)]
     assert main([*args, "--at-recall", "0.8"]) == 0
@@ -217,12 +244,15 @@ def test_predict_adds_the_calibrated_probability(run, trained, tmp_path, capsys,
     np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-12)
 
 
-def test_evaluate_reports_the_brier_score_of_the_probability(run, trained, tmp_path, capsys):
+def test_evaluate_reports_the_brier_score_of_the_probability(calibrated, trained, tmp_path, capsys):
+    """The uncalibrated run reports no calibration; the same run calibrated (``calibrated``:
+    a copy of it) reports the Brier scores of its probability, score and base rate."""
     test = tmp_path / "test.csv"
     _write_table(test, 300, seed=4)
-    code, out, _ = _cli(["evaluate", "--run", str(run), "--data", str(test), "--json"], capsys)
+    plain = trained / "run"
+    code, out, _ = _cli(["evaluate", "--run", str(plain), "--data", str(test), "--json"], capsys)
     assert code == 0 and json.loads(out)["calibration"] is None
-    _calibrate(run, _held(trained), "sigmoid", capsys)
+    run, _ = calibrated["sigmoid"]
     code, out, _ = _cli(["evaluate", "--run", str(run), "--data", str(test), "--json"], capsys)
     reported = json.loads(out)["calibration"]
     z, y, _ = _logits(run, test)
@@ -238,8 +268,8 @@ def test_evaluate_reports_the_brier_score_of_the_probability(run, trained, tmp_p
 
 
 @pytest.mark.parametrize("method", ["sigmoid", "isotonic"])
-def test_brier_after_is_at_most_before_on_a_miscalibrated_run(run, trained, capsys, method):
-    saved = _calibrate(run, _held(trained), method, capsys)
+def test_brier_after_is_at_most_before_on_a_miscalibrated_run(calibrated, method):
+    _, saved = calibrated[method]
     scores = saved["scores"]
     assert scores["score"]["brier"] > scores["constant"]["brier"]  # AP training: not calibrated
     assert scores["probability"]["brier"] <= scores["score"]["brier"]
@@ -258,8 +288,11 @@ def _export(run: Path, path: Path, *flags: str) -> tuple[torch.nn.Module, dict]:
 
 
 @pytest.mark.parametrize("method", ["sigmoid", "isotonic"])
-def test_exported_program_matches_scikit_learn(run, trained, tmp_path, capsys, method):
-    _calibrate(run, _held(trained), method, capsys)
+def test_exported_program_matches_scikit_learn(calibrated, trained, tmp_path, method):
+    """The exported program of a calibrated run gives scikit-learn's calibrated probability;
+    with ``--no-calibration``, the scores. (That export never reads the calibration, whatever
+    its method: one method's run shows it.)"""
+    run, _ = calibrated[method]
     z_held, y_held, _ = _logits(run, _held(trained))
     reference = _sklearn_calibrated(method, z_held, y_held)
     test = tmp_path / "test.csv"
@@ -271,6 +304,8 @@ def test_exported_program_matches_scikit_learn(run, trained, tmp_path, capsys, m
     np.testing.assert_allclose(got, reference.predict_proba(z[:, None])[:, 1], atol=1e-6)
     assert sidecar["calibration"]["method"] == method
     assert "calibrated probability" in sidecar["output"]
+    if method != "sigmoid":
+        return
     plain, sidecar = _export(run, tmp_path / "plain.pt2", "--no-calibration")
     with torch.no_grad():
         scores = plain(torch.from_numpy(raw)).double().numpy()
