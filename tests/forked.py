@@ -62,6 +62,7 @@ PRELOAD = [
     "sklearn.datasets",  # (a launch's workers read the data its launcher read)
     "sklearn.model_selection",
     "scipy.sparse",
+    "torch._dynamo",  # (torch.optim's first optimizer imports it: about 3 s in each fork)
     "tests.preloaded_data",
     "tests.forked",
     # Last, as the launcher's server imports it: freezes what the others loaded, so that a
