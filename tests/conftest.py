@@ -39,6 +39,7 @@ from __future__ import annotations
 import _posixsubprocess
 import ctypes.util
 import functools
+import gc
 import os
 import subprocess
 import sys
@@ -97,7 +98,13 @@ def pytest_collection_modifyitems(config, items) -> None:
 @pytest.hookimpl(tryfirst=True)  # before an xdist worker sends its collection
 def pytest_collection_finish(session) -> None:
     """On an xdist worker under ``--dist loadgroup``, every grouped test's node id must carry
-    its group (``...@group``): the controller groups by that suffix alone."""
+    its group (``...@group``): the controller groups by that suffix alone.
+
+    Then the objects loaded so far (torch, slate, the collected tests: about 300 000) are frozen
+    out of the garbage collector's reach (:func:`gc.freeze`): they live until the process ends,
+    and every full collection during the tests would walk them again (measured on 911 in-process
+    tests: 3.4 s of CPU in full collections on one worker, 1.9 s frozen)."""
+    gc.freeze()
     config = session.config
     if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
         return
