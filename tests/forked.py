@@ -144,6 +144,7 @@ def _run(
     session of its own with ``session``, its process group's leader)."""
     if session:
         os.setsid()
+        _own_resource_tracker()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -168,6 +169,18 @@ def _run(
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(code)
+
+
+def _own_resource_tracker() -> None:
+    """In a fork in a session of its own: :mod:`multiprocessing`'s resource tracker is started
+    anew when the fork first needs one, as in a fresh interpreter, instead of being this
+    server's client's. A launcher in its own session thus has its own server and its own
+    tracker, as at a user's prompt, and what its processes leave behind (a leaked semaphore) is
+    reported on its own standard error when it ends."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker._resource_tracker._fd = None  # type: ignore[attr-defined]
+    resource_tracker._resource_tracker._pid = None  # type: ignore[attr-defined]
 
 
 def _lend_this_server() -> None:

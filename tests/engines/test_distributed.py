@@ -34,10 +34,10 @@ CASES = {
     "slate-int8-local": ["--algorithm", "slate", "--topology", "base-2", "--gossip-every", "5",
                          "--compress", "int8", "--checkpoint-every", "25"],
 }  # fmt: skip
-#: The case whose launch shows the progress bar, from a fresh interpreter (its launcher starts its
-#: own fork server and resource tracker, as at a user's prompt; a fork of the tests' server would
-#: share theirs): a clean run's standard error holds the bar alone (no resource-tracker warning of
-#: a leaked semaphore at its end, as there was).
+#: The case whose launch shows the progress bar, in a session of its own (its launcher starts its
+#: own fork server and resource tracker, as at a user's prompt: ``tests/forked.py``): a clean
+#: run's standard error holds the bar alone (no resource-tracker warning of a leaked semaphore at
+#: its end, as there was).
 SHOWS_PROGRESS = "dpsgd"
 PROGRESS_BAR = re.compile(r"\s*\d+%\|.*\| \d+/\d+ \[.*\]\s*")
 
@@ -72,7 +72,13 @@ def launched(tmp_path_factory):
             command = slate_command("train", *common, *CASES[case], "--engine", "distributed",
                                     "--out", str(out))  # fmt: skip
             if case == SHOWS_PROGRESS:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+                process = start(command, start_new_session=True)
+                try:
+                    stdout, stderr = process.communicate(timeout=240)
+                finally:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
             else:
                 done = run_command(command, timeout=240)
             runs[case] = (out, done)
