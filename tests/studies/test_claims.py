@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -226,15 +227,22 @@ def test_speedup_tunes_every_n_on_one_grid(study) -> None:
     assert "1 / (6 S_F)" in report  # Theorem 1's cap, which does not grow with N
 
 
-def test_speedup_records_a_diverged_run_and_reuses_the_record(presets, tmp_path, monkeypatch):
-    from slate.training import loop as train_module
-
-    real_train = train_module.train
+def test_speedup_records_a_diverged_run_and_reuses_the_record(study, presets, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    """The speedup grid's cell N = 2, eta = 0.1 diverges: its row and the report say so, a
+    marker records it, and a second call reuses the record instead of training again. The
+    grid's other three runs are the module study's finished runs (same plan, same settings),
+    copied into this folder: the study reuses them, so only the diverging cell trains."""
+    key = RunSpec(nodes=2, topology="full", lr=0.1, iterations=12, eval_every=1).key
+    finished = study[0] / "digits/claims/slate"
+    for n, lr in ((1, 0.05), (1, 0.1), (2, 0.05)):
+        other = RunSpec(nodes=n, topology="full", lr=lr, iterations=12, eval_every=1).key
+        shutil.copytree(finished / other, tmp_path / "digits/claims/slate" / other)
 
     def diverging(config, **kwargs):  # as slate does at a step size too large for the model
         if config.nodes == 2 and config.lr == 0.1:
             raise TrainingDiverged("Training diverged: the loss of party 0 became non-finite.")
-        return real_train(config, **kwargs, figures=False)  # (no test reads a run's figures)
+        raise AssertionError(f"trained {config.out}, a copied run")
 
     monkeypatch.setattr("slate.training.loop.train", diverging)
     run = {"seeds": (0,), "dataset": "digits", "config_dir": presets, "plan": TINY}
@@ -242,7 +250,6 @@ def test_speedup_records_a_diverged_run_and_reuses_the_record(presets, tmp_path,
     cell = next(r for r in rows if (r["nodes"], r["lr"]) == (2, 0.1))
     assert (cell["diverged"], cell["reached"], cell["best"]) == (1, 0, False)
     assert math.isnan(cell["speedup"])
-    key = RunSpec(nodes=2, topology="full", lr=0.1, iterations=12, eval_every=1).key
     marker = tmp_path / "digits/claims/slate" / key / "seed0" / DIVERGED
     assert "non-finite" in marker.read_text()
     grid_row = next(line for line in (tmp_path / "claims.md").read_text().splitlines()

@@ -70,9 +70,11 @@ def _config(tmp_path, **kw):
 
 @pytest.fixture(scope="module")
 def one_run(tmp_path_factory):
-    """One audited run on 600 training rows (25% held for validation) and a 300-row test file,
-    shared by the three tests below that read different things from the same run: the files it
-    opened and its final test scorings, its saved model, its validation split."""
+    """One audited run of 100 iterations on 600 training rows (25% held for validation) and a
+    300-row test file, shared by the three tests below that read different things from the
+    same run: the files it opened and its final test scorings, its saved model, its validation
+    split. (100 iterations, not 600: neither length stops early, and what these tests read
+    depends on the files and the split, not on how long it trains.)"""
     tmp_path = tmp_path_factory.mktemp("one_run")
     _write(tmp_path / "train.csv", 600, 0)
     _write(tmp_path / "test.csv", 300, 1)
@@ -83,7 +85,7 @@ def one_run(tmp_path_factory):
         patch.setattr(Run, "use_final_test", lambda run: (finals.append(1),
                       use_final_test(run))[1])  # fmt: skip
         config = _config(tmp_path, train=str(tmp_path / "train.csv"),
-                         test=str(tmp_path / "test.csv"))  # fmt: skip
+                         test=str(tmp_path / "test.csv"), iterations=100)  # fmt: skip
         result = train(config, progress=False, figures=False, log=lambda _: None)
     return tmp_path, result, events, finals
 
@@ -160,11 +162,13 @@ def test_on_few_validation_positives_early_stopping_smooths_and_never_keeps_iter
 
 
 def test_per_party_files_read_their_test_files_after_training(tmp_path, audit):
+    """Each party's test file is opened once, after the last training step (100 iterations:
+    the order of the reads does not depend on how long it trains)."""
     for rank in range(3):
         _write(tmp_path / f"train{rank}.csv", 300, rank)
         _write(tmp_path / f"test{rank}.csv", 150, 10 + rank)
     config = _config(tmp_path, train=str(tmp_path / "train{rank}.csv"),
-                     test=str(tmp_path / "test{rank}.csv"))  # fmt: skip
+                     test=str(tmp_path / "test{rank}.csv"), iterations=100)  # fmt: skip
     summary = train(config, progress=False, figures=False, log=lambda _: None).summary
     opens = [
         i for i, (kind, name) in enumerate(audit)
