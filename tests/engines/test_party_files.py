@@ -41,7 +41,9 @@ def write_shards(root: Path, rows: int = 1200) -> None:
     write_sites(root, PARTIES, rows)
 
 
-TRAIN_FLAGS = ["--dataset", "libsvm", "--features", "300", "--iterations", "300",
+# 100 iterations: the engines' agreement (same AP to 1e-4, every site's bar at its end) is
+# checked at the end of any run length; 300 cost two thirds more of the sites' steps.
+TRAIN_FLAGS = ["--dataset", "libsvm", "--features", "300", "--iterations", "100",
                "--topology", "ring", "--seed", "1", "--no-plots"]  # fmt: skip
 
 
@@ -64,7 +66,7 @@ def test_separate_parties_with_their_own_shards_agree_with_the_simulator(tmp_pat
     for r, (p, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
         assert p.returncode == 0, f"party {r}: {err}"
         assert "Traceback" not in err
-        assert "300/300" in err, f"site {r} showed no progress: {err}"
+        assert "100/100" in err, f"site {r} showed no progress: {err}"
     summaries = [
         json.loads((tmp_path / f"site{r}" / "run" / "summary.json").read_text())
         for r in range(PARTIES)
@@ -86,7 +88,7 @@ def test_separate_parties_with_their_own_shards_agree_with_the_simulator(tmp_pat
     simulated = train(
         TrainConfig(
             dataset="libsvm", train=str(tmp_path / "site{rank}" / "train.svm"),
-            test=str(tmp_path / "site{rank}" / "test.svm"), n_features=300, iterations=300,
+            test=str(tmp_path / "site{rank}" / "test.svm"), n_features=300, iterations=100,
             nodes=PARTIES, topology="ring", seed=1,
         ),
         write=False, progress=False, log=lambda _: None,
