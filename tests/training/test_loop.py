@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -127,17 +128,23 @@ def test_unknown_compile_value_is_a_config_error() -> None:
         Run(config(iterations=5, compile="yes"))
 
 
+@functools.cache
+def finished_run(algorithm: str, mode: str) -> Run:
+    """40 iterations on 4 parties, compiled (``mode="on"``) or eager: computed once per process.
+    The compiled SLATE run is both the eager comparison's and the resume test's whole run (a
+    compiled run's cost is mostly its compilation). Callers only read it."""
+    run = Run(config(iterations=40, nodes=4, algorithm=algorithm, compile=mode))
+    run.advance(40)
+    return run
+
+
 @pytest.mark.processes
 @pytest.mark.parametrize("algorithm", ["slate", "slate-m", "dpsgd", "coda"])
 def test_compiled_runs_match_eager_runs(algorithm) -> None:
     """Every algorithm's objective compiles, and 40 compiled steps stay within float rounding."""
     import torch
 
-    runs = {}
-    for mode in ("on", "off"):
-        run = Run(config(iterations=40, nodes=4, algorithm=algorithm, compile=mode))
-        run.advance(40)
-        runs[mode] = run
+    runs = {mode: finished_run(algorithm, mode) for mode in ("on", "off")}
     assert runs["on"].compute.compiled and not runs["off"].compute.compiled
     torch.testing.assert_close(runs["on"].x, runs["off"].x, rtol=1e-3, atol=1e-5)
     for key, value in runs["off"].algorithm.state.items():
@@ -149,9 +156,8 @@ def test_compiled_run_resumes_bit_identically() -> None:
     """The compiled path is deterministic: stop, restore into a fresh run, finish; same bits."""
     import torch
 
-    cfg = config(iterations=40, nodes=4, compile="on")
-    whole = Run(cfg)
-    whole.advance(40)
+    cfg = config(iterations=40, nodes=4, algorithm="slate", compile="on")
+    whole = finished_run("slate", "on")
     first = Run(cfg)
     first.advance(17)
     second = Run(cfg)
