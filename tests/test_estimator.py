@@ -224,8 +224,8 @@ def test_check_estimator_fails_only_the_listed_checks() -> None:
     # its verdicts (54 passed, none or only the kernel-dependent one failed) were those of 50,
     # and of 10 too, measured here; 20 keeps a margin on the accuracy-bound checks. positives=2:
     # its verdicts at 20 and 30 (53 passed, check_fit2d_1feature failed, the kernel-dependent
-    # one passed on this CPU) were those of the 50 iterations EXPECTED_FAILED_CHECKS's comment
-    # names, measured here; neither listed reason depends on the number of iterations.
+    # one passed on this CPU) were those of 50, measured here; EXPECTED_FAILED_CHECKS's comment
+    # names 20, and neither listed reason depends on the number of iterations.
     for positives, iterations, expected in (
         (2, 20, set(EXPECTED_FAILED_CHECKS)),
         (1, 20, {"check_methods_subset_invariance"}),

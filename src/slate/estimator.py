@@ -59,7 +59,7 @@ __all__ = ["EXPECTED_FAILED_CHECKS", "PARAMETER_FIELDS", "SlateClassifier"]
 #: train`` flag) it sets; the others are the same name in both.
 PARAMETER_FIELDS: dict[str, str] = {"n_parties": "nodes"}
 
-#: The checks of ``check_estimator(SlateClassifier(n_parties=2, iterations=50))`` that fail,
+#: The checks of ``check_estimator(SlateClassifier(n_parties=2, iterations=20))`` that fail,
 #: and why; every other check passes (``tests/test_estimator.py`` runs them all). Pass it as
 #: ``check_estimator(..., expected_failed_checks=EXPECTED_FAILED_CHECKS)``.
 EXPECTED_FAILED_CHECKS: dict[str, str] = {
